@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what rotary's build and tests need, and nothing else; skips what is already there.
+# Idempotent: a second run installs nothing and takes well under a second.
+#
+#   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock.
+#   Python packages (PyPI, into .venv): listed in scripts/requirements.txt; none are needed yet,
+#   so no virtual environment is created until that file lists something.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev)
+
+missing=()
+for package in "${apt_packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null; then
+      sudo="sudo"
+    else
+      echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python packages, pinned, into the project's own virtual environment.
+requirements=scripts/requirements.txt
+if [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirements"; then
+  if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+  fi
+  stamp=.venv/.requirements.stamp
+  if [[ ! -f $stamp ]] || ! cmp -s "$requirements" "$stamp"; then
+    .venv/bin/python -m pip install -q -r "$requirements"
+    cp "$requirements" "$stamp"
+  fi
+fi

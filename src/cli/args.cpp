@@ -1,0 +1,117 @@
+// src/cli/args.cpp: command-line parsing shared by the subcommands.
+#include "args.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "rotary/error.hpp"
+#include "rotary/presets.hpp"
+
+namespace rotary::cli {
+
+Args::Args(std::string command, std::vector<std::string> tokens)
+    : command_(std::move(command)), tokens_(std::move(tokens)), used_(tokens_.size(), false) {}
+
+std::optional<std::string> Args::value(std::string_view flag) {
+  std::optional<std::string> found;
+  const std::string with_equals = std::string(flag) + "=";
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (used_[i]) continue;
+    if (tokens_[i] == flag) {
+      if (i + 1 >= tokens_.size()) throw UsageError(detail::concat(command_, ": ", flag, " needs a value"));
+      if (found) throw UsageError(detail::concat(command_, ": ", flag, " is given more than once"));
+      used_[i] = used_[i + 1] = true;
+      found = tokens_[i + 1];
+      ++i;
+    } else if (tokens_[i].rfind(with_equals, 0) == 0) {
+      if (found) throw UsageError(detail::concat(command_, ": ", flag, " is given more than once"));
+      used_[i] = true;
+      found = tokens_[i].substr(with_equals.size());
+    }
+  }
+  return found;
+}
+
+bool Args::has_switch(std::string_view flag) {
+  bool found = false;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (!used_[i] && tokens_[i] == flag) {
+      used_[i] = true;
+      found = true;
+    }
+  }
+  return found;
+}
+
+std::optional<int64_t> Args::integer(std::string_view flag, int64_t minimum, int64_t maximum) {
+  const std::optional<std::string> text = value(flag);
+  if (!text) return std::nullopt;
+  int64_t parsed = 0;
+  const char* begin = text->data();
+  const char* end = begin + text->size();
+  auto [ptr, ec] = std::from_chars(begin, end, parsed);
+  if (ec != std::errc() || ptr != end || text->empty()) {
+    throw UsageError(detail::concat(command_, ": ", flag, " must be an integer in [", minimum, ", ", maximum,
+                                    "] (got \"", *text, "\")"));
+  }
+  if (parsed < minimum || parsed > maximum) {
+    throw UsageError(detail::concat(command_, ": ", flag, " must be an integer in [", minimum, ", ", maximum,
+                                    "] (got ", parsed, ")"));
+  }
+  return parsed;
+}
+
+void Args::finish() const {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (!used_[i]) {
+      throw UsageError(detail::concat(command_, ": unexpected argument \"", tokens_[i], "\" (see rotary ", command_,
+                                      " --help)"));
+    }
+  }
+}
+
+LoadedConfig load_config(Args& args) {
+  const std::optional<std::string> preset_name = args.value("--preset");
+  const std::optional<std::string> config_path = args.value("--config");
+  if (preset_name && config_path) {
+    throw UsageError(detail::concat(args.command(), ": give --preset or --config, not both (got --preset ",
+                                    *preset_name, " and --config ", *config_path, ")"));
+  }
+  LoadedConfig loaded;
+  if (config_path) {
+    loaded.config = load_hf_config(*config_path);
+    loaded.source = *config_path;
+  } else {
+    const std::string name = preset_name ? *preset_name : std::string(kDefaultPreset);
+    loaded.config = preset(name);
+    loaded.source = "preset " + name;
+  }
+  for (const std::string& warning : loaded.config.warnings) std::cerr << "rotary: warning: " << warning << "\n";
+  return loaded;
+}
+
+const RopeSpec& select_spec(const LoadedConfig& loaded, const std::optional<std::string>& layer_type) {
+  if (!layer_type) return loaded.config.spec;
+  std::string names;
+  for (const auto& [name, spec] : loaded.config.layer_type_specs) {
+    if (name == *layer_type) return spec;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw UsageError(detail::concat("--layer-type must be one of the config's layer types (",
+                                  names.empty() ? std::string("it has none") : names, ") (got \"", *layer_type,
+                                  "\")"));
+}
+
+std::string format_number(double value, int significant) {
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  if (std::isnan(value)) return "nan";
+  std::ostringstream out;
+  out.precision(significant);
+  out << value;
+  return out.str();
+}
+
+}  // namespace rotary::cli

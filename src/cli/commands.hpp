@@ -1,0 +1,17 @@
+// src/cli/commands.hpp: one function per subcommand (each in <name>_command.cpp).
+#pragma once
+
+#include "args.hpp"
+
+namespace rotary::cli {
+
+// Each returns the process exit code; errors are thrown (main prints them and exits 2).
+int run_presets(Args& args);
+int run_freqs(Args& args);
+int run_explain(Args& args);
+
+extern const char* const kPresetsHelp;
+extern const char* const kFreqsHelp;
+extern const char* const kExplainHelp;
+
+}  // namespace rotary::cli

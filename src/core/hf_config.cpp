@@ -1,0 +1,610 @@
+// src/core/hf_config.cpp: RopeSpec from a Hugging Face config.json.
+//
+// Mirrors transformers' modeling_rope_utils.py at v5 (RotaryEmbeddingConfigMixin:
+// convert_rope_params_to_dict, standardize_rope_params, validate_rope, _check_received_keys,
+// _validate_*_rope_parameters) and the config classes that rename fields (GPTJConfig,
+// GPTNeoXConfig, DeepseekV3Config, Qwen2VLConfig, Gemma3Config, Phi3Config).
+// Where transformers only logs a warning for an invalid value (factor < 1, beta_fast <
+// beta_slow, low_freq_factor >= high_freq_factor, wrong LongRoPE list length), rotary raises
+// ConfigError: those configs compute something, but not what their authors meant.
+#include "rotary/hf_config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "rotary/error.hpp"
+
+namespace rotary {
+
+namespace {
+
+// A JSON value and the path a user would use to find it in the file ("rope_scaling.factor").
+struct Field {
+  const json::Value* value = nullptr;
+  std::string path;
+
+  explicit operator bool() const { return value != nullptr; }
+  bool present_non_null() const { return value != nullptr && !value->is_null(); }
+};
+
+class ConfigReader {
+ public:
+  ConfigReader(const json::Value& root, std::string_view source, std::vector<std::string> warnings)
+      : root_(root), source_(source), warnings_(std::move(warnings)) {}
+
+  HfRopeConfig read();
+
+ private:
+  // ---- messages -----------------------------------------------------------------------------
+  template <typename... Parts>
+  [[noreturn]] void fail_at(const json::Value* where, Parts&&... parts) const {
+    std::string prefix(source_);
+    if (where != nullptr && where->location().line > 0) prefix += ":" + std::to_string(where->location().line);
+    throw ConfigError(detail::concat(prefix, ": ", std::forward<Parts>(parts)...));
+  }
+  template <typename... Parts>
+  void warn(Parts&&... parts) {
+    warnings_.push_back(detail::concat(source_, ": ", std::forward<Parts>(parts)...));
+  }
+
+  // ---- lookups ------------------------------------------------------------------------------
+  // A top-level field; multimodal configs (Qwen2.5-VL, Qwen3-VL, Gemma 3) keep the language
+  // model's fields under text_config, so that is searched when the top level lacks the key.
+  Field top(std::string_view key) const {
+    if (const json::Value* v = root_.find(key); v != nullptr && !v->is_null()) return {v, std::string(key)};
+    if (text_config_ != nullptr) {
+      if (const json::Value* v = text_config_->find(key); v != nullptr && !v->is_null()) {
+        return {v, "text_config." + std::string(key)};
+      }
+    }
+    return {};
+  }
+  static Field member(const Field& object, std::string_view key) {
+    if (!object.present_non_null() || !object.value->is_object()) return {};
+    const json::Value* v = object.value->find(key);
+    if (v == nullptr) return {};
+    return {v, object.path + "." + std::string(key)};
+  }
+
+  // ---- typed reads (each names the field and the value on failure) ---------------------------
+  double number(const Field& f, std::string_view expectation = "a number") const {
+    if (!f.value->is_number()) fail_at(f.value, f.path, " must be ", expectation, " (got ", f.value->describe(), ")");
+    return f.value->as_double();
+  }
+  double finite_number(const Field& f, std::string_view expectation = "a finite number") const {
+    const double v = number(f, expectation);
+    if (!std::isfinite(v)) fail_at(f.value, f.path, " must be ", expectation, " (got ", v, ")");
+    return v;
+  }
+  double number_at_least(const Field& f, double minimum, bool inclusive) const {
+    const std::string expectation =
+        detail::concat("a finite number ", inclusive ? ">= " : "> ", minimum);
+    const double v = finite_number(f, expectation);
+    if (inclusive ? v < minimum : v <= minimum) fail_at(f.value, f.path, " must be ", expectation, " (got ", v, ")");
+    return v;
+  }
+  int64_t positive_integer(const Field& f) const {
+    const double v = finite_number(f, "a positive integer");
+    if (f.value->is_integer()) {
+      const int64_t i = f.value->as_int64();
+      if (i <= 0) fail_at(f.value, f.path, " must be a positive integer (got ", i, ")");
+      return i;
+    }
+    // 4096.0 is accepted: Python writes ints that passed through float that way.
+    if (v <= 0 || v != std::floor(v) || v > 9.0e15) {
+      fail_at(f.value, f.path, " must be a positive integer (got ", f.value->describe(), ")");
+    }
+    return static_cast<int64_t>(v);
+  }
+  bool boolean(const Field& f) const {
+    if (!f.value->is_bool()) fail_at(f.value, f.path, " must be true or false (got ", f.value->describe(), ")");
+    return f.value->as_bool();
+  }
+  std::string string(const Field& f) const {
+    if (!f.value->is_string()) fail_at(f.value, f.path, " must be a string (got ", f.value->describe(), ")");
+    return f.value->as_string();
+  }
+
+  // ---- the parts of the config --------------------------------------------------------------
+  void read_geometry();
+  RopeSpec read_rope_parameters(const Field& params, bool per_layer_type);
+  void read_scaling(const Field& params, const std::string& rope_type, RopeSpec& spec);
+  void read_mrope(const Field& params, RopeSpec& spec);
+  void check_unknown_keys(const Field& params, const std::string& rope_type);
+
+  const json::Value& root_;
+  const json::Value* text_config_ = nullptr;
+  std::string source_;
+  std::vector<std::string> warnings_;
+
+  // Geometry shared by every layer type.
+  std::string model_type_;
+  int64_t head_dim_ = 0;
+  int64_t hidden_size_ = 0;
+  int64_t num_attention_heads_ = 0;
+  int64_t num_key_value_heads_ = 0;
+  int64_t max_position_embeddings_ = 0;
+  Field top_original_max_;  // Phi-3 keeps original_max_position_embeddings at top level
+  Style style_ = Style::NeoX;
+};
+
+void ConfigReader::read_geometry() {
+  if (const json::Value* text = root_.find("text_config"); text != nullptr && !text->is_null()) {
+    if (!text->is_object()) fail_at(text, "text_config must be an object (got ", text->describe(), ")");
+    text_config_ = text;
+  }
+  if (Field f = top("model_type")) model_type_ = string(f);
+
+  // GPTJConfig.attribute_map: n_embd -> hidden_size, n_head -> num_attention_heads,
+  // n_positions -> max_position_embeddings.
+  auto first = [&](std::initializer_list<std::string_view> keys) -> Field {
+    for (std::string_view key : keys) {
+      if (Field f = top(key)) return f;
+    }
+    return {};
+  };
+  if (Field f = first({"hidden_size", "n_embd"})) hidden_size_ = positive_integer(f);
+  if (Field f = first({"num_attention_heads", "n_head"})) num_attention_heads_ = positive_integer(f);
+  if (Field f = top("num_key_value_heads")) num_key_value_heads_ = positive_integer(f);
+  if (Field f = first({"max_position_embeddings", "n_positions"})) max_position_embeddings_ = positive_integer(f);
+  top_original_max_ = top("original_max_position_embeddings");
+
+  if (num_key_value_heads_ > 0 && num_attention_heads_ > 0 && num_attention_heads_ % num_key_value_heads_ != 0) {
+    Field f = top("num_key_value_heads");
+    fail_at(f.value, f.path, " must divide num_attention_heads ", num_attention_heads_, " (got ",
+            num_key_value_heads_, ")");
+  }
+
+  // head_dim: DeepSeek's rotary slice (DeepseekV3Config sets head_dim = qk_rope_head_dim), else
+  // an explicit head_dim (Llama 3, Gemma, Qwen3, Mistral), else hidden_size // num_attention_heads.
+  if (Field f = top("qk_rope_head_dim")) {
+    head_dim_ = positive_integer(f);
+  } else if (Field g = top("head_dim")) {
+    head_dim_ = positive_integer(g);
+  } else if (hidden_size_ > 0 && num_attention_heads_ > 0) {
+    head_dim_ = hidden_size_ / num_attention_heads_;
+    if (hidden_size_ % num_attention_heads_ != 0) {
+      warn("hidden_size ", hidden_size_, " is not a multiple of num_attention_heads ", num_attention_heads_,
+           "; head_dim is hidden_size // num_attention_heads = ", head_dim_, ", as transformers computes it");
+    }
+    if (head_dim_ == 0) {
+      fail_at(top("hidden_size").value, "head_dim = hidden_size // num_attention_heads must be > 0 (got ",
+              hidden_size_, " // ", num_attention_heads_, " = 0)");
+    }
+  } else {
+    fail_at(nullptr, "head_dim is missing: give head_dim, or hidden_size and num_attention_heads (got ",
+            hidden_size_ > 0 ? "hidden_size only" : num_attention_heads_ > 0 ? "num_attention_heads only" : "neither",
+            ")");
+  }
+
+  // Pairing convention. DeepSeek V2/V3 rotate interleaved pairs (HF: rope_interleave, default
+  // true for deepseek_v3); GPT-J uses interleaved pairs (its rotate_every_two).
+  if (Field f = top("rope_interleave")) {
+    style_ = boolean(f) ? Style::GPTJ : Style::NeoX;
+  } else if (model_type_ == "gptj" || model_type_ == "deepseek_v2" || model_type_ == "deepseek_v3") {
+    style_ = Style::GPTJ;
+  }
+}
+
+// Keys each rope_type reads (HF _validate_*_rope_parameters: required + optional).
+struct TypeKeys {
+  std::vector<std::string_view> required;
+  std::vector<std::string_view> optional;
+};
+
+TypeKeys keys_for(const std::string& rope_type) {
+  if (rope_type == "default") return {{}, {}};
+  if (rope_type == "linear") return {{"factor"}, {}};
+  if (rope_type == "dynamic") return {{"factor"}, {"alpha"}};
+  if (rope_type == "ntk_alpha") return {{"alpha"}, {}};
+  if (rope_type == "yarn") {
+    return {{"factor"},
+            {"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"}};
+  }
+  if (rope_type == "longrope") {
+    return {{"short_factor", "long_factor"}, {"original_max_position_embeddings", "attention_factor", "factor"}};
+  }
+  if (rope_type == "llama3") {
+    return {{"factor", "low_freq_factor", "high_freq_factor"}, {"original_max_position_embeddings"}};
+  }
+  if (rope_type == "proportional") return {{}, {"factor"}};
+  return {{}, {}};
+}
+
+void ConfigReader::check_unknown_keys(const Field& params, const std::string& rope_type) {
+  const TypeKeys keys = keys_for(rope_type);
+  std::set<std::string_view> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor",
+                                      "mrope_section", "mrope_interleaved"};
+  known.insert(keys.required.begin(), keys.required.end());
+  known.insert(keys.optional.begin(), keys.optional.end());
+  std::string unknown;
+  for (const auto& [key, value] : params.value->as_object()) {
+    if (known.count(key) == 0) unknown += (unknown.empty() ? "" : ", ") + key;
+  }
+  if (!unknown.empty()) {
+    warn("unrecognized keys in ", params.path, " for rope_type '", rope_type, "': ", unknown,
+         " (ignored; transformers warns about them too)");
+  }
+}
+
+void ConfigReader::read_mrope(const Field& params, RopeSpec& spec) {
+  Field section = member(params, "mrope_section");
+  if (!section.present_non_null()) section = top("mrope_section");
+  if (!section.present_non_null()) return;
+  if (!section.value->is_array() || section.value->as_array().size() != 3) {
+    fail_at(section.value, section.path, " must be a list of 3 integers [t, h, w] (got ", section.value->describe(), ")");
+  }
+  spec.axes = PositionAxes::MRope;
+  int64_t total = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const json::Value& item = section.value->as_array()[i];
+    const Field f{&item, section.path + "[" + std::to_string(i) + "]"};
+    if (!item.is_number() || !item.is_integer() || item.as_int64() < 0) {
+      fail_at(&item, f.path, " must be an integer >= 0 (got ", item.describe(), ")");
+    }
+    spec.mrope.pairs[i] = item.as_int64();
+    total += item.as_int64();
+  }
+  if (total != spec.rotary_dim / 2) {
+    fail_at(section.value, section.path, " must sum to rotary_dim/2 = ", spec.rotary_dim / 2, " (got [",
+            spec.mrope.pairs[0], ", ", spec.mrope.pairs[1], ", ", spec.mrope.pairs[2], "], sum ", total, ")");
+  }
+  Field interleaved = member(params, "mrope_interleaved");
+  if (!interleaved.present_non_null()) interleaved = top("mrope_interleaved");
+  if (interleaved.present_non_null() && boolean(interleaved)) spec.mrope.assignment = MRopeAssignment::Interleaved;
+}
+
+void ConfigReader::read_scaling(const Field& params, const std::string& rope_type, RopeSpec& spec) {
+  Scaling& s = spec.scaling;
+  const std::string type_text = "rope_type '" + rope_type + "'";
+
+  // Required keys (HF _check_received_keys raises KeyError for these).
+  for (std::string_view key : keys_for(rope_type).required) {
+    if (!member(params, key)) {
+      fail_at(params.value, params.path, ".", key, " is missing: ", type_text, " requires it",
+              " (transformers raises KeyError: Missing required keys)");
+    }
+  }
+  check_unknown_keys(params, rope_type);
+
+  // factor: >= 1 (HF warns "must be a float >= 1" and computes anyway; rotary rejects it).
+  if (Field f = member(params, "factor"); f.present_non_null()) {
+    s.factor = number_at_least(f, 1.0, true);
+  } else if (f && (rope_type == "linear" || rope_type == "dynamic" || rope_type == "llama3")) {
+    fail_at(f.value, f.path, " must be a finite number >= 1 (got null)");
+  }
+
+  // original_max_position_embeddings (HF standardize_rope_params): for llama3/yarn/longrope a
+  // top-level value (Phi-3) wins, else the dict's, else max_position_embeddings.
+  if (rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope") {
+    Field in_dict = member(params, "original_max_position_embeddings");
+    int64_t dict_value = in_dict.present_non_null() ? positive_integer(in_dict) : 0;
+    if (top_original_max_.present_non_null()) {
+      s.original_max_position_embeddings = positive_integer(top_original_max_);
+      if (dict_value > 0 && dict_value != s.original_max_position_embeddings) {
+        warn(top_original_max_.path, " = ", s.original_max_position_embeddings, " overrides ", in_dict.path,
+             " = ", dict_value, ", as transformers does");
+      }
+    } else if (dict_value > 0) {
+      s.original_max_position_embeddings = dict_value;
+    } else if (max_position_embeddings_ > 0) {
+      s.original_max_position_embeddings = max_position_embeddings_;
+      warn(params.path, ".original_max_position_embeddings is not set; using max_position_embeddings = ",
+           max_position_embeddings_, " as transformers does");
+    } else {
+      fail_at(params.value, params.path, ".original_max_position_embeddings is missing and so is max_position_embeddings: ",
+              type_text, " needs the pretraining context length");
+    }
+  }
+
+  if (rope_type == "linear") {
+    s.type = ScalingType::Linear;
+  } else if (rope_type == "dynamic" || rope_type == "ntk_alpha") {
+    Field alpha = member(params, "alpha");
+    if (alpha.present_non_null()) {
+      // vLLM reads {"rope_type": "dynamic", "alpha": a} (Hunyuan) as static NTK-alpha scaling.
+      s.type = ScalingType::NtkAlpha;
+      s.ntk_alpha = number_at_least(alpha, 0.0, false);
+    } else if (rope_type == "ntk_alpha") {
+      fail_at(alpha.value ? alpha.value : params.value, params.path, ".alpha must be a finite number > 0 (got ",
+              alpha.value ? alpha.value->describe() : std::string("none"), ")");
+    } else {
+      s.type = ScalingType::Dynamic;
+      if (max_position_embeddings_ <= 0) {
+        fail_at(params.value, "max_position_embeddings is missing: dynamic NTK scaling grows the base past it");
+      }
+    }
+  } else if (rope_type == "yarn") {
+    s.type = ScalingType::Yarn;
+    // HF: beta_fast = get("beta_fast") or 32; beta_slow = get("beta_slow") or 1. A 0 or null
+    // therefore means the default.
+    auto beta = [&](std::string_view key, double fallback) {
+      Field f = member(params, key);
+      if (!f.present_non_null()) return fallback;
+      const double v = finite_number(f, "a finite number > 0");
+      if (v == 0.0) {
+        warn(f.path, " = 0 is treated as unset (", fallback, "), as transformers does");
+        return fallback;
+      }
+      if (v < 0.0) fail_at(f.value, f.path, " must be a finite number > 0 (got ", v, ")");
+      return v;
+    };
+    s.beta_fast = beta("beta_fast", 32.0);
+    s.beta_slow = beta("beta_slow", 1.0);
+    if (s.beta_fast < s.beta_slow) {
+      Field f = member(params, "beta_fast");
+      fail_at(f.value ? f.value : params.value, params.path, ".beta_fast must be >= beta_slow ", s.beta_slow,
+              " (got ", s.beta_fast, "; transformers only warns and inverts the ramp)");
+    }
+    if (Field f = member(params, "mscale"); f.present_non_null()) s.mscale = finite_number(f);
+    if (Field f = member(params, "mscale_all_dim"); f.present_non_null()) s.mscale_all_dim = finite_number(f);
+    if (Field f = member(params, "attention_factor"); f.present_non_null()) {
+      s.attention_factor = number_at_least(f, 0.0, false);
+    }
+    if (Field f = member(params, "truncate"); f.present_non_null()) s.truncate = boolean(f);
+    if (!s.factor) {
+      if (max_position_embeddings_ <= 0) {
+        fail_at(params.value, params.path, ".factor is null and max_position_embeddings is missing: YaRN needs one");
+      }
+      warn(params.path, ".factor is null; using max_position_embeddings / original_max_position_embeddings = ",
+           static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
+           " as transformers does");
+    } else if (max_position_embeddings_ > 0) {
+      // HF _validate_yarn_rope_parameters: factor should equal Lmax / L0 unless that ratio is 1.
+      const double implicit = static_cast<double>(max_position_embeddings_) /
+                              static_cast<double>(s.original_max_position_embeddings);
+      if (implicit != *s.factor && implicit != 1.0) {
+        warn("the explicit YaRN factor ", *s.factor, " does not match max_position_embeddings / ",
+             "original_max_position_embeddings = ", implicit, "; the explicit factor is used, as transformers does");
+      }
+    }
+  } else if (rope_type == "longrope") {
+    s.type = ScalingType::LongRope;
+    const auto expected = static_cast<size_t>(spec.rotary_dim / 2);
+    auto read_list = [&](std::string_view key) {
+      Field f = member(params, key);
+      if (!f.value->is_array()) fail_at(f.value, f.path, " must be a list of numbers (got ", f.value->describe(), ")");
+      const auto& items = f.value->as_array();
+      if (items.size() != expected) {
+        fail_at(f.value, f.path, " must have rotary_dim/2 = ", expected, " elements (got ", items.size(), ")");
+      }
+      std::vector<double> values;
+      values.reserve(items.size());
+      for (size_t i = 0; i < items.size(); ++i) {
+        values.push_back(number_at_least(Field{&items[i], f.path + "[" + std::to_string(i) + "]"}, 0.0, false));
+      }
+      return values;
+    };
+    s.short_factor = read_list("short_factor");
+    s.long_factor = read_list("long_factor");
+    if (Field f = member(params, "attention_factor"); f.present_non_null()) {
+      s.attention_factor = number_at_least(f, 0.0, false);
+    }
+    if (!s.factor) {
+      if (max_position_embeddings_ <= 0) {
+        fail_at(params.value, params.path, ".factor and max_position_embeddings are both missing: LongRoPE's ",
+                "attention scaling needs one");
+      }
+      // HF's Phi-3 note: the factor is derived from max_position_embeddings / original.
+      warn(params.path, " has no factor; LongRoPE's attention scaling uses max_position_embeddings / ",
+           "original_max_position_embeddings = ",
+           static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
+           " (transformers recommends setting factor)");
+    }
+  } else if (rope_type == "llama3") {
+    s.type = ScalingType::Llama3;
+    s.low_freq_factor = number_at_least(member(params, "low_freq_factor"), 0.0, false);
+    Field high = member(params, "high_freq_factor");
+    s.high_freq_factor = number_at_least(high, 0.0, false);
+    if (s.high_freq_factor <= s.low_freq_factor) {
+      fail_at(high.value, high.path, " must be > low_freq_factor ", s.low_freq_factor, " (got ",
+              s.high_freq_factor, "; transformers only warns)");
+    }
+    if (max_position_embeddings_ > 0 && s.original_max_position_embeddings >= max_position_embeddings_) {
+      warn(params.path, ".original_max_position_embeddings ", s.original_max_position_embeddings,
+           " should be less than max_position_embeddings ", max_position_embeddings_,
+           " (transformers warns: the scaling then extends nothing)");
+    }
+  } else if (rope_type == "proportional") {
+    s.type = ScalingType::Proportional;
+  } else {
+    s.type = ScalingType::Default;
+  }
+}
+
+RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_type) {
+  RopeSpec spec;
+  spec.name = source_;
+  spec.head_dim = head_dim_;
+  spec.hidden_size = hidden_size_;
+  spec.num_attention_heads = num_attention_heads_;
+  spec.num_key_value_heads = num_key_value_heads_ > 0 ? num_key_value_heads_ : num_attention_heads_;
+  spec.max_position_embeddings = max_position_embeddings_;
+  spec.style = style_;
+
+  // rope_type, with "type" as its older alias (HF: setdefault("rope_type", get("type", "default"))).
+  std::string rope_type = "default";
+  Field type_field = member(params, "rope_type");
+  Field alias_field = member(params, "type");
+  if (type_field.present_non_null()) {
+    rope_type = string(type_field);
+    if (alias_field.present_non_null() && string(alias_field) != rope_type) {
+      warn(params.path, " has rope_type '", rope_type, "' and type '", string(alias_field),
+           "'; rope_type is used, as transformers does");
+    }
+  } else if (alias_field.present_non_null()) {
+    rope_type = string(alias_field);
+    type_field = alias_field;
+  }
+  if (rope_type == "su") rope_type = "longrope";  // Phi-3's first name for LongRoPE
+  if (rope_type == "mrope") rope_type = "default";  // Qwen2VLConfig rewrites "mrope" to "default"
+  static const std::set<std::string> kKnown = {"default", "linear", "dynamic", "ntk_alpha", "yarn",
+                                              "longrope", "llama3", "proportional"};
+  if (kKnown.count(rope_type) == 0) {
+    fail_at(type_field.value, type_field.path, " must be one of default, linear, dynamic, ntk_alpha, yarn, ",
+            "longrope (or su), llama3, proportional, mrope (got \"", rope_type, "\")");
+  }
+
+  // rope_theta: the dict's, else the top-level rope_theta, else GPT-NeoX's rotary_emb_base,
+  // else transformers' default_theta 10000.
+  Field theta = member(params, "rope_theta");
+  if (!theta.present_non_null()) theta = top("rope_theta");
+  if (!theta.present_non_null()) theta = top("rotary_emb_base");
+  if (theta.present_non_null()) {
+    spec.theta_base = number_at_least(theta, 1.0, false);
+  } else {
+    spec.theta_base = 10000.0;
+    warn("rope_theta is not set; using transformers' default 10000");
+  }
+
+  // Partial rotary: a top-level partial_rotary_factor (or GPT-NeoX's rotary_pct) overrides the
+  // dict's (HF standardize_rope_params); GPT-J gives an absolute rotary_dim.
+  Field partial = top("partial_rotary_factor");
+  if (!partial.present_non_null()) partial = top("rotary_pct");
+  if (!partial.present_non_null()) partial = member(params, "partial_rotary_factor");
+  const bool proportional = rope_type == "proportional";
+  if (partial.present_non_null()) {
+    const double value = finite_number(partial, proportional ? "a number in [0, 1]" : "a number in (0, 1]");
+    if (value > 1.0 || value < 0.0 || (!proportional && value == 0.0)) {
+      fail_at(partial.value, partial.path, " must be a number in ", proportional ? "[0, 1]" : "(0, 1]", " (got ",
+              value, ")");
+    }
+    spec.partial_rotary_factor = value;
+  }
+  // HF: dim = int(head_dim * partial_rotary_factor) (truncation).
+  spec.rotary_dim = proportional ? head_dim_
+                                 : static_cast<int64_t>(static_cast<double>(head_dim_) * spec.partial_rotary_factor);
+  const Field rotary_dim = top("rotary_dim");
+  if (rotary_dim.present_non_null() && !proportional) {
+    const int64_t value = positive_integer(rotary_dim);
+    if (partial.present_non_null() && value != spec.rotary_dim) {
+      warn(rotary_dim.path, " = ", value, " overrides ", partial.path, " (which gives ", spec.rotary_dim, ")");
+    }
+    spec.rotary_dim = value;
+    spec.partial_rotary_factor = static_cast<double>(value) / static_cast<double>(head_dim_);
+  }
+  const Field& dim_source = rotary_dim.present_non_null() ? rotary_dim : partial;
+  if (spec.rotary_dim > head_dim_) {
+    fail_at(dim_source.value, dim_source.path, " gives rotary_dim ", spec.rotary_dim, ", more than head_dim ",
+            head_dim_, " (got ", spec.rotary_dim, ")");
+  }
+  if (spec.rotary_dim <= 0 || spec.rotary_dim % 2 != 0) {
+    std::string how = dim_source.present_non_null() ? dim_source.path : std::string("head_dim");
+    fail_at(dim_source.value, "rotary_dim (from ", how, ") must be even and > 0 (got ", spec.rotary_dim,
+            "; head_dim ", head_dim_, ", partial_rotary_factor ", spec.partial_rotary_factor, ")");
+  }
+
+  read_scaling(params, rope_type, spec);
+  read_mrope(params, spec);
+
+  // HF reads YaRN's truncate from the top-level rope_parameters even for per-layer-type configs
+  // (so a per-layer "truncate": false is ignored there). rotary honours the per-layer value.
+  if (per_layer_type && spec.scaling.type == ScalingType::Yarn && !spec.scaling.truncate) {
+    warn(params.path, ".truncate = false is honoured by rotary; transformers reads truncate from the top level of ",
+         "rope_parameters and would use true for this layer type");
+  }
+
+  validate(spec);  // backstop: the reads above name fields; this checks the assembled spec
+  return spec;
+}
+
+HfRopeConfig ConfigReader::read() {
+  if (!root_.is_object()) fail_at(&root_, "the config must be a JSON object (got ", root_.describe(), ")");
+  read_geometry();
+
+  HfRopeConfig result;
+  result.model_type = model_type_;
+
+  // rope_scaling (old form) or rope_parameters (v5). HF: `rope_scaling or self.rope_parameters`,
+  // so a non-empty rope_scaling wins.
+  Field scaling = top("rope_scaling");
+  Field parameters = top("rope_parameters");
+  for (const Field* f : {&scaling, &parameters}) {
+    if (f->present_non_null() && !f->value->is_object()) {
+      fail_at(f->value, f->path, " must be an object (got ", f->value->describe(), ")");
+    }
+  }
+  auto non_empty = [](const Field& f) { return f.present_non_null() && !f.value->as_object().empty(); };
+  Field params;
+  if (non_empty(scaling)) {
+    params = scaling;
+    if (non_empty(parameters)) {
+      warn("both rope_scaling and rope_parameters are set; rope_scaling is used, as transformers does");
+    }
+  } else if (non_empty(parameters)) {
+    params = parameters;
+  }
+  static const json::Value kEmptyObject = json::Value::make_object({});
+  if (!params) params = Field{&kEmptyObject, "rope_parameters"};
+
+  // layer_types: one entry per layer. Parameters keyed by layer type give each its own spec.
+  if (Field layer_types = top("layer_types"); layer_types.present_non_null()) {
+    if (!layer_types.value->is_array()) {
+      fail_at(layer_types.value, layer_types.path, " must be a list of strings (got ", layer_types.value->describe(), ")");
+    }
+    for (size_t i = 0; i < layer_types.value->as_array().size(); ++i) {
+      result.layer_types.push_back(
+          string(Field{&layer_types.value->as_array()[i], layer_types.path + "[" + std::to_string(i) + "]"}));
+    }
+  }
+  const std::set<std::string> type_set(result.layer_types.begin(), result.layer_types.end());
+  bool nested = !type_set.empty() && !params.value->as_object().empty();
+  for (const auto& [key, value] : params.value->as_object()) {
+    if (type_set.count(key) == 0) nested = false;
+  }
+
+  if (nested) {
+    for (const auto& [key, value] : params.value->as_object()) {
+      Field sub{&value, params.path + "." + key};
+      if (!value.is_object()) fail_at(&value, sub.path, " must be an object (got ", value.describe(), ")");
+      result.layer_type_specs.emplace_back(key, read_rope_parameters(sub, true));
+    }
+    auto full = std::find_if(result.layer_type_specs.begin(), result.layer_type_specs.end(),
+                             [](const auto& entry) { return entry.first == "full_attention"; });
+    result.spec = full != result.layer_type_specs.end() ? full->second : result.layer_type_specs.front().second;
+    for (const std::string& type : type_set) {
+      if (std::none_of(result.layer_type_specs.begin(), result.layer_type_specs.end(),
+                       [&](const auto& entry) { return entry.first == type; })) {
+        fail_at(params.value, params.path, " has no entry for layer type \"", type, "\" listed in layer_types");
+      }
+    }
+  } else {
+    result.spec = read_rope_parameters(params, false);
+    // Gemma 3 before v5: sliding-window layers use rope_local_base_freq with default RoPE
+    // (Gemma3Config turns it into rope_parameters["sliding_attention"]; its layer_types may be
+    // absent from the file and derived from sliding_window_pattern).
+    if (Field local = top("rope_local_base_freq"); local.present_non_null()) {
+      RopeSpec sliding = result.spec;
+      sliding.theta_base = number_at_least(local, 1.0, false);
+      sliding.scaling = Scaling{};
+      result.layer_type_specs.emplace_back("full_attention", result.spec);
+      result.layer_type_specs.emplace_back("sliding_attention", sliding);
+    }
+  }
+  result.warnings = std::move(warnings_);
+  return result;
+}
+
+}  // namespace
+
+HfRopeConfig parse_hf_config(const json::Value& root, std::string_view source_name,
+                             std::vector<std::string> parse_warnings) {
+  return ConfigReader(root, source_name, std::move(parse_warnings)).read();
+}
+
+HfRopeConfig parse_hf_config(std::string_view json_text, std::string_view source_name) {
+  std::vector<std::string> warnings;
+  const json::Value root = json::parse(json_text, source_name, &warnings);
+  return parse_hf_config(root, source_name, std::move(warnings));
+}
+
+HfRopeConfig load_hf_config(const std::string& path) {
+  std::vector<std::string> warnings;
+  const json::Value root = json::parse_file(path, &warnings);
+  return parse_hf_config(root, path, std::move(warnings));
+}
+
+}  // namespace rotary
