@@ -20,6 +20,36 @@ namespace rotary {
 
 namespace {
 
+// transformers' config-class defaults for the RoPE keys a published config.json may omit
+// (the class fills them in silently). Families not listed here get rope_theta 10000 with a
+// warning, since their class default is not known to rotary.
+struct FamilyDefaults {
+  std::string_view model_type;
+  double rope_theta;
+  double local_rope_theta;          // sliding-window layers (0 = same as rope_theta)
+  int64_t max_position_embeddings;  // 0 = no default
+};
+constexpr FamilyDefaults kFamilyDefaults[] = {
+    // LlamaConfig, MistralConfig, Qwen2Config, GemmaConfig, Gemma2Config, PhiConfig, Phi3Config,
+    // GPTJConfig, GPTNeoXConfig, DeepseekV2/V3Config, OlmoConfig: rope_theta = 10000.0.
+    {"llama", 1e4, 0, 0},       {"mistral", 1e4, 0, 0},     {"mixtral", 1e4, 0, 0},
+    {"qwen2", 1e4, 0, 0},       {"gemma", 1e4, 0, 0},       {"gemma2", 1e4, 0, 0},
+    {"phi", 1e4, 0, 0},         {"phi3", 1e4, 0, 0},        {"gptj", 1e4, 0, 0},
+    {"gpt_neox", 1e4, 0, 0},    {"deepseek_v2", 1e4, 0, 0}, {"deepseek_v3", 1e4, 0, 0},
+    {"olmo", 1e4, 0, 0},        {"olmo2", 1e4, 0, 0},
+    // Gemma3TextConfig: rope_theta 1e6 (global layers), rope_local_base_freq 1e4 (sliding
+    // layers), max_position_embeddings 131072. Google's own Gemma 3 files state none of them.
+    {"gemma3", 1e6, 1e4, 131072},
+    {"gemma3_text", 1e6, 1e4, 131072},
+};
+
+const FamilyDefaults* family_defaults(std::string_view model_type) {
+  for (const FamilyDefaults& family : kFamilyDefaults) {
+    if (family.model_type == model_type) return &family;
+  }
+  return nullptr;
+}
+
 // A JSON value and the path a user would use to find it in the file ("rope_scaling.factor").
 struct Field {
   const json::Value* value = nullptr;
@@ -148,7 +178,11 @@ void ConfigReader::read_geometry() {
   if (Field f = first({"hidden_size", "n_embd"})) hidden_size_ = positive_integer(f);
   if (Field f = first({"num_attention_heads", "n_head"})) num_attention_heads_ = positive_integer(f);
   if (Field f = top("num_key_value_heads")) num_key_value_heads_ = positive_integer(f);
-  if (Field f = first({"max_position_embeddings", "n_positions"})) max_position_embeddings_ = positive_integer(f);
+  if (Field f = first({"max_position_embeddings", "n_positions"})) {
+    max_position_embeddings_ = positive_integer(f);
+  } else if (const FamilyDefaults* family = family_defaults(model_type_); family != nullptr) {
+    max_position_embeddings_ = family->max_position_embeddings;
+  }
   top_original_max_ = top("original_max_position_embeddings");
 
   if (num_key_value_heads_ > 0 && num_attention_heads_ > 0 && num_attention_heads_ % num_key_value_heads_ != 0) {
@@ -455,9 +489,12 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
   if (!theta.present_non_null()) theta = top("rotary_emb_base");
   if (theta.present_non_null()) {
     spec.theta_base = number_at_least(theta, 1.0, false);
+  } else if (const FamilyDefaults* family = family_defaults(model_type_); family != nullptr) {
+    spec.theta_base = family->rope_theta;  // what the model's config class fills in
   } else {
     spec.theta_base = 10000.0;
-    warn("rope_theta is not set; using transformers' default 10000");
+    warn("rope_theta is not set; using transformers' default 10000 (model_type \"", model_type_,
+         "\" has no known class default)");
   }
 
   // Partial rotary: a top-level partial_rotary_factor (or GPT-NeoX's rotary_pct) overrides the
@@ -576,9 +613,11 @@ HfRopeConfig ConfigReader::read() {
     // Gemma 3 before v5: sliding-window layers use rope_local_base_freq with default RoPE
     // (Gemma3Config turns it into rope_parameters["sliding_attention"]; its layer_types may be
     // absent from the file and derived from sliding_window_pattern).
-    if (Field local = top("rope_local_base_freq"); local.present_non_null()) {
+    const FamilyDefaults* family = family_defaults(model_type_);
+    const Field local = top("rope_local_base_freq");
+    if (local.present_non_null() || (family != nullptr && family->local_rope_theta > 0)) {
       RopeSpec sliding = result.spec;
-      sliding.theta_base = number_at_least(local, 1.0, false);
+      sliding.theta_base = local.present_non_null() ? number_at_least(local, 1.0, false) : family->local_rope_theta;
       sliding.scaling = Scaling{};
       result.layer_type_specs.emplace_back("full_attention", result.spec);
       result.layer_type_specs.emplace_back("sliding_attention", sliding);

@@ -532,8 +532,8 @@ const std::vector<PresetRecord>& preset_records() {
       // TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_gemma3.py (there with
       // num_hidden_layers cut to 1). Two bases: rope_theta 1000000 for the global layers and
       // rope_local_base_freq 10000 for the sliding-window (local) layers, 5 local : 1 global
-      // ("sliding_window_pattern": 6). The file has no layer_types list, so a reader that
-      // builds per-layer specs only from layer_types sees the global spec alone. Unlike the
+      // ("sliding_window_pattern": 6). The file has no layer_types list; rotary gives the
+      // global spec and a "sliding_attention" spec from rope_local_base_freq. Unlike the
       // 4B/12B/27B files, there is no linear scaling. Both bases are integers.
       {"gemma-3-1b",
        "default RoPE, theta 1e6 (global) / 1e4 (local layers), head_dim 256, 32k context",
@@ -549,6 +549,32 @@ const std::vector<PresetRecord>& preset_records() {
   "rope_scaling": null,
   "rope_theta": 1000000,
   "sliding_window": 512
+})json"},
+
+      // google/gemma-3-27b-it config.json: only text_config bears on RoPE, and Google's file
+      // states geometry and nothing else: no rope_theta, no rope_local_base_freq, no
+      // max_position_embeddings. transformers' Gemma3TextConfig fills in 1e6 (global layers),
+      // 1e4 (sliding layers) and 131072; rotary's reader knows those class defaults. Read
+      // through a TensorRT-LLM-style Gemma 3 VLM test (GEMMA3_27B_CONFIG, with the layer count
+      // and window cut there; the window below is the real file's 1024). Global layers use
+      // linear x8 (the 128k extension); sliding layers are unscaled.
+      {"gemma-3-27b",
+       "linear x8 on global layers (theta 1e6, class default), local layers theta 1e4, head_dim 128",
+       "google/gemma-3-27b-it config.json",
+       R"json({
+  "model_type": "gemma3",
+  "text_config": {
+    "head_dim": 128,
+    "hidden_size": 5376,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 32,
+    "num_key_value_heads": 16,
+    "rope_scaling": {
+      "factor": 8.0,
+      "rope_type": "linear"
+    },
+    "sliding_window": 1024
+  }
 })json"},
 
       // ---- gpt-oss (OpenAI) ------------------------------------------------------------------

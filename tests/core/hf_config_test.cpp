@@ -261,6 +261,25 @@ TEST(HfConfig, Gemma3LocalBaseFreqBecomesSlidingLayerSpec) {
   EXPECT_EQ(c.spec.scaling.type, ScalingType::Linear);
 }
 
+TEST(HfConfig, KnownFamilyDefaultsFillOmittedKeysSilently) {
+  // LlamaConfig's rope_theta default is 10000: Llama 2's file omits the key.
+  const HfRopeConfig llama2 = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096,
+      "num_attention_heads": 32, "max_position_embeddings": 4096})");
+  EXPECT_EQ(llama2.spec.theta_base, 1e4);
+  EXPECT_TRUE(llama2.warnings.empty());
+  // Gemma3TextConfig: 1e6 global, 1e4 sliding, 131072 positions, none stated in Google's file.
+  const HfRopeConfig gemma3 = parse_hf_config(R"({"model_type": "gemma3", "text_config": {
+      "model_type": "gemma3_text", "head_dim": 128, "hidden_size": 5376, "num_attention_heads": 32,
+      "num_key_value_heads": 16, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})");
+  EXPECT_EQ(gemma3.spec.theta_base, 1e6);
+  EXPECT_EQ(gemma3.spec.max_position_embeddings, 131072);
+  ASSERT_EQ(gemma3.layer_type_specs.size(), 2u);
+  EXPECT_EQ(gemma3.layer_type_specs[1].first, "sliding_attention");
+  EXPECT_EQ(gemma3.layer_type_specs[1].second.theta_base, 1e4);
+  EXPECT_EQ(gemma3.layer_type_specs[1].second.scaling.type, ScalingType::Default);
+  EXPECT_TRUE(gemma3.warnings.empty());
+}
+
 TEST(HfConfig, ProportionalRotatesTheWholeHead) {
   const HfRopeConfig c = parse_hf_config(R"({"hidden_size": 2048, "num_attention_heads": 8, "head_dim": 512,
       "rope_parameters": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}})");

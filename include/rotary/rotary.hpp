@@ -1,0 +1,9 @@
+// include/rotary/rotary.hpp: everything public in one include.
+#pragma once
+
+#include "rotary/error.hpp"
+#include "rotary/frequencies.hpp"
+#include "rotary/hf_config.hpp"
+#include "rotary/json.hpp"
+#include "rotary/presets.hpp"
+#include "rotary/spec.hpp"
