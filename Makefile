@@ -1,12 +1,13 @@
 # The README's commands. A thin wrapper over CMake; every target first installs what is missing.
 #   make run    install, build, explain the default preset (llama-3.1-8b)
 #   make test   install, build, run every test (ctest)
+#   make bench  install, build, run the benchmarks
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 
-.PHONY: all deps configure build run test clean
+.PHONY: all deps configure build run test bench clean
 
 all: build
 
@@ -26,6 +27,10 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# Benchmarks: medians of 5 repetitions (the machine is shared and noisy).
+bench: build
+	./$(BUILD_DIR)/bench/rotary_table_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -2,13 +2,14 @@
 # Installs what rotary's build and tests need, and nothing else; skips what is already there.
 # Idempotent: a second run installs nothing and takes well under a second.
 #
-#   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock.
+#   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock,
+#   Google Benchmark.
 #   Python packages (PyPI, into .venv): listed in scripts/requirements.txt; none are needed yet,
 #   so no virtual environment is created until that file lists something.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev)
+apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev)
 
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -72,7 +72,7 @@ double yarn_mscale(double factor, double mscale = 1.0);
 // Context coverage of one pair: compares the angles a target context reaches with the angles
 // pretraining showed (positions [0, trained_context) at the unscaled frequency).
 struct PairCoverage {
-  double max_angle_trained_rad = 0.0;  // (trained_context - 1) * default inv_freq
+  double max_angle_trained_rad = 0.0;  // trained_context * default inv_freq (positions [0, L0))
   double max_angle_target_rad = 0.0;   // (target_context - 1) * inv_freq
   double rotations_trained = 0.0;      // max_angle_trained_rad / 2 pi
   double rotations_target = 0.0;

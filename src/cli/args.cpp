@@ -64,6 +64,16 @@ std::optional<int64_t> Args::integer(std::string_view flag, int64_t minimum, int
   return parsed;
 }
 
+std::optional<std::string> Args::positional() {
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (!used_[i] && tokens_[i].rfind("--", 0) != 0) {
+      used_[i] = true;
+      return tokens_[i];
+    }
+  }
+  return std::nullopt;
+}
+
 void Args::finish() const {
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (!used_[i]) {

@@ -28,6 +28,8 @@ class Args {
   bool has_switch(std::string_view flag);
   // An integer flag in [minimum, maximum], e.g. --seq-len 4096.
   std::optional<int64_t> integer(std::string_view flag, int64_t minimum, int64_t maximum);
+  // The next token that is not a flag (--...) and not yet consumed, e.g. verify-golden's DIR.
+  std::optional<std::string> positional();
   void finish() const;
   const std::string& command() const { return command_; }
 

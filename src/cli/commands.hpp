@@ -9,9 +9,15 @@ namespace rotary::cli {
 int run_presets(Args& args);
 int run_freqs(Args& args);
 int run_explain(Args& args);
+int run_table(Args& args);
+int run_apply(Args& args);
+int run_verify_golden(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
 extern const char* const kExplainHelp;
+extern const char* const kTableHelp;
+extern const char* const kApplyHelp;
+extern const char* const kVerifyGoldenHelp;
 
 }  // namespace rotary::cli

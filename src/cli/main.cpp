@@ -21,6 +21,9 @@ constexpr const char* kUsage =
     "  presets   list the built-in model presets\n"
     "  freqs     print inv_freq and attention scaling of a preset or config.json\n"
     "  explain   explain, for a person, what a model's RoPE does to each pair\n"
+    "  table     print cos/sin table rows (exact, or Hugging Face's float32 numerics)\n"
+    "  apply     rotate q and k read from .npy files, write the results as .npy\n"
+    "  verify-golden DIR   check rotary against Hugging Face golden vectors\n"
     "\n"
     "Each command takes --help. A command given neither --preset nor --config uses the default\n"
     "preset, llama-3.1-8b.\n";
@@ -35,6 +38,9 @@ const Command kCommands[] = {
     {"presets", rotary::cli::run_presets, &rotary::cli::kPresetsHelp},
     {"freqs", rotary::cli::run_freqs, &rotary::cli::kFreqsHelp},
     {"explain", rotary::cli::run_explain, &rotary::cli::kExplainHelp},
+    {"table", rotary::cli::run_table, &rotary::cli::kTableHelp},
+    {"apply", rotary::cli::run_apply, &rotary::cli::kApplyHelp},
+    {"verify-golden", rotary::cli::run_verify_golden, &rotary::cli::kVerifyGoldenHelp},
 };
 
 }  // namespace
@@ -67,7 +73,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::cerr << "rotary: error: command must be one of presets, freqs, explain (got \"" << tokens[0]
+  std::cerr << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden (got \"" << tokens[0]
             << "\"); see rotary --help\n";
   return 2;
 }

@@ -1,34 +1,41 @@
 // src/core/frequencies.cpp: inv_freq and attention scaling for every scheme.
 //
 // Sources (each formula is restated next to its code and in docs/formulas.md):
-//   RoFormer (Su et al. 2021, arXiv:2104.09864), eq. 15: theta_i = base^(-2i/d).
+//   RoFormer (Su et al. 2021, arXiv:2104.09864): theta_i = base^(-2i/d) (1-based there: -2(i-1)/d).
 //   Hugging Face transformers, src/transformers/modeling_rope_utils.py: _compute_*_parameters
 //   (linear, dynamic, yarn, longrope, llama3, proportional) and dynamic_rope_update.
 //   YaRN (Peng et al. 2023, arXiv:2309.00071), LongRoPE (Ding et al. 2024, arXiv:2402.13753),
 //   NTK-aware scaling (bloc97, 2023; vLLM DynamicNTKAlphaRotaryEmbedding for alpha).
 //
-// Precision: every value is formed in long double (64-bit mantissa on x86-64) from the spec's
-// double parameters and rounded once to double. inv_freq is therefore within about 1 double ulp
-// of the exact real value of the formula (docs/numerics.md). Hugging Face computes the same
-// formulas in float32 (pow, divisions and the YaRN ramp), which is 0-3 float32 ulps away.
+// Precision: every value is formed in detail::Extended (binary128 with GCC on x86-64, see
+// extended.hpp) from the spec's double parameters and rounded once to double. inv_freq is
+// therefore the correctly rounded exact value of the formula except within ~1e-33 of a rounding
+// boundary (docs/numerics.md). Hugging Face computes the same formulas in float32 (pow,
+// divisions and the YaRN ramp), which is 0-3 float32 ulps away.
 #include "rotary/frequencies.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
+#include "extended.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
 
 namespace {
 
-using Real = long double;
-constexpr Real kTwoPi = 2.0L * std::numbers::pi_v<long double>;
+using Real = detail::Extended;
+using detail::ext_ceil;
+using detail::ext_floor;
+using detail::ext_log;
+using detail::ext_pow;
+using detail::ext_sqrt;
+const Real kTwoPi = detail::ext_two_pi();
 
-// base^(-2i/d): RoFormer eq. 15, HF `1 / base ** (arange(0, d, 2) / d)`.
+// base^(-2i/d): RoFormer's frequencies, HF `1 / base ** (arange(0, d, 2) / d)`.
 Real default_theta(Real base, int64_t pair, int64_t dim) {
-  return std::pow(base, -static_cast<Real>(2 * pair) / static_cast<Real>(dim));
+  return ext_pow(base, -static_cast<Real>(2 * pair) / static_cast<Real>(dim));
 }
 
 // The unscaled frequencies in long double. Proportional divides the exponent by head_dim and
@@ -41,7 +48,7 @@ std::vector<Real> default_theta_all(const RopeSpec& spec, Real base) {
   if (spec.scaling.type == ScalingType::Proportional) {
     const auto rotated = static_cast<int64_t>(std::floor(spec.partial_rotary_factor * static_cast<double>(spec.head_dim) / 2.0));
     for (int64_t i = 0; i < num_pairs; ++i) {
-      theta[i] = i < rotated ? default_theta(base, i, spec.head_dim) : 0.0L;
+      theta[i] = i < rotated ? default_theta(base, i, spec.head_dim) : Real(0);
     }
   } else if (spec.axes == PositionAxes::Vision2D) {
     const int64_t per_axis = num_pairs / 2;
@@ -53,7 +60,7 @@ std::vector<Real> default_theta_all(const RopeSpec& spec, Real base) {
 }
 
 // Rotary proportional pairs count, for classification.
-bool is_unrotated(Real theta) { return theta == 0.0L; }
+bool is_unrotated(Real theta) { return theta == Real(0); }
 
 // Fills the diagnostics from the final and the default frequencies.
 void fill_diagnostics(Frequencies& out, const std::vector<Real>& theta, const std::vector<Real>& reference) {
@@ -111,9 +118,10 @@ std::string fmt(double value) { return detail::shortest(value); }
 }  // namespace
 
 double yarn_mscale(double factor, double mscale) {
-  // HF _compute_yarn_parameters.get_mscale; YaRN paper eq. 22 (sqrt(1/t) = 0.1 ln s + 1).
+  // HF _compute_yarn_parameters.get_mscale; the YaRN paper's attention temperature,
+  // sqrt(1/t) = 0.1 ln s + 1.
   if (factor <= 1.0) return 1.0;
-  return static_cast<double>(0.1L * mscale * std::log(static_cast<Real>(factor)) + 1.0L);
+  return static_cast<double>(Real(1) / 10 * mscale * ext_log(static_cast<Real>(factor)) + 1);
 }
 
 namespace {
@@ -128,15 +136,15 @@ std::pair<Real, Real> correction_range(const RopeSpec& spec) {
   const Real base = spec.theta_base;
   const Real original = static_cast<Real>(spec.original_context());
   auto correction_dim = [&](double rotations) {
-    return dim * std::log(original / (static_cast<Real>(rotations) * kTwoPi)) / (2.0L * std::log(base));
+    return dim * ext_log(original / (static_cast<Real>(rotations) * kTwoPi)) / (2 * ext_log(base));
   };
   Real low = correction_dim(spec.scaling.beta_fast);
   Real high = correction_dim(spec.scaling.beta_slow);
   if (spec.scaling.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
+    low = ext_floor(low);
+    high = ext_ceil(high);
   }
-  return {std::max(low, 0.0L), std::min(high, dim - 1.0L)};
+  return {std::max(low, Real(0)), std::min(high, dim - 1)};
 }
 
 }  // namespace
@@ -152,7 +160,10 @@ std::vector<double> default_inv_freq(const RopeSpec& spec) {
   return std::vector<double>(theta.begin(), theta.end());
 }
 
-Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
+namespace {
+
+// The body of frequencies(); `theta_out` receives inv_freq before the rounding to double.
+Frequencies compute_frequencies(const RopeSpec& spec, int64_t seq_len, std::vector<Real>* theta_out) {
   validate(spec);
   if (seq_len < 0) {
     throw Error(detail::concat("frequencies: seq_len must be >= 0 (got ", seq_len, ")"));
@@ -204,8 +215,8 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
       const Real lmax = static_cast<Real>(spec.max_position_embeddings);
       const Real length = std::max(static_cast<Real>(seq_len), lmax);
       const Real factor = *s.factor;
-      const Real growth = factor * length / lmax - (factor - 1.0L);
-      const Real new_base = base * std::pow(growth, static_cast<Real>(dim) / static_cast<Real>(dim - 2));
+      const Real growth = factor * length / lmax - (factor - 1);
+      const Real new_base = base * ext_pow(growth, static_cast<Real>(dim) / static_cast<Real>(dim - 2));
       for (int64_t i = 0; i < num_pairs; ++i) theta[i] = default_theta(new_base, i, dim);
       out.effective_theta_base = static_cast<double>(new_base);
       out.effective_factor = static_cast<double>(growth);
@@ -218,7 +229,7 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
       // Static NTK-aware scaling (bloc97; vLLM DynamicNTKAlphaRotaryEmbedding, Hunyuan):
       //   base' = base * alpha ^ (d / (d - 2)). The last pair's frequency is divided by alpha.
       const Real alpha = s.ntk_alpha;
-      const Real new_base = base * std::pow(alpha, static_cast<Real>(dim) / static_cast<Real>(dim - 2));
+      const Real new_base = base * ext_pow(alpha, static_cast<Real>(dim) / static_cast<Real>(dim - 2));
       for (int64_t i = 0; i < num_pairs; ++i) theta[i] = default_theta(new_base, i, dim);
       out.effective_theta_base = static_cast<double>(new_base);
       out.effective_factor = s.ntk_alpha;
@@ -228,23 +239,23 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
     }
 
     case ScalingType::Yarn: {
-      // HF _compute_yarn_parameters; YaRN paper section 3.2 ("NTK-by-parts") and 3.4 (mscale).
+      // HF _compute_yarn_parameters; the YaRN paper's "NTK-by-parts" ramp and its temperature (mscale).
       const Real factor = out.effective_factor;
       auto [low, high] = correction_range(spec);
-      if (low == high) high += 0.001L;  // HF linear_ramp_factor: "Prevent singularity"
+      if (low == high) high += Real(1) / 1000;  // HF linear_ramp_factor: "Prevent singularity"
       std::vector<double> ramps(static_cast<size_t>(num_pairs));
       for (int64_t i = 0; i < num_pairs; ++i) {
         // ramp 0: extrapolate (keep theta_i); ramp 1: interpolate (theta_i / s).
-        const Real ramp = std::clamp((static_cast<Real>(i) - low) / (high - low), 0.0L, 1.0L);
-        const Real extrapolation_share = 1.0L - ramp;
-        theta[i] = (reference[i] / factor) * (1.0L - extrapolation_share) + reference[i] * extrapolation_share;
+        const Real ramp = std::clamp((static_cast<Real>(i) - low) / (high - low), Real(0), Real(1));
+        const Real extrapolation_share = 1 - ramp;
+        theta[i] = (reference[i] / factor) * (1 - extrapolation_share) + reference[i] * extrapolation_share;
         ramps[i] = static_cast<double>(ramp);
       }
       fill_diagnostics(out, theta, reference);
       for (int64_t i = 0; i < num_pairs; ++i) {
         PairDiagnostics& pair = out.pairs[i];
         pair.blend = ramps[i];
-        pair.regime = factor <= 1.0L         ? PairRegime::Unscaled
+        pair.regime = factor <= 1             ? PairRegime::Unscaled
                       : ramps[i] == 0.0      ? PairRegime::Extrapolated
                       : ramps[i] == 1.0      ? PairRegime::Interpolated
                                              : PairRegime::Blended;
@@ -267,7 +278,7 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
         out.attention_scaling = yarn_mscale(f, 1.0);
         out.attention_scaling_source =
             f <= 1.0 ? std::string("1 (factor <= 1)")
-                     : "0.1*ln(" + fmt(f) + ")+1 = " + fmt(out.attention_scaling) + " (YaRN mscale, paper eq. 22)";
+                     : "0.1*ln(" + fmt(f) + ")+1 = " + fmt(out.attention_scaling) + " (YaRN mscale: 0.1 ln s + 1)";
       }
       break;
     }
@@ -295,7 +306,7 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
         out.attention_scaling_source = "1 (factor <= 1)";
       } else {
         out.attention_scaling = static_cast<double>(
-            std::sqrt(1.0L + std::log(static_cast<Real>(f)) / std::log(static_cast<Real>(original))));
+            ext_sqrt(1 + ext_log(static_cast<Real>(f)) / ext_log(static_cast<Real>(original))));
         out.attention_scaling_source = "sqrt(1 + ln(" + fmt(f) + ")/ln(" + std::to_string(original) +
                                        ")) = " + fmt(out.attention_scaling) + " (LongRoPE, factor = " +
                                        (s.factor ? std::string("config factor") : std::string("max/original")) + ")";
@@ -326,20 +337,31 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) {
           blends[i] = 1.0;
         } else {
           const Real sigma = (original / wavelength - low_ff) / (high_ff - low_ff);
-          theta[i] = (1.0L - sigma) * reference[i] / factor + sigma * reference[i];
+          theta[i] = (1 - sigma) * reference[i] / factor + sigma * reference[i];
           regimes[i] = PairRegime::Blended;
-          blends[i] = static_cast<double>(1.0L - sigma);
+          blends[i] = static_cast<double>(1 - sigma);
         }
       }
       fill_diagnostics(out, theta, reference);
       for (int64_t i = 0; i < num_pairs; ++i) {
-        out.pairs[i].regime = factor == 1.0L ? PairRegime::Unscaled : regimes[i];
+        out.pairs[i].regime = factor == 1 ? PairRegime::Unscaled : regimes[i];
         out.pairs[i].blend = blends[i];
       }
       break;
     }
   }
+  if (theta_out != nullptr) *theta_out = std::move(theta);
   return out;
+}
+
+}  // namespace
+
+Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) { return compute_frequencies(spec, seq_len, nullptr); }
+
+std::vector<detail::Extended> detail::inv_freq_extended(const RopeSpec& spec, int64_t seq_len) {
+  std::vector<Real> theta;
+  compute_frequencies(spec, seq_len, &theta);
+  return theta;
 }
 
 std::vector<PairCoverage> context_coverage(const RopeSpec& spec, const Frequencies& freqs,
@@ -359,7 +381,9 @@ std::vector<PairCoverage> context_coverage(const RopeSpec& spec, const Frequenci
   const double two_pi = 2.0 * std::numbers::pi;
   for (size_t i = 0; i < reference.size(); ++i) {
     PairCoverage& c = coverage[i];
-    c.max_angle_trained_rad = static_cast<double>(trained_context - 1) * reference[i];
+    // The trained range ends one position past the last trained one: interpolation maps the
+    // target's positions onto fractional positions in [0, trained_context), which are not new.
+    c.max_angle_trained_rad = static_cast<double>(trained_context) * reference[i];
     c.max_angle_target_rad = static_cast<double>(target_context - 1) * freqs.inv_freq[i];
     c.rotations_trained = c.max_angle_trained_rad / two_pi;
     c.rotations_target = c.max_angle_target_rad / two_pi;

@@ -139,8 +139,8 @@ class ConfigReader {
 
   // ---- the parts of the config --------------------------------------------------------------
   void read_geometry();
-  RopeSpec read_rope_parameters(const Field& params, bool per_layer_type);
-  void read_scaling(const Field& params, const std::string& rope_type, RopeSpec& spec);
+  RopeSpec read_rope_parameters(const Field& params, bool per_layer_type, std::string_view layer_type = {});
+  void read_scaling(const Field& params, const std::string& rope_type, bool per_layer_type, RopeSpec& spec);
   void read_mrope(const Field& params, RopeSpec& spec);
   void check_unknown_keys(const Field& params, const std::string& rope_type);
 
@@ -157,6 +157,7 @@ class ConfigReader {
   int64_t num_key_value_heads_ = 0;
   int64_t max_position_embeddings_ = 0;
   Field top_original_max_;  // Phi-3 keeps original_max_position_embeddings at top level
+  int64_t global_head_dim_ = 0;  // Gemma 4: head size of the full-attention layers
   Style style_ = Style::NeoX;
 };
 
@@ -184,6 +185,7 @@ void ConfigReader::read_geometry() {
     max_position_embeddings_ = family->max_position_embeddings;
   }
   top_original_max_ = top("original_max_position_embeddings");
+  if (Field f = top("global_head_dim")) global_head_dim_ = positive_integer(f);
 
   if (num_key_value_heads_ > 0 && num_attention_heads_ > 0 && num_attention_heads_ % num_key_value_heads_ != 0) {
     Field f = top("num_key_value_heads");
@@ -232,7 +234,7 @@ TypeKeys keys_for(const std::string& rope_type) {
   if (rope_type == "default") return {{}, {}};
   if (rope_type == "linear") return {{"factor"}, {}};
   if (rope_type == "dynamic") return {{"factor"}, {"alpha"}};
-  if (rope_type == "ntk_alpha") return {{"alpha"}, {}};
+  if (rope_type == "ntk_alpha") return {{"alpha"}, {"factor"}};
   if (rope_type == "yarn") {
     return {{"factor"},
             {"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
@@ -291,18 +293,23 @@ void ConfigReader::read_mrope(const Field& params, RopeSpec& spec) {
   if (interleaved.present_non_null() && boolean(interleaved)) spec.mrope.assignment = MRopeAssignment::Interleaved;
 }
 
-void ConfigReader::read_scaling(const Field& params, const std::string& rope_type, RopeSpec& spec) {
+void ConfigReader::read_scaling(const Field& params, const std::string& rope_type, bool per_layer_type,
+                                RopeSpec& spec) {
   Scaling& s = spec.scaling;
   const std::string type_text = "rope_type '" + rope_type + "'";
+  // vLLM reads {"rope_type": "dynamic", "alpha": a} (Hunyuan) as static NTK-alpha scaling, which
+  // needs no factor.
+  const std::string keys_type =
+      rope_type == "dynamic" && member(params, "alpha").present_non_null() ? "ntk_alpha" : rope_type;
 
   // Required keys (HF _check_received_keys raises KeyError for these).
-  for (std::string_view key : keys_for(rope_type).required) {
+  for (std::string_view key : keys_for(keys_type).required) {
     if (!member(params, key)) {
       fail_at(params.value, params.path, ".", key, " is missing: ", type_text, " requires it",
               " (transformers raises KeyError: Missing required keys)");
     }
   }
-  check_unknown_keys(params, rope_type);
+  check_unknown_keys(params, keys_type);
 
   // factor: >= 1 (HF warns "must be a float >= 1" and computes anyway; rotary rejects it).
   if (Field f = member(params, "factor"); f.present_non_null()) {
@@ -316,7 +323,9 @@ void ConfigReader::read_scaling(const Field& params, const std::string& rope_typ
   if (rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope") {
     Field in_dict = member(params, "original_max_position_embeddings");
     int64_t dict_value = in_dict.present_non_null() ? positive_integer(in_dict) : 0;
-    if (top_original_max_.present_non_null()) {
+    // HF standardize_rope_params gives the top-level value priority only for a single rope
+    // dict; per-layer-type dicts default to max_position_embeddings.
+    if (top_original_max_.present_non_null() && !per_layer_type) {
       s.original_max_position_embeddings = positive_integer(top_original_max_);
       if (dict_value > 0 && dict_value != s.original_max_position_embeddings) {
         warn(top_original_max_.path, " = ", s.original_max_position_embeddings, " overrides ", in_dict.path,
@@ -449,10 +458,13 @@ void ConfigReader::read_scaling(const Field& params, const std::string& rope_typ
   }
 }
 
-RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_type) {
+RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_type, std::string_view layer_type) {
+  // Gemma 4's full-attention layers have their own head size (HF passes
+  // head_dim_key="global_head_dim" to the proportional init for them).
+  const int64_t head_dim = layer_type == "full_attention" && global_head_dim_ > 0 ? global_head_dim_ : head_dim_;
   RopeSpec spec;
   spec.name = source_;
-  spec.head_dim = head_dim_;
+  spec.head_dim = head_dim;
   spec.hidden_size = hidden_size_;
   spec.num_attention_heads = num_attention_heads_;
   spec.num_key_value_heads = num_key_value_heads_ > 0 ? num_key_value_heads_ : num_attention_heads_;
@@ -512,8 +524,8 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
     spec.partial_rotary_factor = value;
   }
   // HF: dim = int(head_dim * partial_rotary_factor) (truncation).
-  spec.rotary_dim = proportional ? head_dim_
-                                 : static_cast<int64_t>(static_cast<double>(head_dim_) * spec.partial_rotary_factor);
+  spec.rotary_dim = proportional ? head_dim
+                                 : static_cast<int64_t>(static_cast<double>(head_dim) * spec.partial_rotary_factor);
   const Field rotary_dim = top("rotary_dim");
   if (rotary_dim.present_non_null() && !proportional) {
     const int64_t value = positive_integer(rotary_dim);
@@ -521,20 +533,20 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
       warn(rotary_dim.path, " = ", value, " overrides ", partial.path, " (which gives ", spec.rotary_dim, ")");
     }
     spec.rotary_dim = value;
-    spec.partial_rotary_factor = static_cast<double>(value) / static_cast<double>(head_dim_);
+    spec.partial_rotary_factor = static_cast<double>(value) / static_cast<double>(head_dim);
   }
   const Field& dim_source = rotary_dim.present_non_null() ? rotary_dim : partial;
-  if (spec.rotary_dim > head_dim_) {
+  if (spec.rotary_dim > head_dim) {
     fail_at(dim_source.value, dim_source.path, " gives rotary_dim ", spec.rotary_dim, ", more than head_dim ",
-            head_dim_, " (got ", spec.rotary_dim, ")");
+            head_dim, " (got ", spec.rotary_dim, ")");
   }
   if (spec.rotary_dim <= 0 || spec.rotary_dim % 2 != 0) {
     std::string how = dim_source.present_non_null() ? dim_source.path : std::string("head_dim");
     fail_at(dim_source.value, "rotary_dim (from ", how, ") must be even and > 0 (got ", spec.rotary_dim,
-            "; head_dim ", head_dim_, ", partial_rotary_factor ", spec.partial_rotary_factor, ")");
+            "; head_dim ", head_dim, ", partial_rotary_factor ", spec.partial_rotary_factor, ")");
   }
 
-  read_scaling(params, rope_type, spec);
+  read_scaling(params, rope_type, per_layer_type, spec);
   read_mrope(params, spec);
 
   // HF reads YaRN's truncate from the top-level rope_parameters even for per-layer-type configs
@@ -597,7 +609,7 @@ HfRopeConfig ConfigReader::read() {
     for (const auto& [key, value] : params.value->as_object()) {
       Field sub{&value, params.path + "." + key};
       if (!value.is_object()) fail_at(&value, sub.path, " must be an object (got ", value.describe(), ")");
-      result.layer_type_specs.emplace_back(key, read_rope_parameters(sub, true));
+      result.layer_type_specs.emplace_back(key, read_rope_parameters(sub, true, key));
     }
     auto full = std::find_if(result.layer_type_specs.begin(), result.layer_type_specs.end(),
                              [](const auto& entry) { return entry.first == "full_attention"; });

@@ -5,14 +5,20 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <random>
+
+#include "rotary/apply.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/json.hpp"
+#include "rotary/npy.hpp"
 #include "rotary/presets.hpp"
+#include "rotary/table.hpp"
 
 namespace rotary {
 namespace {
@@ -161,7 +167,7 @@ TEST_P(CliErrors, ExitTwoWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliErrors,
     ::testing::Values(
-        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain (got \"frobnicate\")"},
+        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden (got \"frobnicate\")"},
         ErrorCase{"UnknownPreset", "freqs --preset llama-9", "preset: name must be one of"},
         ErrorCase{"BothSources", "freqs --preset llama-2-7b --config x.json", "give --preset or --config, not both"},
         ErrorCase{"MissingFile", "explain --config /nonexistent/config.json", "/nonexistent/config.json: cannot read file"},
@@ -170,7 +176,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"ZeroContext", "explain --context 0", "--context must be an integer in [1, "},
         ErrorCase{"FlagWithoutValue", "freqs --preset", "--preset needs a value"},
         ErrorCase{"UnexpectedArgument", "presets --verbose", "unexpected argument \"--verbose\""},
-        ErrorCase{"UnknownLayerType", "freqs --layer-type sliding_attention", "--layer-type must be one of"}),
+        ErrorCase{"UnknownLayerType", "freqs --layer-type sliding_attention", "--layer-type must be one of"},
+        ErrorCase{"TableWithoutPositions", "table", "--positions is required"},
+        ErrorCase{"TableBadPositions", "table --positions 1,x", "--positions must be integers"},
+        ErrorCase{"TableNegativePosition", "table --positions -4", "entries must be in [0, 2147483647] (got -4)"},
+        ErrorCase{"TableHugePosition", "table --positions 2147483648", "entries must be in [0, 2147483647] (got 2147483648)"},
+        ErrorCase{"TableEmptyRange", "table --positions 5:5", "FIRST < LAST"},
+        ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact or hf (got \"fp16\")"},
+        ErrorCase{"VerifyGoldenNoDir", "verify-golden", "DIR is required"},
+        ErrorCase{"VerifyGoldenMissingDir", "verify-golden /nonexistent/golden", "/nonexistent/golden must be a directory"}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(Cli, MalformedConfigReportsLineAndColumn) {
@@ -191,8 +205,165 @@ TEST(Cli, InvalidConfigNamesFieldAndValue) {
   EXPECT_THAT(r.out, Not(HasSubstr("Per pair")));
 }
 
+TEST(Cli, TableJsonRowsMatchTheLibraryBitForBit) {
+  const Result r = run("table --preset qwen2.5-7b-yarn --positions 0,5,100000,2147483647 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value doc = json::parse(r.out, "table --json");
+  const RopeSpec spec = preset("qwen2.5-7b-yarn").spec;
+  const CosSinTable table(spec, {.storage = Storage::OnTheFly, .seq_len = 2147483648});
+  EXPECT_EQ(doc.find("precision")->as_string(), "exact");
+  EXPECT_EQ(doc.find("attention_scaling")->as_double(), table.attention_scaling());
+  const auto& cos_rows = doc.find("cos")->as_array();
+  const auto& sin_rows = doc.find("sin")->as_array();
+  ASSERT_EQ(cos_rows.size(), 4u);
+  const int64_t positions[] = {0, 5, 100000, 2147483647};
+  std::vector<float> c(64), s(64);
+  for (size_t r_index = 0; r_index < 4; ++r_index) {
+    table.row(positions[r_index], c.data(), s.data());
+    const std::vector<float> expanded_cos = expand_row(c.data(), 64, Style::NeoX);
+    const std::vector<float> expanded_sin = expand_row(s.data(), 64, Style::NeoX);
+    ASSERT_EQ(cos_rows[r_index].as_array().size(), 128u);
+    for (size_t i = 0; i < 128; ++i) {
+      EXPECT_EQ(static_cast<float>(cos_rows[r_index].as_array()[i].as_double()), expanded_cos[i]);
+      EXPECT_EQ(static_cast<float>(sin_rows[r_index].as_array()[i].as_double()), expanded_sin[i]);
+    }
+  }
+}
+
+TEST(Cli, TableRangeAndHfPrecision) {
+  const Result r = run("table --preset gpt-j-6b --positions 16777216:16777218 --precision hf --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value doc = json::parse(r.out, "table");
+  const auto& rows = doc.find("cos")->as_array();
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows[0].as_array().size(), 64u);  // GPT-J: rotary_dim 64, each pair twice
+  EXPECT_EQ(rows[0].as_array()[2].as_double(), rows[0].as_array()[3].as_double());
+  // Hugging Face's float32 positions: 16777217 rounds to 16777216, so the rows are equal.
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(rows[0].as_array()[i].as_double(), rows[1].as_array()[i].as_double());
+}
+
+TEST(Cli, VerifyGoldenPassesOnTheSharedGoldenVectors) {
+  const Result r = run(std::string("verify-golden ") + ROTARY_GOLDEN_DIR);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("PASS default_llama2_7b.json"));
+  EXPECT_THAT(r.out, HasSubstr("PASS neg_yarn_missing_factor.json"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("[0-9]+ passed, 0 failed"));
+  EXPECT_THAT(r.out, ::testing::EndsWith(" passed, 0 failed\n"));
+}
+
+TEST(Cli, VerifyGoldenFailsOnACorruptedCase) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("rotary_golden_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text = read_all(std::filesystem::path(ROTARY_GOLDEN_DIR) / "corner_head_dim_6.json");
+  // Change the exact inv_freq of pair 1 (1e4^(-1/3) = 0.046415888...) to 0.056...: rotary
+  // must notice.
+  const size_t exact = text.find("\"exact_f64\": {");
+  ASSERT_NE(exact, std::string::npos);
+  const size_t at = text.find("0.0464158883", exact);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 4, "0.05");
+  std::ofstream(dir / "corner_head_dim_6.json") << text;
+  const Result r = run("verify-golden " + dir.string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("FAIL corner_head_dim_6.json"));
+  EXPECT_THAT(r.out, HasSubstr("0 passed, 1 failed"));
+}
+
+// Writes a random float32 .npy of the given shape (values in [-2, 2], never zero).
+npy::Array random_array(std::vector<int64_t> shape, uint64_t seed) {
+  npy::Array a;
+  a.type = npy::ElementType::Float32;
+  a.shape = std::move(shape);
+  std::vector<float> values(static_cast<size_t>(a.size()));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(0.25f, 2.0f);
+  for (float& v : values) v = (rng() & 1 ? 1.0f : -1.0f) * dist(rng);
+  a.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
+  return a;
+}
+
+std::vector<float> floats(const npy::Array& a) {
+  std::vector<float> v(a.bytes.size() / sizeof(float));
+  std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
+  return v;
+}
+
+TEST(Cli, ApplyForwardMatchesTheReferenceAndBackwardUndoesIt) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("rotary_apply_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  npy::Array q = random_array({2, 5, 4, 128}, 1);
+  npy::Array k = random_array({2, 5, 2, 128}, 2);
+  npy::Array offsets{npy::ElementType::Int64, {2}, {}};
+  const int64_t offset_values[2] = {7, 131000};
+  offsets.bytes.resize(sizeof offset_values);
+  std::memcpy(offsets.bytes.data(), offset_values, sizeof offset_values);
+  npy::write((dir / "q.npy").string(), q);
+  npy::write((dir / "k.npy").string(), k);
+  npy::write((dir / "off.npy").string(), offsets);
+  const std::string base = "apply --preset llama-3.1-8b --layout bshd --offsets " + (dir / "off.npy").string();
+  const Result forward = run(base + " --q " + (dir / "q.npy").string() + " --k " + (dir / "k.npy").string() +
+                             " --out-q " + (dir / "q1.npy").string() + " --out-k " + (dir / "k1.npy").string());
+  ASSERT_EQ(forward.exit_code, 0) << forward.err;
+  const Result backward = run(base + " --direction backward --q " + (dir / "q1.npy").string() + " --k " +
+                              (dir / "k1.npy").string() + " --out-q " + (dir / "q2.npy").string() + " --out-k " +
+                              (dir / "k2.npy").string());
+  ASSERT_EQ(backward.exit_code, 0) << backward.err;
+
+  // Forward: the same call in process gives the same bits.
+  const CosSinTable table(preset("llama-3.1-8b").spec, {.storage = Storage::OnTheFly});
+  std::vector<float> q_in = floats(q), k_in = floats(k), q_ref(q_in.size()), k_ref(k_in.size());
+  Positions positions{.sequence_offsets = offset_values, .num_offsets = 2};
+  reference::apply(contiguous_view(q_in.data(), DType::F32, Layout::BSHD, {2, 5, 4, 128}),
+                   contiguous_view(k_in.data(), DType::F32, Layout::BSHD, {2, 5, 2, 128}),
+                   contiguous_view(q_ref.data(), DType::F32, Layout::BSHD, {2, 5, 4, 128}),
+                   contiguous_view(k_ref.data(), DType::F32, Layout::BSHD, {2, 5, 2, 128}), positions, table);
+  EXPECT_EQ(floats(npy::read((dir / "q1.npy").string())), q_ref);
+  EXPECT_EQ(floats(npy::read((dir / "k1.npy").string())), k_ref);
+  // Backward after forward: the identity up to two float32 roundings of values <= 2 (|error| <=
+  // 2 * 2^-24 * 2 * (|a| + |c|) <= 1e-6) and the table's own rounding (cos^2 + sin^2 = 1 +- 2^-23).
+  const std::vector<float> q_back = floats(npy::read((dir / "q2.npy").string()));
+  for (size_t i = 0; i < q_in.size(); ++i) EXPECT_NEAR(q_back[i], q_in[i], 2e-6) << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, ApplyRejectsBadInputNamingIt) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("rotary_apply_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  npy::write((dir / "q3.npy").string(), random_array({5, 4, 128}, 3));
+  npy::write((dir / "q4.npy").string(), random_array({1, 5, 4, 128}, 4));
+  const std::string q3 = (dir / "q3.npy").string();
+  const std::string q4 = (dir / "q4.npy").string();
+  const std::string out = (dir / "out.npy").string();
+  struct Case {
+    std::string arguments;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"apply --layout bshd --out-q " + out, "--q is required"},
+      {"apply --q " + q4 + " --layout bshd", "--out-q is required"},
+      {"apply --q " + q4 + " --out-q " + out + " --layout bsdh", "--layout must be bshd, bhsd, sbhd or thd (got \"bsdh\")"},
+      {"apply --q " + q3 + " --out-q " + out + " --layout bshd", "--q must have 4 dimensions for layout bshd (got shape (5, 4, 128))"},
+      {"apply --q " + q4 + " --out-q " + out + " --layout bshd --k " + q4, "--k and --out-k go together"},
+      {"apply --q /nonexistent/q.npy --out-q " + out + " --layout bshd", "/nonexistent/q.npy: cannot read file"},
+      {"apply --q " + q4 + " --out-q " + out + " --layout bshd --positions " + q4, "--positions must hold int64 (got float32)"},
+      {"apply --q " + q4 + " --out-q " + out + " --layout bshd --direction sideways", "--direction must be forward or backward"},
+      {"apply --q " + q4 + " --out-q " + out + " --layout thd", "--q must have 3 dimensions for layout thd"},
+      {"apply --preset gpt-neox-20b --q " + q4 + " --out-q " + out + " --layout bshd --rotary-offset 120",
+       "rotary_offset"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.arguments);
+    EXPECT_EQ(r.exit_code, 2) << c.arguments;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.arguments;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, HelpForEveryCommand) {
-  for (const char* command : {"presets", "freqs", "explain"}) {
+  for (const char* command : {"presets", "freqs", "explain", "table", "apply", "verify-golden"}) {
     const Result r = run(std::string(command) + " --help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_THAT(r.out, HasSubstr(std::string("usage: rotary ") + command));

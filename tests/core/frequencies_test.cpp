@@ -328,10 +328,10 @@ TEST(Frequencies, ContextCoverageFlagsPairsPastTheirTrainedAngles) {
   for (const PairCoverage& c : same) EXPECT_FALSE(c.out_of_distribution);
   const std::vector<PairCoverage> longer = context_coverage(spec, f, 4096, 16384);
   for (size_t i = 0; i < longer.size(); ++i) {
-    const bool slow = 4095.0 * f.inv_freq[i] < 2 * kPi;
+    const bool slow = 4096.0 * f.inv_freq[i] < 2 * kPi;
     EXPECT_EQ(longer[i].out_of_distribution, slow) << "pair " << i;
     if (slow) {
-      EXPECT_NEAR(longer[i].overshoot, 16383.0 / 4095.0, 1e-12);
+      EXPECT_NEAR(longer[i].overshoot, 16383.0 / 4096.0, 1e-12);
     }
   }
   EXPECT_TRUE(longer.back().out_of_distribution);
@@ -343,10 +343,10 @@ TEST(Frequencies, LinearScalingKeepsTheTargetWithinTrainedAngles) {
   spec.scaling.type = ScalingType::Linear;
   spec.scaling.factor = 4.0;
   const Frequencies f = frequencies(spec);
-  // Positions [0, 16381) scaled by 1/4 end at 4095, the last trained position: all in range.
-  for (const PairCoverage& c : context_coverage(spec, f, 4096, 4 * 4095 + 1)) EXPECT_FALSE(c.out_of_distribution);
-  // One more token and the slowest pairs step past it (16381 / 4 = 4095.25).
-  EXPECT_TRUE(context_coverage(spec, f, 4096, 4 * 4095 + 2).back().out_of_distribution);
+  // Positions [0, 16385) scaled by 1/4 end at 4096 = the end of the trained range [0, 4096).
+  for (const PairCoverage& c : context_coverage(spec, f, 4096, 4 * 4096 + 1)) EXPECT_FALSE(c.out_of_distribution);
+  // One more token and the slowest pairs step past it (16385 / 4 = 4096.25).
+  EXPECT_TRUE(context_coverage(spec, f, 4096, 4 * 4096 + 2).back().out_of_distribution);
 }
 
 TEST(Frequencies, ContextCoverageRejectsBadContexts) {

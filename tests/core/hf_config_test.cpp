@@ -213,6 +213,32 @@ TEST(HfConfig, DynamicWithAlphaIsStaticNtkAlpha) {
   EXPECT_EQ(c.spec.scaling.ntk_alpha, 1000.0);
 }
 
+TEST(HfConfig, DynamicWithAlphaNeedsNoFactor) {
+  const HfRopeConfig c = parse_hf_config(llama(R"("rope_scaling": {"type": "dynamic", "alpha": 8.0})"));
+  EXPECT_EQ(c.spec.scaling.type, ScalingType::NtkAlpha);
+  EXPECT_EQ(c.spec.scaling.ntk_alpha, 8.0);
+}
+
+TEST(HfConfig, Gemma4FullAttentionLayersUseGlobalHeadDim) {
+  const HfRopeConfig c = parse_hf_config(R"({"hidden_size": 2560, "num_attention_heads": 8, "head_dim": 256,
+      "global_head_dim": 512, "layer_types": ["sliding_attention", "full_attention"],
+      "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}}})");
+  ASSERT_EQ(c.layer_type_specs.size(), 2u);
+  EXPECT_EQ(c.layer_type_specs[0].second.head_dim, 256);
+  EXPECT_EQ(c.spec.head_dim, 512);
+  EXPECT_EQ(c.spec.rotary_dim, 512);
+}
+
+TEST(HfConfig, TopLevelOriginalMaxAppliesOnlyToASingleRopeDict) {
+  const HfRopeConfig c = parse_hf_config(R"({"hidden_size": 4096, "num_attention_heads": 32,
+      "max_position_embeddings": 32768, "original_max_position_embeddings": 4096,
+      "layer_types": ["full_attention"],
+      "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0}}})");
+  EXPECT_EQ(c.spec.scaling.original_max_position_embeddings, 32768);  // HF: setdefault(max)
+}
+
 TEST(HfConfig, Qwen2VlMropeSectionsWithLegacyMropeType) {
   const HfRopeConfig c = parse_hf_config(R"({"hidden_size": 3584, "num_attention_heads": 28,
       "num_key_value_heads": 4, "max_position_embeddings": 32768, "rope_theta": 1000000.0,

@@ -1,0 +1,98 @@
+// include/rotary/apply.hpp: rotating q and k, the contract every implementation follows.
+//
+// apply() rotates q and k (their head counts may differ: GQA / MQA) by the angles of a
+// CosSinTable at each token's position, forward or backward (the transpose of the scaled
+// rotation, sin -> -sin: the gradient; also the inverse when attention_scaling is 1 and there
+// is no xPos), in place (output view == input view) or out of place.
+// This header is the contract; reference::apply (src/cpu/reference.cpp) is its float64
+// definition, and every fast path is tested against it.
+//
+// Per pair i with partner elements (a, c) (Style: NeoX a = x[o+i], c = x[o+i+d/2]; GPT-J
+// a = x[o+2i], c = x[o+2i+1]; o = rotary_offset, d = rotary_dim) and table values
+// C = scaling*cos(p*theta_i), S = scaling*sin(p*theta_i):
+//   forward:   a' = a*C - c*S,  c' = c*C + a*S
+//   backward:  a' = a*C + c*S,  c' = c*C - a*S
+// Elements outside [o, o + d) are copied unchanged. Proportional RoPE (Gemma 4) is NeoX over the
+// whole head with zero frequencies for the unrotated pairs: no special case.
+//
+// Positions come from exactly one source (Positions below). M-RoPE tokens carry 3 streams
+// (t, h, w) and 2-D vision tokens 2 (row, column); pair i reads the stream the spec assigns
+// (spec.hpp: MRopeSections, PositionAxes::Vision2D). xPos multiplies C and S by zeta_i^e(p) for
+// q and by zeta_i^-e(p) for k, e(p) = (p - L // 2) / scale_base with L = options.xpos_length,
+// else spec.max_position_embeddings (if both are 0, e(p) = p / scale_base).
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary {
+
+enum class Direction { Forward, Backward };
+std::string_view to_string(Direction direction);  // "forward", "backward"
+
+// Where each token's position comes from. Exactly one of:
+//   per_token:         int64 positions, one per token in (batch, seq) order — THD: token order —
+//                      and, for M-RoPE / vision, stream-major: [streams][tokens] (Hugging Face's
+//                      position_ids [3, batch, seq] for M-RoPE).
+//   sequence_offsets:  one int64 per sequence: position = offset[b] + s (s = index within the
+//                      sequence; THD: within the cu_seqlens segment). Single-stream only.
+//   neither:           position = s (arange per sequence).
+// THD tensors also need cu_seqlens: num_sequences + 1 int64 token offsets, starting at 0,
+// non-decreasing, ending at the token count.
+struct Positions {
+  const int64_t* per_token = nullptr;
+  int64_t per_token_count = 0;  // tokens * streams
+  const int64_t* sequence_offsets = nullptr;
+  int64_t num_offsets = 0;
+  const int64_t* cu_seqlens = nullptr;
+  int64_t num_sequences = 0;
+};
+
+struct ApplyOptions {
+  Direction direction = Direction::Forward;
+  // First rotated element of each head (vLLM rope_dim_offset; DeepSeek's q = [nope | rope] has
+  // the rotated block at qk_nope_head_dim). The head must hold rotary_offset + rotary_dim.
+  int64_t rotary_offset = 0;
+  // xPos: the cached length L in e(p) = (p - L // 2) / scale_base. 0 = the spec's
+  // max_position_embeddings.
+  int64_t xpos_length = 0;
+};
+
+// The values a row lookup needs, for implementations: which position stream pair i reads
+// (0 for single-stream specs).
+std::vector<int> pair_streams(const RopeSpec& spec);
+int position_streams(const RopeSpec& spec);  // 1, 3 (M-RoPE) or 2 (vision)
+
+// Checks every argument once, at the entry point, and throws rotary::Error naming the argument
+// and its value: dtypes, ranks and layouts, batch/seq agreement between q and k (and their
+// outputs), head_dim >= rotary_offset + rotary_dim, negative or overflowing shapes, negative
+// strides, partially overlapping input/output, position counts, negative positions and positions
+// past the table's max_position(), cu_seqlens shape and monotonicity. q and k may differ in head
+// count and head_dim; all four views share q's layout; an output may alias only its own input,
+// exactly (q_out == q, k_out == k); spec.xpos requires PositionAxes::Single. Nothing is written
+// when it throws. Kernels may assume a checked call.
+void check_apply_arguments(const TensorView& q, const TensorView& k, const TensorView& q_out,
+                           const TensorView& k_out, const Positions& positions, const CosSinTable& table,
+                           const ApplyOptions& options);
+
+namespace reference {
+
+// Which cos/sin values the reference uses.
+//   TableFloat32: the table's float32 values, widened — what every kernel computes with, so a
+//                 kernel's difference from the reference is its arithmetic alone.
+//   Exact64:      the table's float64 values before rounding (CosSinTable::row_f64) — for
+//                 comparisons with exact float64 results such as ../shared/golden exact_f64.
+enum class TableValues { TableFloat32, Exact64 };
+
+// The float64 definition of apply(): loads any storage dtype as double, computes in double,
+// rounds once on store (float32, bf16, f16 round to nearest even; f64 exact). q_out / k_out may
+// equal q / k (in place). k and k_out may both be empty (TensorView{}: data == nullptr, shape
+// all 0) to rotate q only; giving one without the other is an error.
+void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
+           const Positions& positions, const CosSinTable& table, const ApplyOptions& options = {},
+           TableValues values = TableValues::TableFloat32);
+
+}  // namespace reference
+}  // namespace rotary

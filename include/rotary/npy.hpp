@@ -1,0 +1,44 @@
+// include/rotary/npy.hpp: NumPy .npy files (format versions 1.0, 2.0 and 3.0), for the
+// `rotary apply` command and for tests.
+//
+// Element types: float32 ('<f4'), float16 ('<f2'), float64 ('<f8'), int64 ('<i8', positions),
+// and bfloat16, which NumPy lacks: stored as uint16 bit patterns ('<u2'), or as ml_dtypes writes
+// it ('<V2' / 'bfloat16'). Only C order (fortran_order False) and little-endian data ('|' for
+// one-byte kinds, '<' or '=' on this little-endian machine) are accepted.
+//
+// Every malformed or lying file is a rotary::Error naming the path and the problem: bad magic,
+// unsupported version, a header that is not the Python dict NumPy writes, an unknown descr,
+// fortran_order True, a negative or overflowing shape, a header longer than the file, data
+// shorter (or longer) than the shape says. Reads never allocate more than the file holds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rotary::npy {
+
+enum class ElementType { Float32, Float16, BFloat16, Float64, Int64 };
+
+std::string_view to_string(ElementType type);  // "float32", "float16", "bfloat16", "float64", "int64"
+int64_t element_size(ElementType type);
+
+struct Array {
+  ElementType type = ElementType::Float32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> bytes;  // C order, little endian, exactly prod(shape) * element_size
+
+  int64_t size() const;  // prod(shape); 1 for a 0-d array
+};
+
+// Parses .npy bytes (`source` names them in errors).
+Array parse(const std::vector<unsigned char>& file, const std::string& source);
+Array read(const std::string& path);
+
+// Serializes with a version 1.0 header (2.0 when the header needs it). bfloat16 is written as
+// '<u2'.
+std::vector<unsigned char> serialize(const Array& array);
+void write(const std::string& path, const Array& array);
+
+}  // namespace rotary::npy

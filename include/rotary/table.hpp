@@ -1,0 +1,169 @@
+// include/rotary/table.hpp: cos/sin tables, exact or Hugging Face-compatible.
+//
+// A CosSinTable holds, for each position p and pair i, attention_scaling * cos(p * inv_freq_i)
+// and attention_scaling * sin(p * inv_freq_i) as float32 (pair order, not duplicated; the
+// NeoX "cat(freqs, freqs)" layout is a view of it, see expand_row()).
+//
+//   Precision::Exact     inv_freq in 113-bit precision (the formula on the config's numbers),
+//                        the angle p * inv_freq reduced modulo 2 pi exactly, cos/sin to ~1e-16
+//                        absolute, times attention_scaling, rounded once to float32: within
+//                        1 float32 ulp of the true value at every position in [0, 2^31 - 1]
+//                        (docs/numerics.md gives the measurement).
+//   Precision::HFCompat  Hugging Face's float32 path: inv_freq as transformers computes it in
+//                        float32 (or a model's inv_freq buffer given explicitly), the angle
+//                        fl32(fl32(p) * inv_freq), cos/sin of that angle, times
+//                        fl32(attention_scaling) in float32. Reproduces a model's training
+//                        numerics, errors and all (positions >= 2^24 round).
+//
+// Storage::Stored keeps rows [0, size()) in memory and grows on demand: readers of existing rows
+// never block and never see a partial row, while one writer at a time appends (docs/design.md,
+// "Table growth"). Storage::OnTheFly stores no rows; row() computes the identical values, for
+// very long contexts or bounded memory.
+//
+// The sequence-dependent schemes have Hugging Face's forward-time behaviour in RopeCache below;
+// a CosSinTable itself is for one fixed seq_len (TableOptions::seq_len).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "rotary/frequencies.hpp"
+#include "rotary/spec.hpp"
+
+namespace rotary {
+
+// Positions are int64 in [0, kMaxPosition]. Beyond it float64 angles would no longer hold an
+// integer position exactly enough for the exact path's guarantees, and no model is near it.
+inline constexpr int64_t kMaxPosition = (int64_t{1} << 31) - 1;
+
+enum class Precision { Exact, HFCompat };
+enum class Storage { Stored, OnTheFly };
+
+std::string_view to_string(Precision precision);  // "exact", "hf"
+std::optional<Precision> parse_precision(std::string_view name);  // "exact", "hf" / "hfcompat"
+
+struct TableOptions {
+  Precision precision = Precision::Exact;
+  Storage storage = Storage::Stored;
+  // The seq_len the frequencies are for (dynamic NTK, LongRoPE; see frequencies()). 0 =
+  // construction time.
+  int64_t seq_len = 0;
+  // Rows built at construction (Stored).
+  int64_t initial_positions = 0;
+  // 0: grow on demand. > 0: a fixed table of exactly this many rows, built at construction;
+  // a position past it is an error naming the position and the table length.
+  int64_t fixed_positions = 0;
+  // Upper bound on the memory of stored rows; growth past it is an error that suggests
+  // Storage::OnTheFly. Default 8 GiB.
+  int64_t max_bytes = int64_t{8} << 30;
+  // HFCompat only: a model's float32 inv_freq buffer (length rotary_dim / 2), used instead of
+  // Hugging Face's float32 operation chain for the spec's scheme.
+  std::vector<float> hf_inv_freq;
+};
+
+class CosSinTable {
+ public:
+  explicit CosSinTable(const RopeSpec& spec, TableOptions options = {});
+  ~CosSinTable();
+  CosSinTable(const CosSinTable&) = delete;
+  CosSinTable& operator=(const CosSinTable&) = delete;
+
+  const RopeSpec& spec() const { return spec_; }
+  Precision precision() const { return options_.precision; }
+  Storage storage() const { return options_.storage; }
+  int64_t num_pairs() const { return num_pairs_; }
+  double attention_scaling() const { return attention_scaling_; }
+  // Exact: the double inv_freq (frequencies()); HFCompat: the float32 values, widened.
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
+  // HFCompat: the float32 inv_freq in use. Exact: the doubles rounded to float32.
+  const std::vector<float>& inv_freq_f32() const { return inv_freq_f32_; }
+
+  // Stored rows readable without growth. 0 for OnTheFly.
+  int64_t size() const { return size_.load(std::memory_order_acquire); }
+  // The largest position row() accepts: fixed_positions - 1 for a fixed table, else kMaxPosition.
+  int64_t max_position() const;
+
+  // Cos and sin of one position, num_pairs() values each, pair order, scaling included.
+  // Stored: grows the table when the position is past size() (thread-safe). Errors: a negative
+  // position, a position past max_position(), growth past max_bytes.
+  void row(int64_t position, float* cos_out, float* sin_out) const;
+
+  // A stored row: 2 * num_pairs() floats, cos then sin, valid for the table's lifetime.
+  // Requires Stored and 0 <= position < size() (checked: rotary::Error otherwise).
+  const float* stored_row(int64_t position) const;
+
+  // Grows a Stored table to at least `positions` rows (no-op for OnTheFly). Thread-safe.
+  void reserve_positions(int64_t positions) const;
+
+  // The same values in float64 before the final rounding. Exact: the exact value to ~1e-15
+  // absolute; HFCompat: the float32 values widened. For the float64 reference.
+  void row_f64(int64_t position, double* cos_out, double* sin_out) const;
+
+ private:
+  void check_position(int64_t position, const char* where) const;
+  void grow_locked(int64_t positions) const;
+  void compute_rows(int64_t first, int64_t last, float* out) const;
+
+  RopeSpec spec_;
+  TableOptions options_;
+  int64_t num_pairs_ = 0;
+  double attention_scaling_ = 1.0;
+  std::vector<double> inv_freq_;
+  std::vector<float> inv_freq_f32_;
+
+  struct Engine;  // the exact angle machinery (src/core/table.cpp)
+  std::unique_ptr<Engine> engine_;
+
+  // Stored rows live in chunks whose sizes double (chunk c holds kChunkBase << c rows), so a
+  // row never moves once written and 32 chunk pointers cover every position.
+  static constexpr int kMaxChunks = 32;
+  mutable std::array<std::atomic<float*>, kMaxChunks> chunks_{};
+  mutable std::vector<std::unique_ptr<float[], void (*)(float*)>> chunk_storage_;
+  mutable std::atomic<int64_t> size_{0};
+  mutable std::mutex grow_mutex_;
+};
+
+// The row in the layout Hugging Face returns and `rotary table` prints: rotary_dim values.
+// NeoX: cat(v, v) (pair i at i and i + rotary_dim/2); GPT-J: each pair's value twice (2i, 2i+1).
+std::vector<float> expand_row(const float* pair_values, int64_t num_pairs, Style style);
+
+// Hugging Face's forward-time behaviour for the sequence-dependent schemes
+// (transformers dynamic_rope_update):
+//   dynamic NTK: a call whose seq_len = max(position)+1 exceeds the largest seen recomputes the
+//     frequencies for that seq_len; once a call is shorter than max_position_embeddings after
+//     growth, the original frequencies return.
+//   LongRoPE: seq_len > original_max_position_embeddings uses the long factors, else the short.
+//   Every other scheme: one table.
+// The result depends on the call history for dynamic NTK, as in Hugging Face. Thread-safe.
+class RopeCache {
+ public:
+  RopeCache(RopeSpec spec, TableOptions options = {});
+  // The table for a call whose largest position is `max_position`.
+  std::shared_ptr<const CosSinTable> table_for(int64_t max_position);
+  int64_t max_seq_len_cached() const;
+
+ private:
+  RopeSpec spec_;
+  TableOptions options_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const CosSinTable> original_;
+  std::shared_ptr<const CosSinTable> current_;
+  std::shared_ptr<const CosSinTable> long_;  // LongRoPE
+  int64_t max_seq_len_cached_ = 0;
+};
+
+namespace detail {
+// Hugging Face's float32 inv_freq for the spec at seq_len, following transformers' float32
+// operation chain for each scheme (golden README, "The hf_f32 numerics"). Within 1 float32 ulp
+// of transformers' own buffer (torch's vectorized pow and glibc's powf differ by 1 ulp in ~1% of
+// entries).
+std::vector<float> hf_inv_freq_f32(const RopeSpec& spec, int64_t seq_len);
+}  // namespace detail
+
+}  // namespace rotary

@@ -1,0 +1,154 @@
+// src/cli/table_command.cpp: `rotary table`: cos/sin rows at chosen positions.
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "rotary/error.hpp"
+#include "rotary/json.hpp"
+#include "rotary/table.hpp"
+
+namespace rotary::cli {
+
+const char* const kTableHelp =
+    "usage: rotary table [--preset NAME | --config FILE] --positions LIST|FIRST:LAST\n"
+    "                    [--precision exact|hf] [--seq-len N] [--layer-type T] [--json]\n"
+    "\n"
+    "Prints the cos/sin table rows of the given positions: attention_scaling * cos(p * inv_freq)\n"
+    "and * sin, as float32, each row rotary_dim values in the layout the spec's style uses\n"
+    "(NeoX: cat(freqs, freqs), as Hugging Face returns them; GPT-J: each pair's value twice).\n"
+    "\n"
+    "  --positions       a comma-separated list (0,1,4096) or a range FIRST:LAST = [FIRST, LAST)\n"
+    "  --precision       exact (default): within 1 float32 ulp of the true value at any position;\n"
+    "                    hf: Hugging Face's float32 numerics (angle fl32(fl32(p) * inv_freq_f32))\n"
+    "  --seq-len N       for dynamic NTK / LongRoPE; default: max(positions) + 1, as one forward\n"
+    "                    call of Hugging Face's rotary embedding would see them\n"
+    "  --json            {\"name\", \"precision\", \"rotary_dim\", \"style\", \"attention_scaling\",\n"
+    "                    \"positions\", \"cos\": [[...] per position], \"sin\": [[...]]}\n";
+
+namespace {
+
+// A list "0,1,4096" or a range "FIRST:LAST" (LAST exclusive).
+std::vector<int64_t> parse_positions(const std::string& text) {
+  constexpr int64_t kMaxRows = 1'000'000;
+  auto parse_one = [&](std::string_view item) {
+    int64_t value = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, value);
+    if (item.empty() || ec != std::errc() || ptr != end) {
+      throw UsageError(detail::concat("table: --positions must be integers like 0,1,4096 or a range 0:16 (got \"",
+                                      text, "\")"));
+    }
+    if (value < 0 || value > kMaxPosition) {
+      throw UsageError(detail::concat("table: --positions entries must be in [0, ", kMaxPosition, "] (got ", value, ")"));
+    }
+    return value;
+  };
+  std::vector<int64_t> positions;
+  if (const size_t colon = text.find(':'); colon != std::string::npos) {
+    const int64_t first = parse_one(std::string_view(text).substr(0, colon));
+    const int64_t last = parse_one(std::string_view(text).substr(colon + 1));
+    if (last <= first || last - first > kMaxRows) {
+      throw UsageError(detail::concat("table: --positions FIRST:LAST must have FIRST < LAST and at most ", kMaxRows,
+                                      " rows (got \"", text, "\")"));
+    }
+    for (int64_t p = first; p < last; ++p) positions.push_back(p);
+    return positions;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const size_t end = comma == std::string::npos ? text.size() : comma;
+    positions.push_back(parse_one(std::string_view(text).substr(start, end - start)));
+    if (positions.size() > static_cast<size_t>(kMaxRows)) {
+      throw UsageError(detail::concat("table: --positions must list at most ", kMaxRows, " positions"));
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return positions;
+}
+
+}  // namespace
+
+int run_table(Args& args) {
+  LoadedConfig loaded = load_config(args);
+  const std::optional<std::string> positions_text = args.value("--positions");
+  const std::optional<std::string> precision_text = args.value("--precision");
+  const std::optional<int64_t> seq_len_arg = args.integer("--seq-len", 0, kMaxPosition + 1);
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool as_json = args.has_switch("--json");
+  args.finish();
+  if (!positions_text) throw UsageError("table: --positions is required (a list 0,1,4096 or a range 0:16)");
+  const std::vector<int64_t> positions = parse_positions(*positions_text);
+  Precision precision = Precision::Exact;
+  if (precision_text) {
+    const std::optional<Precision> parsed = parse_precision(*precision_text);
+    if (!parsed) throw UsageError(detail::concat("table: --precision must be exact or hf (got \"", *precision_text, "\")"));
+    precision = *parsed;
+  }
+  const RopeSpec& spec = select_spec(loaded, layer_type);
+
+  int64_t max_position = 0;
+  for (int64_t p : positions) max_position = std::max(max_position, p);
+  std::shared_ptr<const CosSinTable> table;
+  if (seq_len_arg) {
+    table = std::make_shared<const CosSinTable>(
+        spec, TableOptions{.precision = precision, .storage = Storage::OnTheFly, .seq_len = *seq_len_arg});
+  } else {
+    // One forward call over these positions, with Hugging Face's dynamic / LongRoPE rules.
+    RopeCache cache(spec, {.precision = precision, .storage = Storage::OnTheFly});
+    table = cache.table_for(max_position);
+  }
+
+  const int64_t pairs = table->num_pairs();
+  std::vector<float> c(static_cast<size_t>(pairs));
+  std::vector<float> s(static_cast<size_t>(pairs));
+  if (as_json) {
+    json::Writer out(false);
+    out.begin_object();
+    out.key("name").value(spec.name);
+    out.key("precision").value(to_string(precision));
+    out.key("rotary_dim").value(spec.rotary_dim);
+    out.key("style").value(to_string(spec.style));
+    out.key("attention_scaling").value(table->attention_scaling());
+    out.key("positions").begin_array();
+    for (int64_t p : positions) out.value(p);
+    out.end_array();
+    std::vector<std::vector<float>> cos_rows;
+    std::vector<std::vector<float>> sin_rows;
+    for (int64_t p : positions) {
+      table->row(p, c.data(), s.data());
+      cos_rows.push_back(expand_row(c.data(), pairs, spec.style));
+      sin_rows.push_back(expand_row(s.data(), pairs, spec.style));
+    }
+    for (const auto* rows : {&cos_rows, &sin_rows}) {
+      out.key(rows == &cos_rows ? "cos" : "sin").begin_array();
+      for (const std::vector<float>& row : *rows) {
+        out.begin_array();
+        for (float v : row) out.value(static_cast<double>(v));
+        out.end_array();
+      }
+      out.end_array();
+    }
+    out.end_object();
+    std::cout << out.str() << "\n";
+    return 0;
+  }
+  std::cout << spec.name << ": " << to_string(precision) << " table, attention_scaling "
+            << detail::shortest(table->attention_scaling()) << ", " << spec.rotary_dim << " values per row ("
+            << to_string(spec.style) << " layout), float32 printed with 9 significant digits\n";
+  for (int64_t p : positions) {
+    table->row(p, c.data(), s.data());
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<float> row = expand_row(which == 0 ? c.data() : s.data(), pairs, spec.style);
+      std::printf("%s[%lld]", which == 0 ? "cos" : "sin", static_cast<long long>(p));
+      for (float v : row) std::printf(" %.9g", static_cast<double>(v));
+      std::printf("\n");
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace rotary::cli

@@ -1,0 +1,49 @@
+// src/cli/verify_golden_command.cpp: `rotary verify-golden DIR`.
+#include <iostream>
+
+#include "commands.hpp"
+#include "rotary/error.hpp"
+#include "rotary/golden.hpp"
+
+namespace rotary::cli {
+
+const char* const kVerifyGoldenHelp =
+    "usage: rotary verify-golden DIR [--verbose]\n"
+    "\n"
+    "Checks rotary against every golden case file in DIR (the rotary-golden/1 format of\n"
+    "../shared/golden: Hugging Face's float32 numbers and the exact values of the same\n"
+    "formulas). Positive cases: config reading, inv_freq and attention scaling, the exact and\n"
+    "the Hugging Face-compatible tables, and rotated q/k in both conventions, each against the\n"
+    "tolerance the golden README derives. Negative cases: the config must be rejected.\n"
+    "Prints one line per case, then 'N passed, M failed'; exits 0 only when none failed.\n"
+    "\n"
+    "  --verbose   one more line per check, with the measured error / tolerance\n";
+
+int run_verify_golden(Args& args) {
+  const bool verbose = args.has_switch("--verbose");
+  const std::optional<std::string> directory = args.positional();
+  args.finish();
+  if (!directory) throw UsageError("verify-golden: DIR is required (e.g. ../shared/golden)");
+  const std::vector<GoldenCaseResult> results = verify_golden_dir(*directory);
+  int passed = 0;
+  int failed = 0;
+  for (const GoldenCaseResult& r : results) {
+    (r.passed ? passed : failed) += 1;
+    std::cout << (r.passed ? "PASS " : "FAIL ") << r.file << " (" << (r.kind.empty() ? "?" : r.kind) << ", "
+              << r.checks.size() << " checks)";
+    if (!r.error.empty()) std::cout << ": " << r.error;
+    for (const GoldenCheck& c : r.checks) {
+      if (!c.passed) std::cout << "\n    failed: " << c.name << ": " << c.detail;
+    }
+    std::cout << "\n";
+    if (verbose) {
+      for (const GoldenCheck& c : r.checks) {
+        std::cout << "    " << (c.passed ? "ok   " : "FAIL ") << c.name << ": " << c.detail << "\n";
+      }
+    }
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed == 0 && !results.empty() ? 0 : 1;
+}
+
+}  // namespace rotary::cli

@@ -1,0 +1,649 @@
+// src/core/table.cpp: CosSinTable (exact and Hugging Face-compatible) and RopeCache.
+//
+// Exact rows, and why they are both exact and fast (../shared/design/NUMERICS.md):
+//   1. inv_freq_i is evaluated in binary128 (detail::inv_freq_extended; ~1e-34 relative).
+//   2. One "exact evaluation" of cos/sin(p * theta_i): x = p * theta_i in binary128, reduced
+//      x - k * 2pi with k = nearbyint(x / 2pi), also in binary128 (absolute error < 1e-24 for
+//      p < 2^31), then split r = r_hi + r_lo into doubles and
+//        cos(r) = cos(r_hi) - sin(r_hi) * r_lo,   sin(r) = sin(r_hi) + cos(r_hi) * r_lo,
+//      which is accurate to about 1 double ulp of the result even where it is tiny.
+//      It costs ~200 ns, far too slow for every entry.
+//   3. So positions are split into base-256 digits, p = d0 + 256 d1 + 256^2 d2 + 256^3 d3, and
+//      the factors cos/sin(d_L * 256^L * theta_i) are evaluated exactly once per digit value
+//      and pair (levels, computed lazily: a table below 65536 positions needs two levels).
+//      An entry is the complex product of at most four exact factors: |error| <= ~1.2e-15
+//      absolute (each factor ~1.2e-16, each complex product adds ~2.2e-16).
+//   4. A float32 value v has ulp >= 2^-39 for |v| >= 2^-16, so 1.2e-15 is below 0.001 ulp there
+//      and the single rounding to float32 is correct except within 0.001 ulp of a tie (then the
+//      neighbour: 1 ulp). Entries with |v| < 2^-16 (about 1 in 10^5) are recomputed with the
+//      exact evaluation of step 2, whose absolute error ~1e-24 keeps them within 1 ulp too.
+//   Result: every Exact entry within 1 float32 ulp of the true value for p in [0, 2^31 - 1];
+//   docs/numerics.md has the measurement.
+//
+// HFCompat rows follow transformers' float32 path: angle = fl32(fl32(p) * inv_freq_f32),
+// fl32(cos(angle)) (computed in double and rounded: correctly rounded, where torch's float32
+// cos is within 1 ulp), times fl32(attention_scaling) in float32.
+#include "rotary/table.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <numbers>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "extended.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary {
+
+namespace {
+
+using detail::Extended;
+
+constexpr int kDigitBits = 8;
+constexpr int64_t kDigitBase = int64_t{1} << kDigitBits;  // 256
+constexpr int kLevels = 4;                                // 256^4 = 2^32 > kMaxPosition
+constexpr int64_t kChunkBase = 4096;                      // rows in the first storage chunk
+// Below this magnitude an entry is recomputed exactly (see the header comment, step 4).
+constexpr double kTinyValue = 1.0 / 65536.0;
+
+// Chunk c holds rows [kChunkBase * (2^c - 1), kChunkBase * (2^(c+1) - 1)).
+int chunk_of(int64_t row) {
+  const auto scaled = static_cast<uint64_t>(row / kChunkBase + 1);
+  return 63 - std::countl_zero(scaled);
+}
+int64_t chunk_first_row(int chunk) { return kChunkBase * ((int64_t{1} << chunk) - 1); }
+int64_t chunk_rows(int chunk) { return kChunkBase << chunk; }
+
+float round_to_float(double value) { return static_cast<float>(value); }
+
+// The hot loop of a table build, kept apart so that the compiler sees no aliasing and
+// vectorizes it: (base * level0) * scaling, rounded to float32, for one row.
+void complex_product_row(const double* __restrict base_cos, const double* __restrict base_sin,
+                         const double* __restrict level_cos, const double* __restrict level_sin, double scaling,
+                         float* __restrict cos_out, float* __restrict sin_out, int64_t num_pairs) {
+  for (int64_t pair = 0; pair < num_pairs; ++pair) {
+    const double c = base_cos[pair] * level_cos[pair] - base_sin[pair] * level_sin[pair];
+    const double s = base_sin[pair] * level_cos[pair] + base_cos[pair] * level_sin[pair];
+    cos_out[pair] = static_cast<float>(scaling * c);
+    sin_out[pair] = static_cast<float>(scaling * s);
+  }
+}
+
+// How many of a row's values are below `tiny` in magnitude (vectorizable, unlike an early exit).
+int count_tiny(const float* cos_row, const float* sin_row, float tiny, int64_t num_pairs) {
+  int count = 0;
+  for (int64_t pair = 0; pair < num_pairs; ++pair) {
+    count += (std::fabs(cos_row[pair]) < tiny) + (std::fabs(sin_row[pair]) < tiny);
+  }
+  return count;
+}
+
+// Uninitialized storage for table rows (every row is written before it is published). Large
+// chunks ask for transparent huge pages: a 131072 x 64 table is 64 MiB, and with 4 KiB pages the
+// first-touch page faults cost as much as computing the rows.
+std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t floats) {
+  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (bytes >= kHugePage) {
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* memory = std::aligned_alloc(kHugePage, rounded);
+    if (memory == nullptr) throw std::bad_alloc();
+#if defined(__linux__)
+    madvise(memory, rounded, MADV_HUGEPAGE);  // advisory: failure only costs speed
+#endif
+    return {static_cast<float*>(memory), [](float* p) { std::free(p); }};
+  }
+  return {new float[static_cast<size_t>(floats)], [](float* p) { delete[] p; }};
+}
+
+}  // namespace
+
+std::string_view to_string(Precision precision) {
+  return precision == Precision::Exact ? "exact" : "hf";
+}
+
+std::optional<Precision> parse_precision(std::string_view name) {
+  if (name == "exact") return Precision::Exact;
+  if (name == "hf" || name == "hfcompat" || name == "hf-compat") return Precision::HFCompat;
+  return std::nullopt;
+}
+
+// ---- the exact angle machinery ---------------------------------------------------------------
+
+struct CosSinTable::Engine {
+  int64_t num_pairs = 0;
+  // inv_freq as an unevaluated sum hi + lo of doubles (106 bits), from the binary128 value.
+  std::vector<double> theta_hi, theta_lo;
+  // 2 pi = kTwoPi1 + kTwoPi2 + kTwoPi3 (each the double nearest the remainder).
+  double two_pi_1 = 0, two_pi_2 = 0, two_pi_3 = 0;
+  // level_cos[L][digit * num_pairs + pair] = cos(digit * 256^L * theta_pair), exact; digits
+  // [0, level_ready[L]) are computed (lazily, in order, under level_mutex; published with
+  // release so that readers who saw the count see the values).
+  std::array<std::vector<double>, kLevels> level_cos;
+  std::array<std::vector<double>, kLevels> level_sin;
+  std::array<std::atomic<int64_t>, kLevels> level_ready{};
+  std::mutex level_mutex;
+
+  Engine(int64_t pairs, const std::vector<Extended>& theta) : num_pairs(pairs) {
+    for (const Extended& t : theta) {
+      const double hi = static_cast<double>(t);
+      theta_hi.push_back(hi);
+      theta_lo.push_back(static_cast<double>(t - static_cast<Extended>(hi)));
+    }
+    const Extended two_pi = detail::ext_two_pi();
+    two_pi_1 = static_cast<double>(two_pi);
+    two_pi_2 = static_cast<double>(two_pi - static_cast<Extended>(two_pi_1));
+    two_pi_3 = static_cast<double>(two_pi - static_cast<Extended>(two_pi_1) - static_cast<Extended>(two_pi_2));
+    for (int level = 0; level < kLevels; ++level) {
+      level_cos[level].resize(static_cast<size_t>(kDigitBase * num_pairs));
+      level_sin[level].resize(static_cast<size_t>(kDigitBase * num_pairs));
+    }
+  }
+
+  // Step 2: cos/sin(position * theta_pair) to ~1 double ulp of the result, for 0 <= position
+  // < 2^32, in double-double arithmetic (error-free products and Sterbenz subtraction):
+  //   x = p * theta = x_hi + e1 + p * theta_lo                (two_prod: x_hi + e1 exact)
+  //   k = nearbyint(x_hi / 2 pi);  k * 2pi_1 = a + ea, k * 2pi_2 = b + eb   (exact)
+  //   r = (x_hi - a) + (e1 + p theta_lo - ea - b - eb - k 2pi_3)
+  // x_hi - a is exact (Sterbenz: both within a factor 2), the rest are below 2^-20 in
+  // magnitude, so r carries an absolute error below ~1e-22 (the neglected rounding of the
+  // small sum and of p * theta_lo), whatever the size of cos(r).
+  void exact(int64_t position, int64_t pair, double& cos_out, double& sin_out) const {
+    const double p = static_cast<double>(position);
+    const double x_hi = p * theta_hi[pair];
+    const double e1 = std::fma(p, theta_hi[pair], -x_hi);
+    const double k = std::nearbyint(x_hi * (1.0 / two_pi_1));
+    const double a = k * two_pi_1;
+    const double ea = std::fma(k, two_pi_1, -a);
+    const double b = k * two_pi_2;
+    const double eb = std::fma(k, two_pi_2, -b);
+    const double head = x_hi - a;
+    const double tail = ((e1 + p * theta_lo[pair]) - ea) - b - eb - k * two_pi_3;
+    const double r_hi = head + tail;
+    const double r_lo = tail - (r_hi - head);  // fast two-sum: |head| >= |tail| or head == 0
+    double s = 0;
+    double c = 0;
+    sincos_pair(r_hi, s, c);
+    cos_out = c - s * r_lo;
+    sin_out = s + c * r_lo;
+  }
+
+  static void sincos_pair(double x, double& s, double& c) {
+    s = std::sin(x);
+    c = std::cos(x);
+  }
+
+  // Makes digits [0, digits) of a level available.
+  void ensure_digits(int level, int64_t digits) {
+    if (level_ready[level].load(std::memory_order_acquire) >= digits) return;
+    std::lock_guard<std::mutex> lock(level_mutex);
+    const int64_t ready = level_ready[level].load(std::memory_order_relaxed);
+    const int64_t step = int64_t{1} << (kDigitBits * level);
+    for (int64_t digit = ready; digit < digits; ++digit) {
+      for (int64_t pair = 0; pair < num_pairs; ++pair) {
+        exact(digit * step, pair, level_cos[level][digit * num_pairs + pair],
+              level_sin[level][digit * num_pairs + pair]);
+      }
+    }
+    if (digits > ready) level_ready[level].store(digits, std::memory_order_release);
+  }
+
+  // The digits rows [first, last) need at every level.
+  void ensure_for_rows(int64_t first, int64_t last) {
+    for (int level = 0; level < kLevels; ++level) {
+      const int shift = kDigitBits * level;
+      // If the range stays inside one block of the next level, the digits run up to that of
+      // last - 1; otherwise every digit value occurs.
+      const bool one_block = (first >> (shift + kDigitBits)) == ((last - 1) >> (shift + kDigitBits));
+      const int64_t max_digit = one_block ? ((last - 1) >> shift) & (kDigitBase - 1) : kDigitBase - 1;
+      ensure_digits(level, max_digit + 1);
+    }
+  }
+
+  // cos/sin of (high_digits * 256) * theta for every pair: the product of levels 1..3.
+  void block_base(int64_t position, double* base_cos, double* base_sin) const {
+    for (int64_t pair = 0; pair < num_pairs; ++pair) {
+      base_cos[pair] = 1.0;
+      base_sin[pair] = 0.0;
+    }
+    for (int level = 1; level < kLevels; ++level) {
+      const int64_t digit = (position >> (kDigitBits * level)) & (kDigitBase - 1);
+      if (digit == 0) continue;
+      const double* lc = &level_cos[level][digit * num_pairs];
+      const double* ls = &level_sin[level][digit * num_pairs];
+      for (int64_t pair = 0; pair < num_pairs; ++pair) {
+        const double c = base_cos[pair] * lc[pair] - base_sin[pair] * ls[pair];
+        const double s = base_sin[pair] * lc[pair] + base_cos[pair] * ls[pair];
+        base_cos[pair] = c;
+        base_sin[pair] = s;
+      }
+    }
+  }
+
+  // Exact rows [first, last) in double (scaled), into cos_out/sin_out [row][pair].
+  void rows_f64(int64_t first, int64_t last, double scaling, double* cos_out, double* sin_out) const {
+    std::vector<double> base_cos(static_cast<size_t>(num_pairs));
+    std::vector<double> base_sin(static_cast<size_t>(num_pairs));
+    int64_t current_block = -1;
+    for (int64_t position = first; position < last; ++position) {
+      const int64_t block = position >> kDigitBits;
+      if (block != current_block) {
+        block_base(position, base_cos.data(), base_sin.data());
+        current_block = block;
+      }
+      const int64_t digit = position & (kDigitBase - 1);
+      const double* lc = &level_cos[0][digit * num_pairs];
+      const double* ls = &level_sin[0][digit * num_pairs];
+      double* co = cos_out + (position - first) * num_pairs;
+      double* so = sin_out + (position - first) * num_pairs;
+      for (int64_t pair = 0; pair < num_pairs; ++pair) {
+        double c = base_cos[pair] * lc[pair] - base_sin[pair] * ls[pair];
+        double s = base_sin[pair] * lc[pair] + base_cos[pair] * ls[pair];
+        if (std::abs(c) < kTinyValue || std::abs(s) < kTinyValue) exact(position, pair, c, s);
+        co[pair] = scaling * c;
+        so[pair] = scaling * s;
+      }
+    }
+  }
+
+  // Exact rows [first, last) as float32 rows of 2 * num_pairs (cos then sin). The hot path of
+  // a table build: one complex product per entry, vectorizable; the rare tiny entries are
+  // fixed up afterwards, row by row.
+  void rows_f32(int64_t first, int64_t last, double scaling, float* out) const {
+    std::vector<double> base_cos(static_cast<size_t>(num_pairs));
+    std::vector<double> base_sin(static_cast<size_t>(num_pairs));
+    int64_t current_block = -1;
+    const float tiny = static_cast<float>(kTinyValue * scaling);
+    for (int64_t position = first; position < last; ++position) {
+      const int64_t block = position >> kDigitBits;
+      if (block != current_block) {
+        block_base(position, base_cos.data(), base_sin.data());
+        current_block = block;
+      }
+      const int64_t digit = position & (kDigitBase - 1);
+      const double* lc = &level_cos[0][digit * num_pairs];
+      const double* ls = &level_sin[0][digit * num_pairs];
+      const double* bc = base_cos.data();
+      const double* bs = base_sin.data();
+      float* co = out + (position - first) * 2 * num_pairs;
+      float* so = co + num_pairs;
+      complex_product_row(bc, bs, lc, ls, scaling, co, so, num_pairs);
+      const bool any_tiny = count_tiny(co, so, tiny, num_pairs) > 0;
+      if (any_tiny) {
+        for (int64_t pair = 0; pair < num_pairs; ++pair) {
+          if (std::abs(co[pair]) < tiny || std::abs(so[pair]) < tiny) {
+            double c = 0;
+            double s = 0;
+            exact(position, pair, c, s);
+            co[pair] = round_to_float(scaling * c);
+            so[pair] = round_to_float(scaling * s);
+          }
+        }
+      }
+    }
+  }
+};
+
+// ---- the table -------------------------------------------------------------------------------
+
+CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spec), options_(std::move(options)) {
+  validate(spec_);
+  if (options_.seq_len < 0) throw Error(detail::concat("CosSinTable: seq_len must be >= 0 (got ", options_.seq_len, ")"));
+  if (options_.initial_positions < 0 || options_.initial_positions > kMaxPosition + 1) {
+    throw Error(detail::concat("CosSinTable: initial_positions must be in [0, ", kMaxPosition + 1, "] (got ",
+                               options_.initial_positions, ")"));
+  }
+  if (options_.fixed_positions < 0 || options_.fixed_positions > kMaxPosition + 1) {
+    throw Error(detail::concat("CosSinTable: fixed_positions must be in [0, ", kMaxPosition + 1, "] (got ",
+                               options_.fixed_positions, ")"));
+  }
+  if (options_.max_bytes <= 0) {
+    throw Error(detail::concat("CosSinTable: max_bytes must be > 0 (got ", options_.max_bytes, ")"));
+  }
+  num_pairs_ = spec_.rotary_dim / 2;
+  const Frequencies freqs = frequencies(spec_, options_.seq_len);
+  attention_scaling_ = freqs.attention_scaling;
+
+  if (options_.precision == Precision::Exact) {
+    if (!options_.hf_inv_freq.empty()) {
+      throw Error("CosSinTable: hf_inv_freq is for Precision::HFCompat only (got a buffer with Precision::Exact)");
+    }
+    inv_freq_ = freqs.inv_freq;
+    engine_ = std::make_unique<Engine>(num_pairs_, detail::inv_freq_extended(spec_, options_.seq_len));
+  } else {
+    if (!options_.hf_inv_freq.empty()) {
+      if (static_cast<int64_t>(options_.hf_inv_freq.size()) != num_pairs_) {
+        throw Error(detail::concat("CosSinTable: hf_inv_freq must have rotary_dim/2 = ", num_pairs_,
+                                   " values (got ", options_.hf_inv_freq.size(), ")"));
+      }
+      for (size_t i = 0; i < options_.hf_inv_freq.size(); ++i) {
+        const float v = options_.hf_inv_freq[i];
+        if (!std::isfinite(v) || v < 0.0f) {
+          throw Error(detail::concat("CosSinTable: hf_inv_freq[", i, "] must be finite and >= 0 (got ", v, ")"));
+        }
+      }
+      inv_freq_f32_ = options_.hf_inv_freq;
+    } else {
+      inv_freq_f32_ = detail::hf_inv_freq_f32(spec_, options_.seq_len);
+    }
+    inv_freq_.assign(inv_freq_f32_.begin(), inv_freq_f32_.end());
+  }
+  if (inv_freq_f32_.empty()) {
+    for (double v : inv_freq_) inv_freq_f32_.push_back(static_cast<float>(v));
+  }
+
+  const int64_t build = options_.fixed_positions > 0 ? options_.fixed_positions : options_.initial_positions;
+  if (options_.storage == Storage::Stored && build > 0) reserve_positions(build);
+}
+
+CosSinTable::~CosSinTable() = default;
+
+int64_t CosSinTable::max_position() const {
+  return options_.fixed_positions > 0 ? options_.fixed_positions - 1 : kMaxPosition;
+}
+
+void CosSinTable::check_position(int64_t position, const char* where) const {
+  if (position < 0) throw Error(detail::concat(where, ": position must be >= 0 (got ", position, ")"));
+  if (position > max_position()) {
+    if (options_.fixed_positions > 0) {
+      throw Error(detail::concat(where, ": position must be < the fixed table length ", options_.fixed_positions,
+                                 " (got ", position, ")"));
+    }
+    throw Error(detail::concat(where, ": position must be <= ", kMaxPosition, " (got ", position, ")"));
+  }
+}
+
+void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
+  if (first >= last) return;
+  if (engine_) {
+    engine_->ensure_for_rows(first, last);
+    engine_->rows_f32(first, last, attention_scaling_, out);
+    return;
+  }
+  // HFCompat: transformers' float32 path.
+  const float scaling = static_cast<float>(attention_scaling_);
+  for (int64_t position = first; position < last; ++position) {
+    float* co = out + (position - first) * 2 * num_pairs_;
+    float* so = co + num_pairs_;
+    const float p = static_cast<float>(position);  // rounds for p >= 2^24, as torch's .float()
+    for (int64_t pair = 0; pair < num_pairs_; ++pair) {
+      const float angle = p * inv_freq_f32_[pair];
+      co[pair] = static_cast<float>(std::cos(static_cast<double>(angle))) * scaling;
+      so[pair] = static_cast<float>(std::sin(static_cast<double>(angle))) * scaling;
+    }
+  }
+}
+
+void CosSinTable::reserve_positions(int64_t positions) const {
+  if (options_.storage != Storage::Stored) return;
+  if (positions <= size()) return;
+  if (positions - 1 > max_position()) check_position(positions - 1, "CosSinTable::reserve_positions");
+  std::lock_guard<std::mutex> lock(grow_mutex_);
+  if (positions <= size_.load(std::memory_order_relaxed)) return;
+  grow_locked(positions);
+}
+
+void CosSinTable::grow_locked(int64_t positions) const {
+  const int64_t old_size = size_.load(std::memory_order_relaxed);
+  // Amortize: grow by at least half again, within the table's limit.
+  int64_t target = std::max(positions, old_size + old_size / 2);
+  target = std::min(target, max_position() + 1);
+  const int64_t row_floats = 2 * num_pairs_;
+  // Memory: every chunk up to the one holding the last row is allocated whole.
+  const int last_chunk = chunk_of(target - 1);
+  const int64_t bytes = (chunk_first_row(last_chunk) + chunk_rows(last_chunk)) * row_floats *
+                        static_cast<int64_t>(sizeof(float));
+  if (bytes > options_.max_bytes) {
+    throw Error(detail::concat("CosSinTable: storing ", target, " positions x ", num_pairs_, " pairs needs ", bytes,
+                               " bytes, more than max_bytes ", options_.max_bytes,
+                               " (use Storage::OnTheFly for very long contexts, or raise max_bytes)"));
+  }
+  for (int64_t row = old_size; row < target;) {
+    const int chunk = chunk_of(row);
+    if (chunks_[chunk].load(std::memory_order_relaxed) == nullptr) {
+      chunk_storage_.push_back(allocate_rows(chunk_rows(chunk) * row_floats));
+      chunks_[chunk].store(chunk_storage_.back().get(), std::memory_order_release);
+    }
+    const int64_t end = std::min(target, chunk_first_row(chunk) + chunk_rows(chunk));
+    float* base = chunks_[chunk].load(std::memory_order_relaxed);
+    compute_rows(row, end, base + (row - chunk_first_row(chunk)) * row_floats);
+    row = end;
+  }
+  // Publish: rows below the new size are complete before any reader can see the size.
+  size_.store(target, std::memory_order_release);
+}
+
+const float* CosSinTable::stored_row(int64_t position) const {
+  if (options_.storage != Storage::Stored) throw Error("CosSinTable::stored_row: the table stores no rows (Storage::OnTheFly)");
+  const int64_t stored = size();
+  if (position < 0 || position >= stored) {
+    throw Error(detail::concat("CosSinTable::stored_row: position must be in [0, ", stored, ") (got ", position, ")"));
+  }
+  const int chunk = chunk_of(position);
+  return chunks_[chunk].load(std::memory_order_acquire) + (position - chunk_first_row(chunk)) * 2 * num_pairs_;
+}
+
+void CosSinTable::row(int64_t position, float* cos_out, float* sin_out) const {
+  check_position(position, "CosSinTable::row");
+  if (options_.storage == Storage::Stored) {
+    if (position >= size()) reserve_positions(position + 1);
+    const float* stored = stored_row(position);
+    std::memcpy(cos_out, stored, static_cast<size_t>(num_pairs_) * sizeof(float));
+    std::memcpy(sin_out, stored + num_pairs_, static_cast<size_t>(num_pairs_) * sizeof(float));
+    return;
+  }
+  std::vector<float> buffer(static_cast<size_t>(2 * num_pairs_));
+  compute_rows(position, position + 1, buffer.data());
+  std::memcpy(cos_out, buffer.data(), static_cast<size_t>(num_pairs_) * sizeof(float));
+  std::memcpy(sin_out, buffer.data() + num_pairs_, static_cast<size_t>(num_pairs_) * sizeof(float));
+}
+
+void CosSinTable::row_f64(int64_t position, double* cos_out, double* sin_out) const {
+  check_position(position, "CosSinTable::row_f64");
+  if (engine_) {
+    engine_->ensure_for_rows(position, position + 1);
+    engine_->rows_f64(position, position + 1, attention_scaling_, cos_out, sin_out);
+    return;
+  }
+  std::vector<float> c(static_cast<size_t>(num_pairs_));
+  std::vector<float> s(static_cast<size_t>(num_pairs_));
+  row(position, c.data(), s.data());
+  for (int64_t i = 0; i < num_pairs_; ++i) {
+    cos_out[i] = c[i];
+    sin_out[i] = s[i];
+  }
+}
+
+std::vector<float> expand_row(const float* pair_values, int64_t num_pairs, Style style) {
+  std::vector<float> out(static_cast<size_t>(2 * num_pairs));
+  for (int64_t i = 0; i < num_pairs; ++i) {
+    if (style == Style::NeoX) {
+      out[i] = out[i + num_pairs] = pair_values[i];
+    } else {
+      out[2 * i] = out[2 * i + 1] = pair_values[i];
+    }
+  }
+  return out;
+}
+
+// ---- Hugging Face's float32 inv_freq chains ---------------------------------------------------
+
+namespace {
+
+float f32(double v) { return static_cast<float>(v); }
+// torch's float32 pow, correctly rounded (torch itself is within 1 ulp of this).
+float powf_rounded(float base, float exponent) {
+  return f32(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
+}
+// `torch.arange(0, dim, 2, dtype=int64).float() / dim`: fl32(fl32(2i) / fl32(dim)).
+float hf_exponent(int64_t pair, int64_t dim) { return static_cast<float>(2 * pair) / static_cast<float>(dim); }
+
+}  // namespace
+
+std::vector<float> detail::hf_inv_freq_f32(const RopeSpec& spec, int64_t seq_len) {
+  validate(spec);
+  const int64_t dim = spec.rotary_dim;
+  const int64_t num_pairs = dim / 2;
+  const Scaling& s = spec.scaling;
+  std::vector<float> inv(static_cast<size_t>(num_pairs));
+  // Default chain: 1.0 / (base ** exponent), every step float32. 2-D vision restarts the
+  // index for the column half (Qwen2-VL VisionRotaryEmbedding over head_dim / 2).
+  auto default_chain = [&](float base_f32) {
+    const bool vision = spec.axes == PositionAxes::Vision2D;
+    const int64_t per_axis = vision ? num_pairs / 2 : num_pairs;
+    const int64_t exponent_dim = vision ? dim / 2 : dim;
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      inv[i] = 1.0f / powf_rounded(base_f32, hf_exponent(i % per_axis, exponent_dim));
+    }
+  };
+  const float base = f32(spec.theta_base);
+  switch (s.type) {
+    case ScalingType::Default:
+      default_chain(base);
+      break;
+    case ScalingType::NtkAlpha:
+      // Not an HF rope_type: vLLM's form, the new base in float64, then the default chain.
+      default_chain(f32(spec.theta_base * std::pow(s.ntk_alpha, static_cast<double>(dim) / static_cast<double>(dim - 2))));
+      break;
+    case ScalingType::Linear:
+      // _compute_linear_scaling_rope_parameters: default chain, then inv_freq /= factor.
+      default_chain(base);
+      for (float& v : inv) v /= f32(*s.factor);
+      break;
+    case ScalingType::Dynamic: {
+      const int64_t lmax = spec.max_position_embeddings;
+      if (seq_len <= lmax) {
+        // Construction (or reset): base * 1 ** (d/(d-2)) in Python float64 = base.
+        default_chain(base);
+      } else {
+        // Growth path: seq_len is a 0-dim int64 tensor, so the new base is float32 arithmetic:
+        // base * ((factor * seq_len / max) - (factor - 1)) ** (dim / (dim - 2)).
+        const float factor = f32(*s.factor);
+        float growth = factor * static_cast<float>(seq_len);
+        growth = growth / static_cast<float>(lmax);
+        growth = growth - f32(*s.factor - 1.0);
+        // The exponent stays a Python float: torch raises the float32 value to the double exponent
+        // and rounds (measured on the golden dynamic case: a float32 exponent is 2 ulps off).
+        const float new_base =
+            base * f32(std::pow(static_cast<double>(growth), static_cast<double>(dim) / static_cast<double>(dim - 2)));
+        default_chain(new_base);
+      }
+      break;
+    }
+    case ScalingType::Yarn: {
+      // _compute_yarn_parameters: correction range in Python float64, the rest float32.
+      const double factor = frequencies(spec, seq_len).effective_factor;
+      const YarnCorrectionRange range = yarn_correction_range(spec);
+      double low = range.low;
+      double high = range.high;
+      if (low == high) high += 0.001;
+      for (int64_t i = 0; i < num_pairs; ++i) {
+        const float pos_freq = powf_rounded(base, hf_exponent(i, dim));
+        const float extrapolation = 1.0f / pos_freq;
+        const float interpolation = 1.0f / (f32(factor) * pos_freq);
+        float ramp = (static_cast<float>(i) - f32(low)) / f32(high - low);
+        ramp = std::clamp(ramp, 0.0f, 1.0f);
+        const float extrapolation_factor = 1.0f - ramp;
+        inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+      }
+      break;
+    }
+    case ScalingType::LongRope: {
+      const bool use_long = seq_len > spec.original_context();
+      const std::vector<double>& factors = use_long ? s.long_factor : s.short_factor;
+      for (int64_t i = 0; i < num_pairs; ++i) {
+        inv[i] = 1.0f / (f32(factors[i]) * powf_rounded(base, hf_exponent(i, dim)));
+      }
+      break;
+    }
+    case ScalingType::Llama3: {
+      default_chain(base);
+      const float factor = f32(*s.factor);
+      const double original = static_cast<double>(spec.original_context());
+      const float low_wavelength = f32(original / s.low_freq_factor);
+      const float high_wavelength = f32(original / s.high_freq_factor);
+      const float two_pi = f32(2 * std::numbers::pi);
+      for (float& v : inv) {
+        const float wavelength = two_pi / v;
+        const float scaled = wavelength > low_wavelength ? v / factor : v;
+        const float smooth = (f32(original) / wavelength - f32(s.low_freq_factor)) /
+                             f32(s.high_freq_factor - s.low_freq_factor);
+        const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        const bool medium = !(wavelength < high_wavelength) && !(wavelength > low_wavelength);
+        v = medium ? smoothed : scaled;
+      }
+      break;
+    }
+    case ScalingType::Proportional: {
+      const auto rotated =
+          static_cast<int64_t>(std::floor(spec.partial_rotary_factor * static_cast<double>(spec.head_dim) / 2.0));
+      for (int64_t i = 0; i < num_pairs; ++i) {
+        inv[i] = i < rotated ? 1.0f / powf_rounded(base, hf_exponent(i, spec.head_dim)) : 0.0f;
+      }
+      const float factor = f32(s.factor.value_or(1.0));
+      for (float& v : inv) v /= factor;
+      break;
+    }
+  }
+  return inv;
+}
+
+// ---- RopeCache -------------------------------------------------------------------------------
+
+RopeCache::RopeCache(RopeSpec spec, TableOptions options) : spec_(std::move(spec)), options_(std::move(options)) {
+  options_.seq_len = 0;
+  original_ = std::make_shared<const CosSinTable>(spec_, options_);
+  current_ = original_;
+  max_seq_len_cached_ = spec_.max_position_embeddings;
+}
+
+std::shared_ptr<const CosSinTable> RopeCache::table_for(int64_t max_position) {
+  if (max_position < 0) {
+    throw Error(detail::concat("RopeCache::table_for: max_position must be >= 0 (got ", max_position, ")"));
+  }
+  const int64_t seq_len = max_position + 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (spec_.scaling.type == ScalingType::Dynamic) {
+    // transformers dynamic_frequency_update: growth, then reset below the original length.
+    const int64_t cached = max_seq_len_cached_;
+    const int64_t original = spec_.max_position_embeddings;
+    if (seq_len > cached) {
+      TableOptions grown = options_;
+      grown.seq_len = seq_len;
+      current_ = std::make_shared<const CosSinTable>(spec_, grown);
+      max_seq_len_cached_ = seq_len;
+    }
+    if (seq_len < original && cached > original) {
+      current_ = original_;
+      max_seq_len_cached_ = original;
+    }
+    return current_;
+  }
+  if (spec_.scaling.type == ScalingType::LongRope) {
+    // transformers longrope_frequency_update: long factors past the original length.
+    if (seq_len > spec_.original_context()) {
+      if (!long_) {
+        TableOptions long_options = options_;
+        long_options.seq_len = spec_.original_context() + 1;
+        long_ = std::make_shared<const CosSinTable>(spec_, long_options);
+      }
+      return long_;
+    }
+    return original_;
+  }
+  return original_;
+}
+
+int64_t RopeCache::max_seq_len_cached() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return max_seq_len_cached_;
+}
+
+}  // namespace rotary

@@ -1,0 +1,288 @@
+// src/cpu/reference.cpp: the float64 definition of apply() (include/rotary/apply.hpp).
+//
+// Plain scalar loops in float64 that mirror the math of apply.hpp line for line: no SIMD, no
+// threads, no shortcuts (STYLE.md section 9). Every fast path is tested against this file, so
+// it favours being obviously right over being fast.
+//
+// Per token: its position in each stream, the table row(s) at those positions, then for every
+// head of q (and k) the whole head is read first and written after, so that in-place calls
+// (q_out == q) read no value they already wrote.
+//
+// Sources of the math:
+//   rotation:   RoFormer (Su et al. 2021, arXiv:2104.09864) eq. 34: a' = a cos - c sin,
+//               c' = c cos + a sin for the pair (a, c) at angle p * theta_i;
+//   NeoX pairs: HF apply_rotary_pos_emb with rotate_half(x) = cat(-x2, x1): pair i = (x[i], x[i + d/2]);
+//   GPT-J:      Meta llama apply_rotary_emb, view_as_complex(x) * freqs_cis: pair i = (x[2i], x[2i+1]),
+//               (a + i c) * (cos + i sin) = (a cos - c sin) + i (c cos + a sin), the same rotation;
+//   backward:   the transpose R(p)^T = R(-p): sin -> -sin (flash-attn `conjugate`, ggml sin_sign);
+//               with attention scaling or xPos it is the transpose of the scaled rotation, i.e.
+//               the gradient, which is the inverse only when the scale is 1;
+//   M-RoPE:     HF apply_multimodal_rotary_pos_emb (Qwen2-VL, chunked) and Qwen3-VL's interleaved
+//               assignment: pair i reads the position of stream pair_streams(spec)[i];
+//   2-D vision: HF Qwen2-VL apply_rotary_pos_emb_vision: rotate_half over cat(row, column) freqs;
+//               pairs [0, d/4) read the row, [d/4, d/2) the column;
+//   xPos:       Sun et al. 2022 (arXiv:2212.10554) as flash-attn's RotaryEmbedding(scale_base):
+//               scale = (arange(0, d, 2) + 0.4 d) / (1.4 d), power = (p - L // 2) / scale_base,
+//               cos_q = cos * scale^power, cos_k = cos / scale^power (likewise sin).
+//
+// Storage: values load exactly as double (bf16_to_float / f16_to_float widen exactly) and are
+// rounded once on store: float32 by the IEEE conversion, bf16 / f16 by narrow_from_double below
+// (round to nearest even from the double itself; double -> float -> bf16 would round twice).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary::reference {
+namespace {
+
+// ---- storage ------------------------------------------------------------------------------------
+
+// Rounds a double to nearest even in a binary format with `mantissa_bits` stored mantissa bits
+// and `exponent_bits` exponent bits (bf16: 7, 8; binary16: 10, 5), in one step from the double.
+// NaN stays a quiet NaN with the sign kept, infinities stay infinite, overflow gives infinity,
+// and the sign of zero is kept.
+//
+// Method: |v| = m * 2^q exactly (m < 2^53 from the double's bits). The target's unit in the last
+// place at |v| is 2^u, u = max(e, emin) - mantissa_bits (e = floor(log2 |v|); below emin the
+// unit stays that of the subnormals). k = round_to_nearest_even(m / 2^(u - q)) counts those
+// units, and ((max(e, emin) + bias - 1) << mantissa_bits) + k is the target's bit pattern: k
+// includes the implicit bit, which carries into the exponent field, and a rounding carry that
+// doubles k steps the exponent correctly; for subnormals the exponent term is 0 and k is the
+// pattern. Anything at or past the infinity pattern is infinity.
+uint16_t narrow_from_double(double value, int mantissa_bits, int exponent_bits) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 63) << (mantissa_bits + exponent_bits));
+  const auto infinity = static_cast<uint16_t>(((1u << exponent_bits) - 1u) << mantissa_bits);
+  const uint64_t exponent_field = (bits >> 52) & 0x7FFu;
+  const uint64_t mantissa_field = bits & ((uint64_t{1} << 52) - 1u);
+  if (exponent_field == 0x7FFu) {
+    if (mantissa_field == 0) return static_cast<uint16_t>(sign | infinity);
+    // NaN: the top payload bits, with the quiet bit set so that it cannot become infinity.
+    const auto payload = static_cast<uint16_t>(mantissa_field >> (52 - mantissa_bits));
+    return static_cast<uint16_t>(sign | infinity | payload | (1u << (mantissa_bits - 1)));
+  }
+  // Zero and double subnormals (< 2^-1022): far below half the smallest bf16 / f16 subnormal.
+  if (exponent_field == 0) return sign;
+
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const int emin = 1 - bias;
+  const int e = static_cast<int>(exponent_field) - 1023;  // |v| in [2^e, 2^(e+1))
+  const uint64_t m = mantissa_field | (uint64_t{1} << 52);  // |v| = m * 2^(e - 52)
+  const int e_target = e > emin ? e : emin;
+  const int shift = (e_target - mantissa_bits) - (e - 52);  // >= 52 - mantissa_bits > 0
+  // m < 2^53, so shift >= 54 means |v| < 2^(u - 1): below half a unit, rounds to zero.
+  if (shift >= 54) return sign;
+  uint64_t k = m >> shift;
+  const uint64_t rest = m & ((uint64_t{1} << shift) - 1u);
+  const uint64_t half = uint64_t{1} << (shift - 1);
+  if (rest > half || (rest == half && (k & 1u) != 0)) ++k;
+  // e_target + bias - 1 >= 0; large exponents only make the pattern larger than infinity's.
+  const uint64_t pattern = (static_cast<uint64_t>(e_target + bias - 1) << mantissa_bits) + k;
+  if (pattern >= infinity) return static_cast<uint16_t>(sign | infinity);
+  return static_cast<uint16_t>(sign | pattern);
+}
+
+uint16_t double_to_bf16(double value) { return narrow_from_double(value, 7, 8); }
+uint16_t double_to_f16(double value) { return narrow_from_double(value, 10, 5); }
+
+double load(const void* data, DType dtype, int64_t offset_elems) {
+  switch (dtype) {
+    case DType::F32: return static_cast<const float*>(data)[offset_elems];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[offset_elems]);
+    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[offset_elems]);
+    case DType::F64: return static_cast<const double*>(data)[offset_elems];
+  }
+  return 0.0;  // unreachable: dtypes are checked
+}
+
+void store(void* data, DType dtype, int64_t offset_elems, double value) {
+  switch (dtype) {
+    case DType::F32: static_cast<float*>(data)[offset_elems] = static_cast<float>(value); return;
+    case DType::BF16: static_cast<uint16_t*>(data)[offset_elems] = double_to_bf16(value); return;
+    case DType::F16: static_cast<uint16_t*>(data)[offset_elems] = double_to_f16(value); return;
+    case DType::F64: static_cast<double*>(data)[offset_elems] = value; return;
+  }
+}
+
+// ---- one head -------------------------------------------------------------------------------
+
+// The per-pair values one token uses, already including attention scaling (the table's) and,
+// for xPos, zeta_i^(+-e(p)).
+struct PairValues {
+  std::vector<double> cos;
+  std::vector<double> sin;
+};
+
+// Rotates one head: element offsets in_base + j * in_stride (j < head_dim) to out_base + j *
+// out_stride. Reads the whole head before writing any of it (in-place safety).
+//
+// Pair i with partner elements (a, c) and C = values.cos[i], S = values.sin[i]:
+//   NeoX:  a = x[o + i],  c = x[o + i + d/2]      GPT-J:  a = x[o + 2i],  c = x[o + 2i + 1]
+//   forward:   a' = a*C - c*S,  c' = c*C + a*S   (RoFormer eq. 34; HF q*cos + rotate_half(q)*sin)
+//   backward:  a' = a*C + c*S,  c' = c*C - a*S   (the transpose: sin -> -sin)
+// Elements outside [o, o + d) are copied (converted to the output dtype).
+// a*C - c*S is two products and a difference in double; a compiler allowed to contract it into
+// an FMA (-ffp-contract=fast with FMA hardware) rounds once less, which every stated tolerance
+// covers (they all allow at least two double roundings of |a C| + |c S|).
+void rotate_head(const TensorView& in, int64_t in_base, int64_t in_stride, const TensorView& out, int64_t out_base,
+                 int64_t out_stride, int64_t head_dim, const PairValues& values, Style style, Direction direction,
+                 int64_t rotary_offset, int64_t rotary_dim, std::vector<double>& x, std::vector<double>& y) {
+  for (int64_t j = 0; j < head_dim; ++j) x[static_cast<size_t>(j)] = load(in.data, in.dtype, in_base + j * in_stride);
+  y = x;  // pass-through elements keep their value
+  const int64_t num_pairs = rotary_dim / 2;
+  for (int64_t i = 0; i < num_pairs; ++i) {
+    const int64_t index_a = style == Style::NeoX ? rotary_offset + i : rotary_offset + 2 * i;
+    const int64_t index_c = style == Style::NeoX ? rotary_offset + i + num_pairs : rotary_offset + 2 * i + 1;
+    const double a = x[static_cast<size_t>(index_a)];
+    const double c = x[static_cast<size_t>(index_c)];
+    const double cos_value = values.cos[static_cast<size_t>(i)];
+    const double sin_value = values.sin[static_cast<size_t>(i)];
+    if (direction == Direction::Forward) {
+      y[static_cast<size_t>(index_a)] = a * cos_value - c * sin_value;
+      y[static_cast<size_t>(index_c)] = c * cos_value + a * sin_value;
+    } else {
+      y[static_cast<size_t>(index_a)] = a * cos_value + c * sin_value;
+      y[static_cast<size_t>(index_c)] = c * cos_value - a * sin_value;
+    }
+  }
+  for (int64_t j = 0; j < head_dim; ++j) store(out.data, out.dtype, out_base + j * out_stride, y[static_cast<size_t>(j)]);
+}
+
+}  // namespace
+
+void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
+           const Positions& positions, const CosSinTable& table, const ApplyOptions& options, TableValues values) {
+  check_apply_arguments(q, k, q_out, k_out, positions, table, options);
+
+  const RopeSpec& spec = table.spec();
+  const int streams = position_streams(spec);
+  const std::vector<int> stream_of_pair = pair_streams(spec);
+  const int64_t num_pairs = table.num_pairs();
+  const int64_t rotary_dim = 2 * num_pairs;
+  const bool has_k = k.data != nullptr || k_out.data != nullptr;  // checked: both given or neither
+  const bool thd = q.layout == Layout::THD;
+
+  const NamedAxes q_axes = named_axes(q);
+  const NamedAxes q_out_axes = named_axes(q_out);
+  const NamedAxes k_axes = has_k ? named_axes(k) : NamedAxes{};
+  const NamedAxes k_out_axes = has_k ? named_axes(k_out) : NamedAxes{};
+  const int64_t tokens = q_axes.batch * q_axes.seq;
+
+  // The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
+  // per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).
+  struct Sequence {
+    int64_t first_token, length, batch_index, first_seq_index;
+  };
+  std::vector<Sequence> sequences;
+  if (thd) {
+    for (int64_t n = 0; n < positions.num_sequences; ++n) {
+      const int64_t first = positions.cu_seqlens[n];
+      sequences.push_back({first, positions.cu_seqlens[n + 1] - first, 0, first});
+    }
+  } else {
+    for (int64_t b = 0; b < q_axes.batch; ++b) sequences.push_back({b * q_axes.seq, q_axes.seq, b, 0});
+  }
+
+  // xPos (flash-attn RotaryEmbedding, scale_base): zeta_i = (2i + 0.4 d) / (1.4 d),
+  // e(p) = (p - L // 2) / scale_base with L = options.xpos_length, else max_position_embeddings.
+  const bool xpos = spec.xpos.has_value();
+  std::vector<double> zeta(static_cast<size_t>(num_pairs));
+  int64_t xpos_half_length = 0;
+  if (xpos) {
+    const auto d = static_cast<double>(rotary_dim);
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      zeta[static_cast<size_t>(i)] = (2.0 * static_cast<double>(i) + 0.4 * d) / (1.4 * d);
+    }
+    const int64_t length = options.xpos_length > 0 ? options.xpos_length : spec.max_position_embeddings;
+    xpos_half_length = length / 2;
+  }
+
+  // Table rows of one token, per stream, in double.
+  std::vector<double> row_cos(static_cast<size_t>(streams * num_pairs));
+  std::vector<double> row_sin(static_cast<size_t>(streams * num_pairs));
+  std::vector<float> row_cos_f32(static_cast<size_t>(num_pairs));
+  std::vector<float> row_sin_f32(static_cast<size_t>(num_pairs));
+  PairValues q_values{std::vector<double>(static_cast<size_t>(num_pairs)), std::vector<double>(static_cast<size_t>(num_pairs))};
+  PairValues k_values = q_values;
+  std::vector<int64_t> token_positions(static_cast<size_t>(streams));
+  int64_t head_dim_max = q_axes.dim;
+  if (has_k && k_axes.dim > head_dim_max) head_dim_max = k_axes.dim;
+  std::vector<double> x(static_cast<size_t>(head_dim_max));
+  std::vector<double> y(static_cast<size_t>(head_dim_max));
+
+  for (size_t n = 0; n < sequences.size(); ++n) {
+    const Sequence& sequence = sequences[n];
+    for (int64_t s = 0; s < sequence.length; ++s) {
+      const int64_t token = sequence.first_token + s;
+
+      // Positions: per_token is stream-major [streams][tokens]; offsets give offset[n] + s;
+      // neither gives s (arange per sequence).
+      for (int stream = 0; stream < streams; ++stream) {
+        int64_t position = s;
+        if (positions.per_token != nullptr) {
+          position = positions.per_token[stream * tokens + token];
+        } else if (positions.sequence_offsets != nullptr) {
+          position = positions.sequence_offsets[n] + s;
+        }
+        token_positions[static_cast<size_t>(stream)] = position;
+        double* cos_out = &row_cos[static_cast<size_t>(stream * num_pairs)];
+        double* sin_out = &row_sin[static_cast<size_t>(stream * num_pairs)];
+        if (values == TableValues::Exact64) {
+          table.row_f64(position, cos_out, sin_out);
+        } else {
+          table.row(position, row_cos_f32.data(), row_sin_f32.data());
+          for (int64_t i = 0; i < num_pairs; ++i) {
+            cos_out[i] = row_cos_f32[static_cast<size_t>(i)];
+            sin_out[i] = row_sin_f32[static_cast<size_t>(i)];
+          }
+        }
+      }
+
+      // Pair i: C and S at the position of its stream; xPos multiplies q's by zeta_i^e(p) and
+      // divides k's by it.
+      const double xpos_power =
+          xpos ? static_cast<double>(token_positions[0] - xpos_half_length) / spec.xpos->scale_base : 0.0;
+      for (int64_t i = 0; i < num_pairs; ++i) {
+        const auto stream = static_cast<size_t>(stream_of_pair[static_cast<size_t>(i)]);
+        const double cos_value = row_cos[stream * static_cast<size_t>(num_pairs) + static_cast<size_t>(i)];
+        const double sin_value = row_sin[stream * static_cast<size_t>(num_pairs) + static_cast<size_t>(i)];
+        const auto pair = static_cast<size_t>(i);
+        if (xpos) {
+          const double scale = std::pow(zeta[pair], xpos_power);
+          q_values.cos[pair] = cos_value * scale;
+          q_values.sin[pair] = sin_value * scale;
+          k_values.cos[pair] = cos_value / scale;
+          k_values.sin[pair] = sin_value / scale;
+        } else {
+          q_values.cos[pair] = k_values.cos[pair] = cos_value;
+          q_values.sin[pair] = k_values.sin[pair] = sin_value;
+        }
+      }
+
+      const int64_t b = sequence.batch_index;
+      const int64_t seq_index = sequence.first_seq_index + s;
+      for (int64_t h = 0; h < q_axes.heads; ++h) {
+        rotate_head(q, b * q_axes.stride_batch + seq_index * q_axes.stride_seq + h * q_axes.stride_heads,
+                    q_axes.stride_dim, q_out,
+                    b * q_out_axes.stride_batch + seq_index * q_out_axes.stride_seq + h * q_out_axes.stride_heads,
+                    q_out_axes.stride_dim, q_axes.dim, q_values, spec.style, options.direction, options.rotary_offset,
+                    rotary_dim, x, y);
+      }
+      if (!has_k) continue;
+      for (int64_t h = 0; h < k_axes.heads; ++h) {
+        rotate_head(k, b * k_axes.stride_batch + seq_index * k_axes.stride_seq + h * k_axes.stride_heads,
+                    k_axes.stride_dim, k_out,
+                    b * k_out_axes.stride_batch + seq_index * k_out_axes.stride_seq + h * k_out_axes.stride_heads,
+                    k_out_axes.stride_dim, k_axes.dim, k_values, spec.style, options.direction, options.rotary_offset,
+                    rotary_dim, x, y);
+      }
+    }
+  }
+}
+
+}  // namespace rotary::reference

@@ -1,0 +1,633 @@
+// tests/core/npy_test.cpp: npy.hpp — round trips, byte-for-byte agreement with files NumPy wrote,
+// the header dialects NumPy and ml_dtypes produce, every way a file can be malformed or lie, and
+// random corruption (which must give rotary::Error, never a crash: run under ASan).
+#include "rotary/npy.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rotary/error.hpp"
+
+namespace rotary::npy {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+using namespace std::string_view_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Files written by NumPy 2.4.6 (np.save, or np.lib.format.write_array with version=), pasted
+// byte for byte. Octal escapes, as they never swallow a following character.
+
+// np.arange(6, dtype=np.float32).reshape(2, 3) * 1.5 - 2
+constexpr char kNumpyFloat32_2x3[] =
+    "\223NUMPY\001\000v\000{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }         "
+    "                                                 \012"
+    "\000\000\000\300\000\000\000\277\000\000\200?\000\000 @\000\000\200@\000\000\260@";
+// np.array([1, -2, 0.5, 65504, -0.0], dtype=np.float16)
+constexpr char kNumpyFloat16_5[] =
+    "\223NUMPY\001\000v\000{'descr': '<f2', 'fortran_order': False, 'shape': (5,), }           "
+    "                                                 \012"
+    "\000<\000\300\0008\377{\000\200";
+// np.array(3.25, dtype=np.float64)
+constexpr char kNumpyFloat64Scalar[] =
+    "\223NUMPY\001\000v\000{'descr': '<f8', 'fortran_order': False, 'shape': (), }             "
+    "                                                 \012"
+    "\000\000\000\000\000\000\012@";
+// np.zeros((0, 3), dtype=np.int64)
+constexpr char kNumpyInt64_0x3[] =
+    "\223NUMPY\001\000v\000{'descr': '<i8', 'fortran_order': False, 'shape': (0, 3), }         "
+    "                                                 \012";
+// np.array([[[0x3F80, 0xC000]], [[0x7F80, 0x0001]]], dtype=np.uint16): bfloat16 bit patterns
+constexpr char kNumpyUint16_2x1x2[] =
+    "\223NUMPY\001\000v\000{'descr': '<u2', 'fortran_order': False, 'shape': (2, 1, 2), }      "
+    "                                                 \012"
+    "\200?\000\300\200\177\001\000";
+// np.array([1.0, 2.0], dtype=np.float32), format versions 2.0 and 3.0
+constexpr char kNumpyFloat32Version2[] =
+    "\223NUMPY\002\000t\000\000\000{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }   "
+    "                                                       \012"
+    "\000\000\200?\000\000\000@";
+constexpr char kNumpyFloat32Version3[] =
+    "\223NUMPY\003\000t\000\000\000{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }   "
+    "                                                       \012"
+    "\000\000\200?\000\000\000@";
+
+template <size_t N>
+std::vector<unsigned char> bytes_of(const char (&literal)[N]) {
+  return std::vector<unsigned char>(literal, literal + N - 1);  // without the terminating NUL
+}
+
+template <typename T>
+std::vector<T> values_of(const Array& array) {
+  std::vector<T> values(array.bytes.size() / sizeof(T));
+  std::memcpy(values.data(), array.bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+// A .npy file around a hand-written header: magic, version, length field, header, data. No
+// padding, which readers must not require.
+std::vector<unsigned char> npy_file(std::string_view header, std::string_view data, int major = 1, int minor = 0) {
+  std::vector<unsigned char> file = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<unsigned char>(major),
+                                     static_cast<unsigned char>(minor)};
+  const int length_bytes = major == 1 ? 2 : 4;
+  for (int i = 0; i < length_bytes; ++i) file.push_back(static_cast<unsigned char>(header.size() >> (8 * i)));
+  file.insert(file.end(), header.begin(), header.end());
+  file.insert(file.end(), data.begin(), data.end());
+  return file;
+}
+
+const std::string kData24(24, '\x01');  // 2 x 3 float32
+constexpr std::string_view kHeader2x3 = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+
+Array parse_header(std::string_view header, std::string_view data = kData24) {
+  return parse(npy_file(header, data), "t.npy");
+}
+
+Array random_array(ElementType type, std::vector<int64_t> shape, std::mt19937& rng) {
+  Array array;
+  array.type = type;
+  array.shape = std::move(shape);
+  array.bytes.resize(static_cast<size_t>(array.size() * element_size(type)));
+  for (unsigned char& byte : array.bytes) byte = static_cast<unsigned char>(rng());
+  return array;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names, sizes.
+
+TEST(Npy, ElementTypeNamesAndSizes) {
+  EXPECT_EQ(to_string(ElementType::Float32), "float32");
+  EXPECT_EQ(to_string(ElementType::Float16), "float16");
+  EXPECT_EQ(to_string(ElementType::BFloat16), "bfloat16");
+  EXPECT_EQ(to_string(ElementType::Float64), "float64");
+  EXPECT_EQ(to_string(ElementType::Int64), "int64");
+  EXPECT_EQ(element_size(ElementType::Float32), 4);
+  EXPECT_EQ(element_size(ElementType::Float16), 2);
+  EXPECT_EQ(element_size(ElementType::BFloat16), 2);
+  EXPECT_EQ(element_size(ElementType::Float64), 8);
+  EXPECT_EQ(element_size(ElementType::Int64), 8);
+}
+
+TEST(Npy, SizeIsProductOfShapeAndOneForZeroDimensional) {
+  Array array;
+  EXPECT_EQ(array.size(), 1);
+  array.shape = {2, 3, 4};
+  EXPECT_EQ(array.size(), 24);
+  array.shape = {0, 3};
+  EXPECT_EQ(array.size(), 0);
+  array.shape = {2, -3};
+  EXPECT_THAT([&] { (void)array.size(); }, ThrowsMessage<rotary::Error>(HasSubstr("shape[1] must be >= 0 (got -3)")));
+  array.shape = {int64_t{1} << 62, 4};
+  EXPECT_THAT([&] { (void)array.size(); }, ThrowsMessage<rotary::Error>(HasSubstr("element count must fit in int64")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips and NumPy's own bytes.
+
+TEST(Npy, RoundTripsEveryElementTypeAndShape) {
+  std::mt19937 rng(20240611);
+  SCOPED_TRACE("seed 20240611");
+  const std::vector<std::vector<int64_t>> shapes = {{}, {5}, {2, 3}, {0, 3}, {3, 0}, {2, 1, 4}, {1, 1, 1, 7}, {70}};
+  for (ElementType type : {ElementType::Float32, ElementType::Float16, ElementType::BFloat16, ElementType::Float64,
+                           ElementType::Int64}) {
+    for (const std::vector<int64_t>& shape : shapes) {
+      const Array original = random_array(type, shape, rng);
+      const std::vector<unsigned char> file = serialize(original);
+      const Array back = parse(file, "roundtrip.npy");
+      SCOPED_TRACE(std::string(to_string(type)) + " rank " + std::to_string(shape.size()));
+      EXPECT_EQ(back.type, type);
+      EXPECT_EQ(back.shape, shape);
+      EXPECT_EQ(back.bytes, original.bytes);
+      // NumPy's layout: version 1.0 and the data aligned to 64 bytes after a '\n'.
+      const size_t data_offset = file.size() - original.bytes.size();
+      EXPECT_EQ(file[6], 1);
+      EXPECT_EQ(data_offset % 64, 0u);
+      EXPECT_EQ(file[data_offset - 1], '\n');
+      EXPECT_EQ(data_offset, 10u + (file[8] | (file[9] << 8)));
+    }
+  }
+}
+
+TEST(Npy, ParsesFilesNumpyWrote) {
+  const Array f32 = parse(bytes_of(kNumpyFloat32_2x3), "f32.npy");
+  EXPECT_EQ(f32.type, ElementType::Float32);
+  EXPECT_EQ(f32.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values_of<float>(f32), (std::vector<float>{-2.0f, -0.5f, 1.0f, 2.5f, 4.0f, 5.5f}));
+
+  const Array f16 = parse(bytes_of(kNumpyFloat16_5), "f16.npy");
+  EXPECT_EQ(f16.type, ElementType::Float16);
+  EXPECT_EQ(f16.shape, (std::vector<int64_t>{5}));
+  EXPECT_EQ(values_of<uint16_t>(f16), (std::vector<uint16_t>{0x3C00, 0xC000, 0x3800, 0x7BFF, 0x8000}));
+
+  const Array f64 = parse(bytes_of(kNumpyFloat64Scalar), "f64.npy");
+  EXPECT_EQ(f64.type, ElementType::Float64);
+  EXPECT_TRUE(f64.shape.empty());
+  EXPECT_EQ(f64.size(), 1);
+  EXPECT_EQ(values_of<double>(f64), (std::vector<double>{3.25}));
+
+  const Array i64 = parse(bytes_of(kNumpyInt64_0x3), "i64.npy");
+  EXPECT_EQ(i64.type, ElementType::Int64);
+  EXPECT_EQ(i64.shape, (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(i64.bytes.empty());
+
+  const Array bf16 = parse(bytes_of(kNumpyUint16_2x1x2), "bf16.npy");
+  EXPECT_EQ(bf16.type, ElementType::BFloat16);
+  EXPECT_EQ(bf16.shape, (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_EQ(values_of<uint16_t>(bf16), (std::vector<uint16_t>{0x3F80, 0xC000, 0x7F80, 0x0001}));
+}
+
+TEST(Npy, SerializeReproducesNumpyBytesExactly) {
+  for (const std::vector<unsigned char>& numpy_file :
+       {bytes_of(kNumpyFloat32_2x3), bytes_of(kNumpyFloat16_5), bytes_of(kNumpyFloat64Scalar),
+        bytes_of(kNumpyInt64_0x3), bytes_of(kNumpyUint16_2x1x2)}) {
+    EXPECT_EQ(serialize(parse(numpy_file, "numpy.npy")), numpy_file);
+  }
+}
+
+TEST(Npy, SerializeMatchesNumpyPaddingForLongFirstAxes) {
+  // NumPy leaves room for the first axis to grow to 21 digits, which moves the padding for long
+  // shapes into a second 64-byte block. Headers from np.save(np.zeros(shape, '<f8')).
+  Array array;
+  array.type = ElementType::Float64;
+  array.shape = {123456789012, 0, 7, 7, 7, 7, 7, 7};
+  const std::vector<unsigned char> file = serialize(array);
+  const std::string header(file.begin() + 10, file.end());
+  EXPECT_EQ(file.size(), 128u);
+  EXPECT_EQ(header,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (123456789012, 0, 7, 7, 7, 7, 7, 7), }" +
+                std::string(9 + 20, ' ') + "\n");
+}
+
+TEST(Npy, WritesBFloat16AsU2) {
+  std::mt19937 rng(7);
+  const std::vector<unsigned char> file = serialize(random_array(ElementType::BFloat16, {3}, rng));
+  EXPECT_THAT(std::string(file.begin(), file.end()), HasSubstr("'descr': '<u2'"));
+}
+
+TEST(Npy, ParsesVersion2And3Files) {
+  for (const std::vector<unsigned char>& numpy_file : {bytes_of(kNumpyFloat32Version2), bytes_of(kNumpyFloat32Version3)}) {
+    const Array array = parse(numpy_file, "v.npy");
+    EXPECT_EQ(array.type, ElementType::Float32);
+    EXPECT_EQ(array.shape, (std::vector<int64_t>{2}));
+    EXPECT_EQ(values_of<float>(array), (std::vector<float>{1.0f, 2.0f}));
+  }
+}
+
+TEST(Npy, UsesVersion2WhenHeaderExceeds65535Bytes) {
+  Array array;
+  array.type = ElementType::Float32;
+  array.shape.assign(30000, 1);  // "(1, 1, ...)": 90000 header bytes
+  array.bytes = {1, 2, 3, 4};
+  const std::vector<unsigned char> file = serialize(array);
+  EXPECT_EQ(file[6], 2);
+  EXPECT_EQ(file[7], 0);
+  const size_t header_length = file[8] | (file[9] << 8) | (file[10] << 16) | (static_cast<size_t>(file[11]) << 24);
+  EXPECT_EQ(12 + header_length + 4, file.size());
+  EXPECT_EQ((12 + header_length) % 64, 0u);
+  const Array back = parse(file, "wide.npy");
+  EXPECT_EQ(back.shape, array.shape);
+  EXPECT_EQ(back.bytes, array.bytes);
+}
+
+TEST(Npy, KeepsVersion1UpToTheLastHeaderThatFits) {
+  // Shape entries of 1 add 3 header bytes each: find the largest rank still written as 1.0 and
+  // check that one more dimension switches to 2.0.
+  Array array;
+  array.type = ElementType::Int64;
+  array.bytes.assign(8, 0);
+  int64_t rank = 21000;
+  while (true) {
+    array.shape.assign(static_cast<size_t>(rank), 1);
+    const std::vector<unsigned char> file = serialize(array);
+    if (file[6] == 2) break;
+    EXPECT_LE(file.size() - 8 - 10, 65535u);
+    ++rank;
+  }
+  array.shape.assign(static_cast<size_t>(rank - 1), 1);
+  const std::vector<unsigned char> last_v1 = serialize(array);
+  EXPECT_EQ(last_v1[6], 1);
+  EXPECT_GT(last_v1[8] | (last_v1[9] << 8), 65535 - 64 - 3);
+  EXPECT_EQ(parse(last_v1, "last.npy").shape.size(), static_cast<size_t>(rank - 1));
+}
+
+TEST(Npy, WriteThenReadRoundTripsThroughAFile) {
+  std::mt19937 rng(11);
+  const Array original = random_array(ElementType::Float16, {4, 5}, rng);
+  const std::string path = ::testing::TempDir() + "rotary_npy_test_" + std::to_string(::getpid()) + ".npy";
+  write(path, original);
+  const Array back = read(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(back.type, original.type);
+  EXPECT_EQ(back.shape, original.shape);
+  EXPECT_EQ(back.bytes, original.bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header dialects that are valid Python and that NumPy / ml_dtypes write.
+
+TEST(Npy, AcceptsAnyKeyOrderSpacingQuotesAndTrailingComma) {
+  for (std::string_view header : {
+           "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f4'}",
+           "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2,3)}",
+           "  {'descr':'<f4','fortran_order':False,'shape':( 2 , 3 , ),}\n",
+           "{\n\t'fortran_order' : False ,\n\t'shape' : (2, 3),\n\t'descr' : '<f4',\n}   \n",
+       }) {
+    SCOPED_TRACE(std::string(header));
+    const Array array = parse_header(header);
+    EXPECT_EQ(array.type, ElementType::Float32);
+    EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 3}));
+  }
+}
+
+TEST(Npy, AcceptsNativeOrderAndMlDtypesBFloat16Descrs) {
+  EXPECT_EQ(parse_header("{'descr': '=f4', 'fortran_order': False, 'shape': (2, 3), }").type, ElementType::Float32);
+  EXPECT_EQ(parse_header("{'descr': '=i8', 'fortran_order': False, 'shape': (3,), }").type, ElementType::Int64);
+  for (std::string_view descr : {"<V2", "=V2", "bfloat16", "<u2"}) {
+    const std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (4, 3), }";
+    EXPECT_EQ(parse_header(header).type, ElementType::BFloat16) << descr;
+  }
+}
+
+TEST(Npy, AcceptsPython2LongSuffixInVersion1And2Only) {
+  // NumPy filters 'L' out of 1.0 / 2.0 headers written by Python 2 (format.py _filter_header).
+  const std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }";
+  EXPECT_EQ(parse(npy_file(header, kData24, 1), "py2.npy").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(parse(npy_file(header, kData24, 2), "py2.npy").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT([&] { parse(npy_file(header, kData24, 3), "py3.npy"); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy py3.npy: shape must be a tuple of non-negative integers")));
+}
+
+TEST(Npy, AcceptsZeroSizeShapeWithHugeExtentsWithoutOverflow) {
+  const Array array = parse_header("{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 0, 4), }", "");
+  EXPECT_EQ(array.size(), 0);
+  EXPECT_TRUE(array.bytes.empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed and lying files. Each message names the file, the problem and the value found.
+
+void expect_parse_error(const std::vector<unsigned char>& file, const std::string& message) {
+  EXPECT_THAT([&] { parse(file, "t.npy"); }, ThrowsMessage<rotary::Error>(HasSubstr(message)));
+}
+
+void expect_header_error(std::string_view header, const std::string& message, std::string_view data = kData24) {
+  expect_parse_error(npy_file(header, data), message);
+}
+
+TEST(Npy, RejectsBadMagic) {
+  expect_parse_error({'P', 'K', 3, 4, 20, 0, 0, 0, 0, 0, 0, 0},
+                     "npy t.npy: file must start with the magic string '\\x93NUMPY' (got 'PK\\x03\\x04\\x14\\x00')");
+  expect_parse_error({0x93, 'N', 'U', 'M', 'P', 'y', 1, 0, 0, 0}, "magic string '\\x93NUMPY' (got '\\x93NUMPy')");
+}
+
+TEST(Npy, RejectsEmptyFile) { expect_parse_error({}, "npy t.npy: file must start with the magic string '\\x93NUMPY' (got '')"); }
+
+TEST(Npy, RejectsFileEndingAfterMagic) {
+  expect_parse_error({0x93, 'N', 'U', 'M', 'P', 'Y', 1},
+                     "npy t.npy: file must hold the 2 version bytes after the magic string (got 7 bytes)");
+}
+
+TEST(Npy, RejectsVersion4) {
+  expect_parse_error(npy_file(kHeader2x3, kData24, 4, 0), "npy t.npy: version must be 1.0, 2.0 or 3.0 (got 4.0)");
+}
+
+TEST(Npy, RejectsMinorVersionAndVersion0) {
+  expect_parse_error(npy_file(kHeader2x3, kData24, 1, 1), "version must be 1.0, 2.0 or 3.0 (got 1.1)");
+  expect_parse_error(npy_file(kHeader2x3, kData24, 0, 0), "version must be 1.0, 2.0 or 3.0 (got 0.0)");
+}
+
+TEST(Npy, RejectsFileTruncatedBeforeHeaderLength) {
+  expect_parse_error({0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 70},
+                     "npy t.npy: file must hold the 2-byte header length of version 1.0 (got 9 bytes)");
+  expect_parse_error({0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 70, 0, 0},
+                     "npy t.npy: file must hold the 4-byte header length of version 2.0 (got 11 bytes)");
+}
+
+TEST(Npy, RejectsHeaderLengthPastEndOfFile) {
+  std::vector<unsigned char> file = npy_file(kHeader2x3, "");
+  file[8] = 0xFF;  // 59-byte header claimed as 255
+  expect_parse_error(file, "npy t.npy: header length must be at most 59, the bytes left in the file (got 255)");
+}
+
+TEST(Npy, RejectsHugeVersion2HeaderLengthWithoutAllocating) {
+  std::vector<unsigned char> file = npy_file(kHeader2x3, kData24, 2);
+  for (int i = 8; i < 12; ++i) file[static_cast<size_t>(i)] = 0xFF;
+  expect_parse_error(file, "header length must be at most 83, the bytes left in the file (got 4294967295)");
+}
+
+TEST(Npy, RejectsHeaderThatIsNotADict) {
+  expect_header_error("[('descr', '<f4')]",
+                      "npy t.npy: header at offset 0 must be '{' opening the dict NumPy writes");
+  expect_header_error("", "header at offset 0 must be '{' opening the dict NumPy writes, {'descr': ..., "
+                          "'fortran_order': ..., 'shape': ..., } (got end of header)");
+}
+
+TEST(Npy, RejectsMissingDescr) {
+  expect_header_error("{'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: header must have the key 'descr' (got keys 'fortran_order', 'shape')");
+}
+
+TEST(Npy, RejectsMissingFortranOrder) {
+  expect_header_error("{'descr': '<f4', 'shape': (2, 3), }",
+                      "npy t.npy: header must have the key 'fortran_order' (got keys 'descr', 'shape')");
+}
+
+TEST(Npy, RejectsMissingShape) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False}",
+                      "npy t.npy: header must have the key 'shape' (got keys 'descr', 'fortran_order')");
+  expect_header_error("{}", "header must have the key 'descr' (got no keys)");
+}
+
+TEST(Npy, RejectsUnknownKey) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'order': 'C', 'shape': (2, 3), }",
+                      "npy t.npy: header key must be one of 'descr', 'fortran_order', 'shape' (got 'order')");
+}
+
+TEST(Npy, RejectsDuplicateKey) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (6,)}",
+                      "npy t.npy: header key 'shape' must appear once (got it again at offset 58)");
+}
+
+TEST(Npy, RejectsUnknownDescr) {
+  expect_header_error("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: descr must be one of '<f4', '<f2', '<u2', '<f8', '<i8' (got '<i4')");
+  expect_header_error("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", "(got '|u1')");
+  expect_header_error("{'descr': '', 'fortran_order': False, 'shape': (2, 3), }", "(got '')");
+}
+
+TEST(Npy, RejectsBigEndianWithAHint) {
+  expect_header_error("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: descr must be little-endian ('<' or '='): rotary does not byte-swap; save with "
+                      "a.astype(a.dtype.newbyteorder('<')) (got '>f4')");
+  expect_header_error("{'descr': '>i8', 'fortran_order': False, 'shape': (3,), }", "(got '>i8')");
+}
+
+TEST(Npy, RejectsStructuredDescr) {
+  expect_header_error("{'descr': [('x', '<f4')], 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: descr must be a string such as '<f4' (got '[('x', '<f4')], 'fortran_order': False, ...')");
+}
+
+TEST(Npy, RejectsFortranOrderTrue) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+                      "npy t.npy: fortran_order must be False: rotary reads C-order arrays; save with "
+                      "np.ascontiguousarray (got True)");
+}
+
+TEST(Npy, RejectsFortranOrderThatIsNotABool) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3), }",
+                      "npy t.npy: fortran_order must be True or False (got '0, 'shape': (2, 3), }')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (2, 3), }",
+                      "fortran_order must be True or False (got 'Falsey,");
+}
+
+TEST(Npy, RejectsNegativeShapeEntry) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }",
+                      "npy t.npy: shape[1] must be >= 0 (got -3)");
+}
+
+TEST(Npy, RejectsShapeWhoseElementCountOverflows) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
+                      "npy t.npy: shape must describe fewer than 2^63 bytes of float32 data (got "
+                      "(4611686018427387904, 4))");
+}
+
+TEST(Npy, RejectsShapeWhoseByteCountOverflows) {
+  // 2^61 * 2 elements fit in int64; times 4 bytes they do not.
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2305843009213693952, 2), }",
+                      "shape must describe fewer than 2^63 bytes of float32 data");
+}
+
+TEST(Npy, RejectsHugeShapeThatFitsInt64ButNotTheFile) {
+  expect_header_error("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000000), }",
+                      "npy t.npy: data must hold 8000000000000000000 bytes for shape (1000000000, 1000000000) "
+                      "float64 (got 24)");
+}
+
+TEST(Npy, RejectsShapeEntryBeyondInt64) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 0), }",
+                      "npy t.npy: shape[0] must fit in int64 (got 99999999999999999999)");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 9223372036854775808), }",
+                      "shape[1] must fit in int64 (got 9223372036854775808)");
+}
+
+TEST(Npy, RejectsDataTooShort) {
+  expect_header_error(kHeader2x3, "npy t.npy: data must hold 24 bytes for shape (2, 3) float32 (got 20)",
+                      std::string(20, '\0'));
+}
+
+TEST(Npy, RejectsDataTooLong) {
+  expect_header_error(kHeader2x3, "npy t.npy: data must hold 24 bytes for shape (2, 3) float32 (got 28)",
+                      std::string(28, '\0'));
+  expect_header_error("{'descr': '<f8', 'fortran_order': False, 'shape': (), }",
+                      "data must hold 8 bytes for shape () float64 (got 0)", "");
+}
+
+TEST(Npy, RejectsNonIntegerShape) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2.5, 3), }",
+                      "npy t.npy: shape must be a tuple of non-negative integers such as (2, 3) (got '(2.5, 3), }')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': ('2', 3), }",
+                      "shape must be a tuple of non-negative integers such as (2, 3) (got '('2', 3), }')");
+}
+
+TEST(Npy, RejectsShapeThatIsNotATuple) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': [2, 3], }",
+                      "shape must be a tuple of non-negative integers such as (2, 3) (got '[2, 3], }')");
+  // (6) is the integer 6 in Python.
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", "(got '(6), }')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': 6, }", "(got '6, }')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }", "(got '(2 3), }')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2,,), }", "(got '(2,,), }')");
+}
+
+TEST(Npy, RejectsUnterminatedString) {
+  // The string ends at the next quote, which leaves the following key unquoted.
+  expect_header_error("{'descr': '<f4, 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: header at offset 17 must be ',' or '}' after a value (got 'fortran_order': False");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape",
+                      "npy t.npy: header string at offset 41 must end with a closing ' (got ''shape')");
+  expect_header_error("{'descr\n': '<f4'}", "header string at offset 1 must be plain characters closed by its opening "
+                                            "quote on the same line (got ''descr\\n': '<f4'}')");
+}
+
+TEST(Npy, RejectsMissingColonAndMissingComma) {
+  expect_header_error("{'descr' '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: header at offset 9 must be ':' after the key (got ''<f4', 'fortran_order': False, 'shape': ...')");
+  expect_header_error("{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3), }",
+                      "header at offset 16 must be ',' or '}' after a value");
+}
+
+TEST(Npy, RejectsUnclosedDictAndTextAfterIt) {
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), ",
+                      "header at offset 58 must be a quoted key or '}' (got end of header)");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } x",
+                      "header at offset 60 must be the end of the header after the dict (got 'x')");
+  expect_header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\0"sv, "(got '\\x00')");
+}
+
+TEST(Npy, ReadOfMissingFileNamesPathAndReason) {
+  const std::string path = ::testing::TempDir() + "rotary_npy_test_no_such_file.npy";
+  EXPECT_THAT([&] { read(path); },
+              ThrowsMessage<rotary::Error>(HasSubstr(path + ": cannot read file: No such file or directory")));
+}
+
+TEST(Npy, ReadOfDirectoryNamesPathAndReason) {
+  const std::string path = ::testing::TempDir();
+  EXPECT_THAT([&] { read(path); }, ThrowsMessage<rotary::Error>(HasSubstr(path + ": cannot read file: Is a directory")));
+}
+
+TEST(Npy, ReadOfMalformedFileNamesThePath) {
+  const std::string path = ::testing::TempDir() + "rotary_npy_test_bad_" + std::to_string(::getpid()) + ".npy";
+  std::FILE* stream = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(stream, nullptr);
+  std::fputs("not numpy", stream);
+  std::fclose(stream);
+  EXPECT_THAT([&] { read(path); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy " + path + ": file must start with the magic string")));
+  std::remove(path.c_str());
+}
+
+TEST(Npy, WriteToMissingDirectoryNamesPathAndReason) {
+  std::mt19937 rng(3);
+  const std::string path = ::testing::TempDir() + "rotary_npy_test_no_such_dir/a.npy";
+  EXPECT_THAT([&] { write(path, random_array(ElementType::Float32, {2}, rng)); },
+              ThrowsMessage<rotary::Error>(HasSubstr(path + ": cannot write file: No such file or directory")));
+}
+
+TEST(Npy, SerializeRejectsBytesThatDoNotMatchShape) {
+  Array array;
+  array.type = ElementType::Float32;
+  array.shape = {2, 3};
+  array.bytes.assign(20, 0);
+  EXPECT_THAT([&] { serialize(array); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy serialize: bytes must hold 24 bytes for shape (2, 3) float32 (got 20)")));
+  array.shape = {int64_t{1} << 61, 2};
+  EXPECT_THAT([&] { serialize(array); },
+              ThrowsMessage<rotary::Error>(HasSubstr("bytes must hold more than 2^63 bytes for shape (2305843009213693952, 2)")));
+  array.shape = {-1};
+  EXPECT_THAT([&] { serialize(array); }, ThrowsMessage<rotary::Error>(HasSubstr("shape[0] must be >= 0 (got -1)")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corruption: parse either succeeds (with a consistent array) or throws rotary::Error.
+
+// Parses `file`; false (and a failure) if anything but rotary::Error escaped or the array is
+// inconsistent. Counts the files that parsed in *num_parsed.
+bool parses_or_throws_error(const std::vector<unsigned char>& file, int* num_parsed = nullptr) {
+  try {
+    const Array array = parse(file, "fuzz.npy");
+    const bool consistent = static_cast<int64_t>(array.bytes.size()) == array.size() * element_size(array.type) &&
+                            array.bytes.size() <= file.size();
+    EXPECT_TRUE(consistent);
+    if (num_parsed) ++*num_parsed;
+    return consistent;
+  } catch (const rotary::Error&) {
+    return true;
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "non-rotary exception: " << error.what();
+    return false;
+  }
+}
+
+TEST(Npy, RandomCorruptionParsesOrThrowsErrorNeverCrashes) {
+  const uint32_t seed = 90210;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<std::vector<unsigned char>> originals = {bytes_of(kNumpyFloat32_2x3), bytes_of(kNumpyUint16_2x1x2),
+                                                             bytes_of(kNumpyFloat32Version2)};
+  int parsed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<unsigned char> file = originals[static_cast<size_t>(trial) % originals.size()];
+    const auto pick = [&](size_t bound) { return static_cast<size_t>(rng() % bound); };
+    switch (trial % 4) {
+      case 0:  // flip 1-4 random bits
+        for (size_t flips = 1 + pick(4); flips > 0; --flips) file[pick(file.size())] ^= static_cast<unsigned char>(1u << pick(8));
+        break;
+      case 1:  // overwrite 1-4 random bytes, biased towards the preamble and header
+        for (size_t writes = 1 + pick(4); writes > 0; --writes) file[pick(std::min<size_t>(file.size(), 128))] = static_cast<unsigned char>(rng());
+        break;
+      case 2:  // truncate
+        file.resize(pick(file.size() + 1));
+        break;
+      case 3:  // insert or delete a few bytes somewhere
+        if (rng() % 2) {
+          file.insert(file.begin() + static_cast<std::ptrdiff_t>(pick(file.size())), 1 + pick(8), static_cast<unsigned char>(rng()));
+        } else {
+          const size_t at = pick(file.size());
+          file.erase(file.begin() + static_cast<std::ptrdiff_t>(at),
+                     file.begin() + static_cast<std::ptrdiff_t>(std::min(file.size(), at + 1 + pick(8))));
+        }
+        break;
+    }
+    ASSERT_TRUE(parses_or_throws_error(file, &parsed)) << "trial " << trial;
+  }
+  // Flips inside the padding or the data leave a valid file: both outcomes must have occurred.
+  EXPECT_GT(parsed, 0);
+  EXPECT_LT(parsed, 300);
+}
+
+TEST(Npy, EveryHeaderByteReplacedParsesOrThrowsError) {
+  // Systematic: each of the first 128 bytes of a NumPy file set to each character the grammar
+  // cares about.
+  const std::vector<unsigned char> original = bytes_of(kNumpyFloat32_2x3);
+  for (size_t at = 0; at < 128; ++at) {
+    for (char replacement : "\0{}(),:'\"-9L \n\\\xff\x80"sv) {
+      std::vector<unsigned char> file = original;
+      file[at] = static_cast<unsigned char>(replacement);
+      ASSERT_TRUE(parses_or_throws_error(file)) << "byte " << at << " set to " << int{static_cast<unsigned char>(replacement)};
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rotary::npy

@@ -1,0 +1,610 @@
+// tests/cpu/apply_args_test.cpp: check_apply_arguments, pair_streams, position_streams and
+// to_string(Direction) (include/rotary/apply.hpp).
+//
+// Every rejected call is checked three ways: check_apply_arguments throws rotary::Error whose
+// message names the argument and quotes its value; reference::apply throws the same; and no
+// buffer changed (nothing is written on error).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "rotary/spec.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary {
+namespace {
+
+using ::testing::HasSubstr;
+
+RopeSpec small_spec(int64_t rotary_dim = 16) {
+  RopeSpec spec;
+  spec.name = "args";
+  spec.head_dim = rotary_dim;
+  spec.rotary_dim = rotary_dim;
+  spec.theta_base = 10000.0;
+  spec.max_position_embeddings = 4096;
+  return spec;
+}
+
+RopeSpec mrope_spec() {
+  RopeSpec spec = small_spec(16);
+  spec.axes = PositionAxes::MRope;
+  spec.mrope.pairs = {2, 3, 3};
+  return spec;
+}
+
+// One valid call, which each test breaks in one way: q (2, 5, 4, 16) and k (2, 5, 2, 16)
+// float32 BSHD, separate outputs, per-token positions, a table of exactly 4096 positions
+// (max_position 4095). Buffers are larger than the views so that tests can move views around.
+struct Call {
+  static constexpr size_t kBufferFloats = 4096;
+
+  explicit Call(const RopeSpec& spec = small_spec(), int64_t fixed_positions = 4096) {
+    TableOptions table_options;
+    table_options.fixed_positions = fixed_positions;
+    table = std::make_unique<CosSinTable>(spec, table_options);
+    for (std::vector<float>* buffer : {&q_buf, &k_buf, &q_out_buf, &k_out_buf}) buffer->assign(kBufferFloats, 0.0f);
+    for (size_t i = 0; i < kBufferFloats; ++i) {
+      q_buf[i] = 0.5f + static_cast<float>(i % 7) * 0.25f;
+      k_buf[i] = -0.75f - static_cast<float>(i % 5) * 0.125f;
+      q_out_buf[i] = 7.0f;  // sentinels: must survive a rejected call
+      k_out_buf[i] = -7.0f;
+    }
+    q = contiguous_view(q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
+    k = contiguous_view(k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
+    q_out = contiguous_view(q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
+    k_out = contiguous_view(k_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
+    set_per_token({0, 1, 2, 3, 4, 100, 101, 102, 103, 104});
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  void set_per_token(std::vector<int64_t> values) {
+    per_token = std::move(values);
+    positions = Positions{};
+    positions.per_token = per_token.data();
+    positions.per_token_count = static_cast<int64_t>(per_token.size());
+  }
+  // THD: q (10, 4, 16), k (10, 2, 16), cu_seqlens {0, 4, 10}, no positions.
+  void make_thd() {
+    q = contiguous_view(q_buf.data(), DType::F32, Layout::THD, {10, 4, 16});
+    k = contiguous_view(k_buf.data(), DType::F32, Layout::THD, {10, 2, 16});
+    q_out = contiguous_view(q_out_buf.data(), DType::F32, Layout::THD, {10, 4, 16});
+    k_out = contiguous_view(k_out_buf.data(), DType::F32, Layout::THD, {10, 2, 16});
+    cu_seqlens = {0, 4, 10};
+    positions = Positions{};
+    positions.cu_seqlens = cu_seqlens.data();
+    positions.num_sequences = 2;
+  }
+
+  void set_cu_seqlens(std::vector<int64_t> values) {
+    cu_seqlens = std::move(values);
+    positions.cu_seqlens = cu_seqlens.data();
+    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+  }
+
+  void check() const { check_apply_arguments(q, k, q_out, k_out, positions, *table, options); }
+  void run() const { reference::apply(q, k, q_out, k_out, positions, *table, options); }
+  std::vector<std::vector<float>> buffers() const { return {q_buf, k_buf, q_out_buf, k_out_buf}; }
+
+  std::vector<float> q_buf, k_buf, q_out_buf, k_out_buf;
+  TensorView q, k, q_out, k_out;
+  std::vector<int64_t> per_token;
+  std::vector<int64_t> cu_seqlens;
+  std::vector<int64_t> offsets;
+  Positions positions;
+  ApplyOptions options;
+  std::unique_ptr<CosSinTable> table;
+};
+
+// The call is rejected with a message starting "apply: " and containing every part; reference::apply
+// rejects it the same way; no buffer changed.
+void expect_rejected(const Call& call, const std::vector<std::string>& parts) {
+  std::vector<::testing::Matcher<std::string>> matchers = {::testing::StartsWith("apply: ")};
+  for (const std::string& part : parts) matchers.push_back(HasSubstr(part));
+  const auto before = call.buffers();
+  EXPECT_THAT([&] { call.check(); }, ::testing::ThrowsMessage<Error>(::testing::AllOfArray(matchers)));
+  EXPECT_THAT([&] { call.run(); }, ::testing::ThrowsMessage<Error>(::testing::AllOfArray(matchers)));
+  EXPECT_TRUE(call.buffers() == before) << "a rejected call wrote to memory";
+}
+
+// ---- accepted calls ---------------------------------------------------------------------------
+
+TEST(ApplyArgs, AcceptsTheBaseCall) {
+  Call call;
+  EXPECT_NO_THROW(call.check());
+  EXPECT_NO_THROW(call.run());
+  EXPECT_NE(call.q_out_buf[20], 7.0f);
+}
+
+TEST(ApplyArgs, AcceptsExactInPlace) {
+  Call call;
+  call.q_out = call.q;
+  call.k_out = call.k;
+  EXPECT_NO_THROW(call.check());
+}
+
+TEST(ApplyArgs, AcceptsAbsentKAndKOut) {
+  Call call;
+  call.k = TensorView{};
+  call.k_out = TensorView{};
+  EXPECT_NO_THROW(call.run());
+  EXPECT_EQ(call.k_out_buf[0], -7.0f);
+}
+
+// q and k cut from one packed qkv buffer [batch, seq, 4 + 2 + 2 heads, dim] share strides and
+// interleave in memory: their byte spans overlap but no element is shared, so rotating both
+// in place is accepted, and gives what rotating copies does.
+TEST(ApplyArgs, AcceptsInPlaceOnPackedQkv) {
+  Call call;
+  std::vector<float> packed(2 * 5 * 8 * 16);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = 0.25f + static_cast<float>(i % 11) * 0.125f;
+  TensorView qkv = contiguous_view(packed.data(), DType::F32, Layout::BSHD, {2, 5, 8, 16});
+  TensorView q = qkv, k = qkv;
+  q.shape[2] = 4;
+  k.shape[2] = 2;
+  k.data = packed.data() + 4 * 16;
+  const std::vector<float> original = packed;
+  // Out of place on copies first.
+  std::vector<float> q_copy(2 * 5 * 4 * 16), k_copy(2 * 5 * 2 * 16);
+  const TensorView q_copy_view = contiguous_view(q_copy.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
+  const TensorView k_copy_view = contiguous_view(k_copy.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
+  reference::apply(q, k, q_copy_view, k_copy_view, call.positions, *call.table);
+  EXPECT_NO_THROW(check_apply_arguments(q, k, q, k, call.positions, *call.table, {}));
+  reference::apply(q, k, q, k, call.positions, *call.table);
+  for (int64_t t = 0; t < 10; ++t) {
+    for (int64_t i = 0; i < 4 * 16; ++i) EXPECT_EQ(packed[t * 128 + i], q_copy[t * 64 + i]);
+    for (int64_t i = 0; i < 2 * 16; ++i) EXPECT_EQ(packed[t * 128 + 64 + i], k_copy[t * 32 + i]);
+    for (int64_t i = 6 * 16; i < 128; ++i) EXPECT_EQ(packed[t * 128 + i], original[t * 128 + i]);  // v untouched
+  }
+}
+
+// An output interleaved with its input (q on even heads, q_out on odd heads of one buffer):
+// spans overlap, elements do not. Accepted.
+TEST(ApplyArgs, AcceptsOutputInterleavedWithInput) {
+  Call call;
+  call.q.stride_elems = {5 * 8 * 16, 8 * 16, 2 * 16, 1};
+  call.q_out = call.q;
+  call.q_out.data = call.q_buf.data() + 16;
+  EXPECT_NO_THROW(call.check());
+}
+
+TEST(ApplyArgs, AcceptsBroadcastInputStrideAndEmptyTensors) {
+  Call call;
+  call.q.stride_elems[2] = 0;  // every head reads the same 16 values
+  EXPECT_NO_THROW(call.run());
+  EXPECT_EQ(call.q_out_buf[0], call.q_out_buf[16]);
+
+  Call empty;
+  empty.q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {0, 5, 4, 16});
+  empty.q_out = empty.q;
+  empty.k = contiguous_view(nullptr, DType::F32, Layout::BSHD, {0, 5, 2, 16});
+  empty.k_out = empty.k;
+  empty.set_per_token({});
+  EXPECT_NO_THROW(empty.run());
+}
+
+TEST(ApplyArgs, AcceptsDifferentHeadDimsAndOutputDtypes) {
+  Call call;
+  call.options.rotary_offset = 8;
+  call.q = contiguous_view(call.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
+  call.q_out = contiguous_view(call.q_out_buf.data(), DType::BF16, Layout::BSHD, {2, 5, 4, 24});
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 32});
+  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F64, Layout::BSHD, {2, 5, 2, 32});
+  EXPECT_NO_THROW(call.run());
+}
+
+// ---- dtypes, layouts, shapes ------------------------------------------------------------------
+
+TEST(ApplyArgs, RejectsUnknownDtypeNamingIt) {
+  Call call;
+  call.q.dtype = static_cast<DType>(9);
+  expect_rejected(call, {"q dtype must be float32, bfloat16, float16 or float64", "got enum value 9"});
+}
+
+TEST(ApplyArgs, RejectsUnknownLayoutNamingIt) {
+  Call call;
+  call.k_out.layout = static_cast<Layout>(7);
+  expect_rejected(call, {"k_out layout", "got enum value 7"});
+}
+
+TEST(ApplyArgs, RejectsKLayoutDifferentFromQ) {
+  Call call;
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
+  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
+  expect_rejected(call, {"k layout must equal q's layout bshd", "got bhsd"});
+}
+
+TEST(ApplyArgs, RejectsOutputShapeDifferentFromInput) {
+  Call call;
+  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 18});
+  expect_rejected(call, {"q_out shape must equal q's shape bshd (2, 5, 4, 16)", "got bshd (2, 5, 4, 18)"});
+}
+
+TEST(ApplyArgs, RejectsBatchMismatchBetweenQAndK) {
+  Call call;
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
+  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
+  expect_rejected(call, {"k batch must equal q's batch 2", "got 1"});
+}
+
+TEST(ApplyArgs, RejectsSeqMismatchBetweenQAndK) {
+  Call call;
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
+  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
+  expect_rejected(call, {"k seq must equal q's seq 5", "got 4"});
+}
+
+TEST(ApplyArgs, RejectsTokenMismatchBetweenQAndKInThd) {
+  Call call;
+  call.make_thd();
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
+  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
+  expect_rejected(call, {"k tokens must equal q's tokens 10", "got 9"});
+}
+
+TEST(ApplyArgs, RejectsOddHeadDimSmallerThanRotaryDim) {
+  Call call;
+  call.q = contiguous_view(call.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
+  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
+  expect_rejected(call, {"q head_dim must be >= options.rotary_offset + rotary_dim = 0 + 16", "got 15"});
+}
+
+TEST(ApplyArgs, RejectsKHeadDimTooSmallForRotaryOffset) {
+  Call call;
+  call.options.rotary_offset = 4;
+  call.q = contiguous_view(call.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
+  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
+  expect_rejected(call, {"k head_dim must be >= options.rotary_offset + rotary_dim = 4 + 16", "got 16"});
+}
+
+TEST(ApplyArgs, RejectsNegativeShape) {
+  Call call;
+  call.q.shape[1] = -5;
+  expect_rejected(call, {"q shape[1] (seq) must be >= 0", "got -5"});
+}
+
+TEST(ApplyArgs, RejectsShapeWhoseElementCountOverflows) {
+  Call call;
+  call.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 4, 16};
+  expect_rejected(call, {"q", "element count must fit in int64", "1099511627776"});
+}
+
+TEST(ApplyArgs, RejectsTokenCountOverflowEvenWithNoHeads) {
+  Call call;
+  call.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 0, 16};
+  expect_rejected(call, {"q token count batch x seq must fit in int64", "1099511627776"});
+}
+
+TEST(ApplyArgs, RejectsNullDataForNonEmptyTensor) {
+  Call call;
+  call.q.data = nullptr;
+  expect_rejected(call, {"q data must not be null", "got null data with shape bshd (2, 5, 4, 16)"});
+}
+
+TEST(ApplyArgs, RejectsKWithoutKOut) {
+  Call call;
+  call.k_out = TensorView{};
+  expect_rejected(call, {"k_out must be given when k is", "got k_out empty"});
+}
+
+TEST(ApplyArgs, RejectsKOutWithoutK) {
+  Call call;
+  call.k = TensorView{};
+  expect_rejected(call, {"k must be given when k_out is", "got k empty"});
+}
+
+// ---- strides and memory -----------------------------------------------------------------------
+
+TEST(ApplyArgs, RejectsNegativeStride) {
+  Call call;
+  call.q.stride_elems[2] = -16;
+  expect_rejected(call, {"q stride_elems[2] (heads) must be >= 0", "got -16"});
+}
+
+TEST(ApplyArgs, RejectsZeroOutputStrideOnAxisLongerThanOne) {
+  Call call;
+  call.q_out.stride_elems[2] = 0;
+  expect_rejected(call, {"q_out stride_elems[2] (heads) must be > 0 on an output axis of extent 4", "got 0"});
+}
+
+TEST(ApplyArgs, RejectsOutputStridesMappingTwoElementsToOneAddress) {
+  Call call;
+  call.k_out.stride_elems = {160, 32, 8, 1};  // heads 8 apart, but a head is 16 long
+  expect_rejected(call, {"k_out strides must give every output element its own address",
+                         "got stride_elems [160, 32, 8, 1] for shape bshd (2, 5, 2, 16)"});
+}
+
+TEST(ApplyArgs, RejectsStridesAddressingPastTheAddressSpace) {
+  Call call;
+  call.q.stride_elems[0] = int64_t{1} << 62;
+  expect_rejected(call, {"q shape and strides must address fewer than 2^63 bytes", "4611686018427387904"});
+}
+
+TEST(ApplyArgs, RejectsOutputShiftedOneElementIntoItsInput) {
+  Call call;
+  call.q_out = call.q;
+  call.q_out.data = call.q_buf.data() + 1;
+  expect_rejected(call, {"q_out partially overlaps q", "got q_out.data = q.data + 4 bytes"});
+}
+
+TEST(ApplyArgs, RejectsInPlaceWithDifferentOutputDtype) {
+  Call call;
+  call.q_out = call.q;
+  call.q_out.dtype = DType::BF16;
+  // Contiguous bfloat16 over the first half of q's bytes.
+  call.q_out.stride_elems = contiguous_view(nullptr, DType::BF16, Layout::BSHD, {2, 5, 4, 16}).stride_elems;
+  expect_rejected(call, {"q_out partially overlaps q", "q_out.data = q.data + 0 bytes", "q_out bfloat16"});
+}
+
+TEST(ApplyArgs, RejectsInPlaceWithDifferentOutputStrides) {
+  Call call;
+  call.q_out = contiguous_view(call.q_buf.data(), DType::F32, Layout::BHSD, {2, 4, 5, 16});
+  // The same bytes seen in BHSD order, relabelled as BSHD: a transposing in-place call.
+  std::swap(call.q_out.shape[1], call.q_out.shape[2]);
+  std::swap(call.q_out.stride_elems[1], call.q_out.stride_elems[2]);
+  call.q_out.layout = Layout::BSHD;
+  expect_rejected(call, {"q_out partially overlaps q", "strides [320, 16, 80, 1]"});
+}
+
+TEST(ApplyArgs, RejectsOutputOfKOnTopOfQ) {
+  Call call;
+  call.k_out = contiguous_view(call.q_buf.data() + 64, DType::F32, Layout::BSHD, {2, 5, 2, 16});
+  expect_rejected(call, {"k_out overlaps q", "k_out.data = q.data + 256 bytes"});
+}
+
+TEST(ApplyArgs, RejectsQOutOnTopOfK) {
+  Call call;
+  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
+  call.q_out = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
+  expect_rejected(call, {"q_out overlaps k", "q_out.data = k.data + 0 bytes"});
+}
+
+TEST(ApplyArgs, RejectsOverlappingOutputs) {
+  Call call;
+  call.k_out = contiguous_view(call.q_out_buf.data() + 600, DType::F32, Layout::BSHD, {2, 5, 2, 16});
+  expect_rejected(call, {"k_out overlaps q_out", "k_out.data = q_out.data + 2400 bytes"});
+}
+
+// ---- positions --------------------------------------------------------------------------------
+
+TEST(ApplyArgs, RejectsWrongPerTokenCount) {
+  Call call;
+  call.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8});
+  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 1 = 10", "got 9"});
+}
+
+TEST(ApplyArgs, RejectsMropePositionsWithoutAllStreams) {
+  Call call(mrope_spec());
+  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 3 = 30", "mrope", "got 10"});
+}
+
+TEST(ApplyArgs, RejectsNegativePositionNamingItsIndex) {
+  Call call;
+  call.per_token[3] = -1;
+  expect_rejected(call, {"positions.per_token[3] must be in [0, 4095]", "got -1"});
+}
+
+TEST(ApplyArgs, RejectsPositionPastFixedTable) {
+  Call call;
+  call.per_token[7] = 4096;
+  expect_rejected(call, {"positions.per_token[7] must be in [0, 4095]", "got 4096"});
+}
+
+TEST(ApplyArgs, RejectsMropeStreamPositionPastTableNamingStreamMajorIndex) {
+  Call call(mrope_spec(), 1000);
+  std::vector<int64_t> streams(30, 5);
+  streams[2 * 10 + 4] = 1000;  // w stream, token 4
+  call.set_per_token(streams);
+  expect_rejected(call, {"positions.per_token[24] must be in [0, 999]", "got 1000"});
+}
+
+TEST(ApplyArgs, RejectsPerTokenNullWithCount) {
+  Call call;
+  call.positions.per_token = nullptr;
+  expect_rejected(call, {"positions.per_token must not be null with per_token_count 10", "got null"});
+}
+
+TEST(ApplyArgs, RejectsTwoPositionSources) {
+  Call call;
+  call.offsets = {0, 0};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 2;
+  expect_rejected(call, {"positions must come from one source", "got both: per_token_count 10, num_offsets 2"});
+}
+
+TEST(ApplyArgs, RejectsWrongNumberOfOffsets) {
+  Call call;
+  call.offsets = {0, 0, 0};
+  call.positions = Positions{};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 3;
+  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (q batch)", "got 3"});
+}
+
+TEST(ApplyArgs, RejectsNegativeOffset) {
+  Call call;
+  call.offsets = {0, -2};
+  call.positions = Positions{};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 2;
+  expect_rejected(call, {"positions.sequence_offsets[1] + s must be in [0, 4095]", "got -2 + 0 = -2"});
+}
+
+TEST(ApplyArgs, RejectsOffsetRunningPastTable) {
+  Call call;
+  call.offsets = {4093, 0};
+  call.positions = Positions{};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 2;
+  expect_rejected(call, {"positions.sequence_offsets[0] + s must be in [0, 4095] for every s < 5", "got 4093 + 3 = 4096"});
+}
+
+TEST(ApplyArgs, RejectsOffsetsWithMrope) {
+  Call call(mrope_spec());
+  call.offsets = {0, 0};
+  call.positions = Positions{};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 2;
+  expect_rejected(call, {"positions.sequence_offsets is for single-stream specs only", "mrope",
+                         "got sequence_offsets with 3 streams"});
+}
+
+TEST(ApplyArgs, RejectsThdOffsetsCountOtherThanSequences) {
+  Call call;
+  call.make_thd();
+  call.offsets = {0, 0, 0};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 3;
+  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (positions.num_sequences)", "got 3"});
+}
+
+TEST(ApplyArgs, RejectsArangePastFixedTable) {
+  Call call(small_spec(), 4);
+  call.positions = Positions{};
+  expect_rejected(call, {"positions (none given, so 0 .. length - 1 per sequence) must be in [0, 3]",
+                         "got sequence length 5"});
+}
+
+TEST(ApplyArgs, RejectsCuSeqlensNotStartingAtZero) {
+  Call call;
+  call.make_thd();
+  call.set_cu_seqlens({1, 4, 10});
+  expect_rejected(call, {"positions.cu_seqlens[0] must be 0", "got 1"});
+}
+
+TEST(ApplyArgs, RejectsDecreasingCuSeqlens) {
+  Call call;
+  call.make_thd();
+  call.set_cu_seqlens({0, 6, 3, 10});
+  expect_rejected(call, {"positions.cu_seqlens[2] must be >= positions.cu_seqlens[1] = 6", "got 3"});
+}
+
+TEST(ApplyArgs, RejectsCuSeqlensNotEndingAtTokenCount) {
+  Call call;
+  call.make_thd();
+  call.set_cu_seqlens({0, 4, 9});
+  expect_rejected(call, {"positions.cu_seqlens[2] (the last) must equal the token count 10", "got 9"});
+}
+
+TEST(ApplyArgs, RejectsThdWithoutCuSeqlens) {
+  Call call;
+  call.make_thd();
+  call.positions = Positions{};
+  expect_rejected(call, {"positions.cu_seqlens is required for the thd layout", "got null"});
+}
+
+TEST(ApplyArgs, RejectsThdWithZeroSequences) {
+  Call call;
+  call.make_thd();
+  call.positions.num_sequences = 0;
+  expect_rejected(call, {"positions.num_sequences must be >= 1", "got 0"});
+}
+
+TEST(ApplyArgs, RejectsCuSeqlensForBshd) {
+  Call call;
+  call.set_cu_seqlens({0, 5, 10});
+  expect_rejected(call, {"positions.cu_seqlens is only for the thd layout", "got cu_seqlens with layout bshd"});
+}
+
+// ---- options and spec ---------------------------------------------------------------------------
+
+TEST(ApplyArgs, RejectsNegativeRotaryOffset) {
+  Call call;
+  call.options.rotary_offset = -1;
+  expect_rejected(call, {"options.rotary_offset must be >= 0", "got -1"});
+}
+
+TEST(ApplyArgs, RejectsHugeRotaryOffsetWithoutOverflow) {
+  Call call;
+  call.options.rotary_offset = INT64_MAX;
+  expect_rejected(call, {"q head_dim must be >= options.rotary_offset + rotary_dim = 9223372036854775807 + 16", "got 16"});
+}
+
+TEST(ApplyArgs, RejectsNegativeXposLength) {
+  Call call;
+  call.options.xpos_length = -5;
+  expect_rejected(call, {"options.xpos_length must be >= 0", "got -5"});
+}
+
+TEST(ApplyArgs, RejectsUnknownDirection) {
+  Call call;
+  call.options.direction = static_cast<Direction>(5);
+  expect_rejected(call, {"options.direction must be forward or backward", "got enum value 5"});
+}
+
+TEST(ApplyArgs, RejectsXposWithMrope) {
+  RopeSpec spec = mrope_spec();
+  spec.xpos = XPos{512.0};
+  Call call(spec);
+  std::vector<int64_t> streams(30, 1);
+  call.set_per_token(streams);
+  expect_rejected(call, {"table.spec().xpos is defined for single-stream positions only", "got xpos with mrope"});
+}
+
+TEST(ApplyArgs, RejectsXposWithVision2D) {
+  RopeSpec spec = small_spec(16);
+  spec.axes = PositionAxes::Vision2D;
+  spec.xpos = XPos{512.0};
+  Call call(spec);
+  std::vector<int64_t> streams(20, 1);
+  call.set_per_token(streams);
+  expect_rejected(call, {"table.spec().xpos", "got xpos with vision2d"});
+}
+
+// ---- pair_streams, position_streams, to_string ------------------------------------------------
+
+std::string stream_letters(const RopeSpec& spec, const char* letters) {
+  std::string out;
+  for (const int stream : pair_streams(spec)) out += letters[stream];
+  return out;
+}
+
+std::string repeat(const std::string& text, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += text;
+  return out;
+}
+
+// The assignments docs/formulas.md section 12 prints for the Qwen presets.
+TEST(ApplyArgs, PairStreamsFollowTheMropeSections) {
+  RopeSpec spec = small_spec(128);
+  spec.axes = PositionAxes::MRope;
+  spec.mrope = {{16, 24, 24}, MRopeAssignment::Chunked};  // Qwen2-VL-7B
+  EXPECT_EQ(stream_letters(spec, "thw"), std::string(16, 't') + std::string(24, 'h') + std::string(24, 'w'));
+  spec.mrope = {{24, 20, 20}, MRopeAssignment::Interleaved};  // Qwen3-VL-8B
+  EXPECT_EQ(stream_letters(spec, "thw"), repeat("thw", 20) + "tttt");
+  spec.rotary_dim = 64;
+  spec.mrope = {{11, 11, 10}, MRopeAssignment::Interleaved};  // Qwen3.5-9B
+  EXPECT_EQ(stream_letters(spec, "thw"), repeat("thw", 10) + "th");
+  EXPECT_EQ(position_streams(spec), 3);
+}
+
+TEST(ApplyArgs, PairStreamsSplitVisionIntoRowAndColumnHalves) {
+  RopeSpec spec = small_spec(80);
+  spec.axes = PositionAxes::Vision2D;
+  EXPECT_EQ(stream_letters(spec, "rc"), std::string(20, 'r') + std::string(20, 'c'));
+  EXPECT_EQ(position_streams(spec), 2);
+}
+
+TEST(ApplyArgs, PairStreamsAreZeroForSingleStream) {
+  const RopeSpec spec = small_spec(64);
+  EXPECT_EQ(pair_streams(spec), std::vector<int>(32, 0));
+  EXPECT_EQ(position_streams(spec), 1);
+}
+
+TEST(ApplyArgs, DirectionNames) {
+  EXPECT_EQ(to_string(Direction::Forward), "forward");
+  EXPECT_EQ(to_string(Direction::Backward), "backward");
+}
+
+}  // namespace
+}  // namespace rotary
