@@ -9,7 +9,7 @@
 // (q_out == q) read no value they already wrote.
 //
 // Sources of the math:
-//   rotation:   RoFormer (Su et al. 2021, arXiv:2104.09864) eq. 34: a' = a cos - c sin,
+//   rotation:   RoFormer (Su et al. 2021, arXiv:2104.09864), the 2-D rotation per pair: a' = a cos - c sin,
 //               c' = c cos + a sin for the pair (a, c) at angle p * theta_i;
 //   NeoX pairs: HF apply_rotary_pos_emb with rotate_half(x) = cat(-x2, x1): pair i = (x[i], x[i + d/2]);
 //   GPT-J:      Meta llama apply_rotary_emb, view_as_complex(x) * freqs_cis: pair i = (x[2i], x[2i+1]),
@@ -123,7 +123,7 @@ struct PairValues {
 //
 // Pair i with partner elements (a, c) and C = values.cos[i], S = values.sin[i]:
 //   NeoX:  a = x[o + i],  c = x[o + i + d/2]      GPT-J:  a = x[o + 2i],  c = x[o + 2i + 1]
-//   forward:   a' = a*C - c*S,  c' = c*C + a*S   (RoFormer eq. 34; HF q*cos + rotate_half(q)*sin)
+//   forward:   a' = a*C - c*S,  c' = c*C + a*S   (RoFormer; HF q*cos + rotate_half(q)*sin)
 //   backward:  a' = a*C + c*S,  c' = c*C - a*S   (the transpose: sin -> -sin)
 // Elements outside [o, o + d) are copied (converted to the output dtype).
 // a*C - c*S is two products and a difference in double; a compiler allowed to contract it into
