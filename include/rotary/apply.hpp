@@ -23,6 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
@@ -76,6 +79,28 @@ int position_streams(const RopeSpec& spec);  // 1, 3 (M-RoPE) or 2 (vision)
 void check_apply_arguments(const TensorView& q, const TensorView& k, const TensorView& q_out,
                            const TensorView& k_out, const Positions& positions, const CosSinTable& table,
                            const ApplyOptions& options);
+
+// The fast CPU implementation: Highway SIMD (runtime dispatch to the best compiled target)
+// and a small thread pool, f32 math with one correctly rounded store. Same contract and checks
+// as reference::apply; within the tolerances of docs/numerics.md of it, and bitwise identical
+// for any thread count. Stored tables are grown to the call's largest position first;
+// on-the-fly tables compute each token's row.
+void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
+           const Positions& positions, const CosSinTable& table, const ApplyOptions& options = {});
+
+// Worker threads for apply(): the calling thread plus num_threads - 1 pool threads. Default:
+// $ROTARY_NUM_THREADS if set, else the hardware's thread count. Small calls (a decode step)
+// run on the calling thread alone. Throws rotary::Error for n < 1 or n > 256.
+void set_num_threads(int n);
+int num_threads();
+
+// The SIMD targets compiled into this build that this CPU supports, best first ("AVX3",
+// "AVX2", "SSE4", "SSSE3", "EMU128" / "SCALAR"), and forcing one of them (for tests and
+// benchmarks; also $ROTARY_CPU_TARGET). force_cpu_target("") restores the automatic choice.
+// An unknown or unsupported name is a rotary::Error listing the available ones.
+std::vector<std::string> cpu_targets();
+void force_cpu_target(std::string_view name);
+std::string current_cpu_target();
 
 namespace reference {
 

@@ -1,0 +1,389 @@
+// src/cpu/apply.cpp: rotary::apply, the fast path: plan a checked call, split its tokens over
+// the thread pool, and rotate each token's heads with the SIMD kernels (rotate_kernels.cpp).
+//
+// Per token: resolve its position(s) (per-token positions, sequence offsets or arange; THD
+// sequences from cu_seqlens), fetch the cos/sin row (a pointer into a stored table, or a row
+// computed into a per-thread buffer for on-the-fly tables, M-RoPE / vision gathers and xPos),
+// then one kernel call per tensor rotates all of that token's heads. Every element is computed
+// the same way whichever thread handles its token, so results are bitwise identical for any
+// thread count.
+//
+// Calls the SIMD kernels cannot take (a head dim with a stride other than 1, float64 storage,
+// an output dtype different from its input's) go to reference::apply: correct, slower, and
+// counted nowhere as fast.
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "src/cpu/kernels.hpp"
+
+namespace rotary {
+
+namespace {
+
+// ---- threads ----------------------------------------------------------------------------------
+
+// A small persistent pool (Highway 1.0.3 has none). run(n, fn) calls fn(0..n-1), the caller
+// taking tasks too; it returns when every task is done and rethrows the first exception.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_ready_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+  }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void run(int64_t tasks, const std::function<void(int64_t)>& fn) {
+    if (tasks <= 0) return;
+    if (tasks == 1 || workers_.empty()) {
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = &fn;
+    num_tasks_ = tasks;
+    next_task_ = 0;
+    done_tasks_ = 0;
+    error_ = nullptr;
+    ++generation_;
+    lock.unlock();
+    work_ready_.notify_all();
+    take_tasks();
+    lock.lock();
+    work_done_.wait(lock, [&] { return done_tasks_ == num_tasks_; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void take_tasks() {
+    for (;;) {
+      int64_t task = 0;
+      const std::function<void(int64_t)>* job = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (job_ == nullptr || next_task_ >= num_tasks_) return;
+        task = next_task_++;
+        job = job_;
+      }
+      try {
+        (*job)(task);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (++done_tasks_ == num_tasks_) work_done_.notify_all();
+    }
+  }
+
+  void worker_loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_ready_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      take_tasks();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t num_tasks_ = 0;
+  int64_t next_task_ = 0;
+  int64_t done_tasks_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+int default_threads() {
+  if (const char* env = std::getenv("ROTARY_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 256) return static_cast<int>(n);
+    throw Error(detail::concat("ROTARY_NUM_THREADS must be an integer in [1, 256] (got \"", env, "\")"));
+  }
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : static_cast<int>(std::min(hardware, 256u));
+}
+
+std::mutex g_pool_mutex;
+std::unique_ptr<ThreadPool> g_pool;  // guarded by g_pool_mutex; created on first use
+int g_threads = 0;                   // 0 = not yet decided
+
+ThreadPool& pool_locked() {
+  if (g_threads == 0) g_threads = default_threads();
+  if (!g_pool || g_pool->size() != g_threads) {
+    g_pool.reset();
+    g_pool = std::make_unique<ThreadPool>(g_threads);
+  }
+  return *g_pool;
+}
+
+// Below this many elements (q + k) a call runs on the calling thread: waking a thread costs
+// several microseconds, a decode step (one token, 32 heads of 128) takes about one.
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
+
+// ---- targets ----------------------------------------------------------------------------------
+
+std::mutex g_target_mutex;
+
+int64_t target_bit(std::string_view name) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(target)) return target;
+  }
+  return 0;
+}
+
+void apply_forced_target_from_env() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (const char* env = std::getenv("ROTARY_CPU_TARGET"); env != nullptr && *env != '\0') force_cpu_target(env);
+  });
+}
+
+// ---- one call ---------------------------------------------------------------------------------
+
+struct TensorPlan {
+  const unsigned char* in = nullptr;
+  unsigned char* out = nullptr;
+  DType dtype = DType::F32;
+  int64_t element_bytes = 4;
+  NamedAxes in_axes, out_axes;
+  bool in_place = false;
+};
+
+TensorPlan plan_tensor(const TensorView& in, const TensorView& out) {
+  TensorPlan p;
+  p.in = static_cast<const unsigned char*>(in.data);
+  p.out = static_cast<unsigned char*>(out.data);
+  p.dtype = in.dtype;
+  p.element_bytes = dtype_size(in.dtype);
+  p.in_axes = named_axes(in);
+  p.out_axes = named_axes(out);
+  p.in_place = in.data == out.data;
+  return p;
+}
+
+bool kernel_can_take(const TensorView& in, const TensorView& out) {
+  if (in.data == nullptr) return true;  // absent k
+  if (in.dtype != out.dtype || in.dtype == DType::F64) return false;
+  return named_axes(in).stride_dim == 1 && named_axes(out).stride_dim == 1;
+}
+
+}  // namespace
+
+void set_num_threads(int n) {
+  if (n < 1 || n > 256) throw Error(detail::concat("set_num_threads: n must be in [1, 256] (got ", n, ")"));
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  g_threads = n;
+}
+
+int num_threads() {
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  if (g_threads == 0) g_threads = default_threads();
+  return g_threads;
+}
+
+std::vector<std::string> cpu_targets() {
+  std::vector<std::string> names;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(target));
+  return names;
+}
+
+std::string current_cpu_target() {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  return targets.empty() ? std::string() : std::string(hwy::TargetName(targets.front()));
+}
+
+void force_cpu_target(std::string_view name) {
+  std::lock_guard<std::mutex> lock(g_target_mutex);
+  if (name.empty()) {
+    hwy::SetSupportedTargetsForTest(0);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    return;
+  }
+  // Look among every compiled target this CPU supports, not only the currently forced one.
+  hwy::SetSupportedTargetsForTest(0);
+  const int64_t bit = target_bit(name);
+  if (bit == 0) {
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    std::string names;
+    for (const std::string& n : cpu_targets()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(detail::concat("force_cpu_target: name must be one of ", names, " (got \"", name, "\")"));
+  }
+  hwy::SetSupportedTargetsForTest(bit);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
+           const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
+  check_apply_arguments(q, k, q_out, k_out, positions, table, options);
+  apply_forced_target_from_env();
+  if (!kernel_can_take(q, q_out) || !kernel_can_take(k, k_out)) {
+    reference::apply(q, k, q_out, k_out, positions, table, options);
+    return;
+  }
+
+  const RopeSpec& spec = table.spec();
+  const bool has_k = k.data != nullptr;
+  const TensorPlan qp = plan_tensor(q, q_out);
+  const TensorPlan kp = has_k ? plan_tensor(k, k_out) : TensorPlan{};
+  const NamedAxes& axes = qp.in_axes;
+  const bool thd = q.layout == Layout::THD;
+  const int64_t tokens = axes.batch * axes.seq;
+  if (tokens == 0) return;
+  const int64_t num_pairs = table.num_pairs();
+  const int streams = position_streams(spec);
+  const std::vector<int> pair_stream = pair_streams(spec);
+  const bool xpos = spec.xpos.has_value();
+  const bool backward = options.direction == Direction::Backward;
+  const bool stored = table.storage() == Storage::Stored;
+
+  // THD: the sequence of each token, and its index in it.
+  std::vector<int64_t> sequence_of;
+  if (thd) {
+    sequence_of.resize(static_cast<size_t>(tokens));
+    for (int64_t b = 0; b < positions.num_sequences; ++b) {
+      for (int64_t t = positions.cu_seqlens[b]; t < positions.cu_seqlens[b + 1]; ++t) sequence_of[t] = b;
+    }
+  }
+  // position of token t in stream `stream` (arguments are checked: every value is in range).
+  auto position_of = [&](int64_t t, int stream) -> int64_t {
+    if (positions.per_token != nullptr) return positions.per_token[stream * tokens + t];
+    const int64_t b = thd ? sequence_of[t] : t / axes.seq;
+    const int64_t s = thd ? t - positions.cu_seqlens[b] : t % axes.seq;
+    return positions.sequence_offsets != nullptr ? positions.sequence_offsets[b] + s : s;
+  };
+
+  // Stored tables grow once, here, so workers only read.
+  if (stored) {
+    int64_t max_position = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int s = 0; s < streams; ++s) max_position = std::max(max_position, position_of(t, s));
+    }
+    table.reserve_positions(max_position + 1);
+  }
+
+  // xPos: zeta_i = (2i + 0.4 d) / (1.4 d), e(p) = (p - L // 2) / scale_base (flash-attn).
+  std::vector<double> zeta;
+  int64_t xpos_length = 0;
+  if (xpos) {
+    const double d = static_cast<double>(spec.rotary_dim);
+    for (int64_t i = 0; i < num_pairs; ++i) zeta.push_back((2.0 * static_cast<double>(i) + 0.4 * d) / (1.4 * d));
+    xpos_length = options.xpos_length > 0 ? options.xpos_length : spec.max_position_embeddings;
+  }
+
+  const bool direct_rows = stored && streams == 1 && !xpos;
+  auto rotate_range = [&](int64_t first, int64_t last) {
+    // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
+    std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
+    std::vector<float> stream_rows(static_cast<size_t>(streams > 1 ? 2 * num_pairs * streams : 0));
+    for (int64_t t = first; t < last; ++t) {
+      const float* q_cos = nullptr;
+      const float* q_sin = nullptr;
+      const float* k_cos = nullptr;
+      const float* k_sin = nullptr;
+      if (direct_rows) {
+        const float* row = table.stored_row(position_of(t, 0));
+        q_cos = k_cos = row;
+        q_sin = k_sin = row + num_pairs;
+      } else {
+        float* cos_row = buffer.data();
+        float* sin_row = cos_row + num_pairs;
+        if (streams == 1) {
+          table.row(position_of(t, 0), cos_row, sin_row);
+        } else {
+          // M-RoPE / vision: pair i takes its values from the row of its stream's position.
+          for (int s = 0; s < streams; ++s) {
+            table.row(position_of(t, s), stream_rows.data() + 2 * s * num_pairs,
+                      stream_rows.data() + (2 * s + 1) * num_pairs);
+          }
+          for (int64_t i = 0; i < num_pairs; ++i) {
+            const int s = pair_stream[i];
+            cos_row[i] = stream_rows[(2 * s) * num_pairs + i];
+            sin_row[i] = stream_rows[(2 * s + 1) * num_pairs + i];
+          }
+        }
+        q_cos = k_cos = cos_row;
+        q_sin = k_sin = sin_row;
+        if (xpos) {
+          float* qc = sin_row + num_pairs;
+          float* qs = qc + num_pairs;
+          float* kc = qs + num_pairs;
+          float* ks = kc + num_pairs;
+          const double e = static_cast<double>(position_of(t, 0) - xpos_length / 2) / spec.xpos->scale_base;
+          for (int64_t i = 0; i < num_pairs; ++i) {
+            const double scale = std::pow(zeta[i], e);
+            qc[i] = static_cast<float>(cos_row[i] * scale);
+            qs[i] = static_cast<float>(sin_row[i] * scale);
+            kc[i] = static_cast<float>(cos_row[i] / scale);
+            ks[i] = static_cast<float>(sin_row[i] / scale);
+          }
+          q_cos = qc;
+          q_sin = qs;
+          k_cos = kc;
+          k_sin = ks;
+        }
+      }
+      const int64_t b = thd ? 0 : t / axes.seq;
+      const int64_t s = thd ? t : t % axes.seq;
+      for (int which = 0; which < (has_k ? 2 : 1); ++which) {
+        const TensorPlan& p = which == 0 ? qp : kp;
+        cpu::HeadsArgs args;
+        args.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
+        args.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.element_bytes;
+        args.in_head_stride = p.in_axes.stride_heads;
+        args.out_head_stride = p.out_axes.stride_heads;
+        args.num_heads = p.in_axes.heads;
+        args.head_dim = p.in_axes.dim;
+        args.rotary_offset = options.rotary_offset;
+        args.num_pairs = num_pairs;
+        args.cos = which == 0 ? q_cos : k_cos;
+        args.sin = which == 0 ? q_sin : k_sin;
+        args.neox = spec.style == Style::NeoX;
+        args.backward = backward;
+        args.copy_passthrough = !p.in_place;
+        cpu::rotate_heads(p.dtype, args);
+      }
+    }
+  };
+
+  const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0));
+  std::unique_lock<std::mutex> pool_lock(g_pool_mutex);
+  ThreadPool& pool = pool_locked();
+  const int64_t useful = std::max<int64_t>(1, std::min<int64_t>(pool.size(), elements / kMinElementsPerThread));
+  const int64_t chunks = std::min(useful, tokens);
+  if (chunks <= 1) {
+    pool_lock.unlock();
+    rotate_range(0, tokens);
+    return;
+  }
+  // The pool runs one call at a time; concurrent callers wait for it.
+  pool.run(chunks, [&](int64_t chunk) { rotate_range(tokens * chunk / chunks, tokens * (chunk + 1) / chunks); });
+}
+
+}  // namespace rotary

@@ -1,0 +1,41 @@
+// src/cpu/kernels.hpp: the SIMD row kernels behind rotary::apply (internal to rotary_cpu).
+//
+// Declares only plain wrappers: no Highway type leaks out of src/cpu/ (STYLE.md section 8).
+// The kernels are compiled once per Highway target in rotate_kernels.cpp and picked at run time
+// (HWY_DYNAMIC_DISPATCH); force_cpu_target() narrows the choice for tests and benchmarks.
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/tensor.hpp"
+
+namespace rotary::cpu {
+
+// All heads of one token of one tensor (q or k). The caller has checked the call
+// (check_apply_arguments) and guarantees:
+//   in / out point at element 0 of head 0 of this token; element e of head h is at
+//   in + h * in_head_stride + e (unit stride along the head dim); same for out;
+//   in and out have the same dtype (F32, BF16 or F16); out == in (in place) or the two do
+//   not overlap at all;
+//   cos / sin hold num_pairs float32 values (attention scaling, xPos already applied);
+//   rotary_offset + 2 * num_pairs <= head_dim.
+struct HeadsArgs {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t in_head_stride = 0;   // elements
+  int64_t out_head_stride = 0;  // elements
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_offset = 0;
+  int64_t num_pairs = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  bool neox = true;            // false: GPT-J (interleaved) pairs
+  bool backward = false;       // sin -> -sin
+  bool copy_passthrough = false;  // out-of-place: copy the elements outside the rotated block
+};
+
+// Rotates one token's heads with the current target's kernel for `dtype`.
+void rotate_heads(DType dtype, const HeadsArgs& args);
+
+}  // namespace rotary::cpu

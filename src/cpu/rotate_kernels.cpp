@@ -1,0 +1,293 @@
+// src/cpu/rotate_kernels.cpp: the Highway SIMD kernels that rotate one token's heads.
+//
+// Compiled once per Highway target (foreach_target) and dispatched at run time. Highway 1.0.3
+// (Debian's libhwy-dev), so only ops that version has on every target, HWY_SCALAR/EMU128
+// included (STYLE.md section 8): no LoadN/StoreN, no Highway bf16/f16 demotion (it truncates
+// bf16, and f16 below AVX2). The 16-bit formats are converted here in 32-bit integer lanes,
+// exactly and with round-to-nearest-even on store, so every target gives the same bits for the
+// same float32 result.
+//
+// Per pair (a, c) and table values C, S (float32):
+//   forward:   a' = a*C - c*S,  c' = c*C + a*S
+//   backward:  a' = a*C + c*S,  c' = c*C - a*S
+// computed in float32 as MulSub / MulAdd (one fused rounding where the target has FMA, two
+// otherwise; docs/numerics.md derives the tolerance from this).
+//
+// NeoX, rotary block of d = 8 at offset o:  [.. a0 a1 a2 a3 c0 c1 c2 c3 ..]  contiguous halves
+// GPT-J:                                    [.. a0 c0 a1 c1 a2 c2 a3 c3 ..]  interleaved pairs
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/rotate_kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "src/cpu/kernels.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DU32 = hn::RebindToUnsigned<DF>;
+using DI32 = hn::RebindToSigned<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;  // as many 16-bit lanes as float lanes
+using VF = hn::Vec<DF>;
+using VU32 = hn::Vec<DU32>;
+
+// ---- 16-bit formats in 32-bit lanes ------------------------------------------------------------
+
+// bfloat16 bits (low 16 bits of each lane) -> float32: the bf16 value is the top half of a float.
+HWY_INLINE VF Bf16BitsToF32(VU32 bits) { return hn::BitCast(DF(), hn::ShiftLeft<16>(bits)); }
+
+// float32 -> bfloat16 bits (low 16 bits), round to nearest even; NaN stays a quiet NaN.
+HWY_INLINE VU32 F32ToBf16Bits(VF v) {
+  const DU32 du;
+  const VU32 bits = hn::BitCast(du, v);
+  const VU32 lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const VU32 rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
+  const VU32 quiet_nan = hn::Or(bits, hn::Set(du, 0x00400000u));
+  const auto is_nan = hn::RebindMask(du, hn::Ne(v, v));
+  return hn::ShiftRight<16>(hn::IfThenElse(is_nan, quiet_nan, rounded));
+}
+
+// IEEE binary16 bits (low 16 bits) -> float32, exact for every pattern (normals, subnormals,
+// zeros, infinities, NaN). Method of Maratyszcza's FP16 library (fp16_ieee_to_fp32_value): a
+// normal is rebuilt by moving exponent and mantissa into place and rescaling by 2^-112 (which
+// also maps the f16 infinity/NaN exponent onto float's); a subnormal m * 2^-24 is produced
+// exactly as (2^-1 + m * 2^-24) - 2^-1 via the "magic" 0.5.
+HWY_INLINE VF F16BitsToF32(VU32 bits) {
+  const DU32 du;
+  const DI32 di;
+  const DF df;
+  const VU32 w = hn::ShiftLeft<16>(bits);
+  const VU32 sign = hn::And(w, hn::Set(du, 0x80000000u));
+  const VU32 two_w = hn::Add(w, w);
+  const VF normalized = hn::Mul(hn::BitCast(df, hn::Add(hn::ShiftRight<4>(two_w), hn::Set(du, 0xE0u << 23))),
+                                hn::Set(df, 0x1.0p-112f));
+  const VF denormalized =
+      hn::Sub(hn::BitCast(df, hn::Or(hn::ShiftRight<17>(two_w), hn::Set(du, 126u << 23))), hn::Set(df, 0.5f));
+  // two_w < 2^27 <=> exponent field 0 (zero or subnormal); compared on w without its sign bit,
+  // which is non-negative as int32.
+  const auto is_denormal =
+      hn::RebindMask(du, hn::Lt(hn::BitCast(di, hn::And(w, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 1 << 26)));
+  const VU32 magnitude = hn::IfThenElse(is_denormal, hn::BitCast(du, denormalized), hn::BitCast(du, normalized));
+  return hn::BitCast(df, hn::Or(sign, magnitude));
+}
+
+// float32 -> binary16 bits (low 16 bits), round to nearest even, overflow to infinity, NaN to
+// the quiet NaN 0x7E00 (sign kept). Method of the FP16 library (fp16_ieee_from_fp32_value):
+// scaling |v| by 2^112 then 2^-110 lets the float multiplier do the rounding at the f16
+// precision for every exponent, subnormals included, and the bias trick extracts the bits.
+HWY_INLINE VU32 F32ToF16Bits(VF v) {
+  const DU32 du;
+  const DI32 di;
+  const DF df;
+  const VU32 w = hn::BitCast(du, v);
+  const VU32 shl1_w = hn::Add(w, w);
+  const VU32 sign = hn::And(w, hn::Set(du, 0x80000000u));
+  VU32 bias = hn::And(shl1_w, hn::Set(du, 0xFF000000u));
+  // bias = max(bias, 0x71000000) as unsigned: compare in int32 after flipping the top bit.
+  const VU32 min_bias = hn::Set(du, 0x71000000u);
+  const VU32 flip = hn::Set(du, 0x80000000u);
+  const auto bias_small = hn::RebindMask(du, hn::Lt(hn::BitCast(di, hn::Xor(bias, flip)), hn::BitCast(di, hn::Xor(min_bias, flip))));
+  bias = hn::IfThenElse(bias_small, min_bias, bias);
+  VF base = hn::Mul(hn::Mul(hn::Abs(v), hn::Set(df, 0x1.0p+112f)), hn::Set(df, 0x1.0p-110f));
+  base = hn::Add(hn::BitCast(df, hn::Add(hn::ShiftRight<1>(bias), hn::Set(du, 0x07800000u))), base);
+  const VU32 base_bits = hn::BitCast(du, base);
+  const VU32 exponent_bits = hn::And(hn::ShiftRight<13>(base_bits), hn::Set(du, 0x00007C00u));
+  const VU32 mantissa_bits = hn::And(base_bits, hn::Set(du, 0x00000FFFu));
+  const VU32 nonsign = hn::Add(exponent_bits, mantissa_bits);
+  // NaN <=> shl1_w > 0xFF000000 (unsigned), again compared in int32 with the top bit flipped.
+  const auto is_nan = hn::RebindMask(du, hn::Gt(hn::BitCast(di, hn::Xor(shl1_w, flip)), hn::Set(di, 0x7F000000)));
+  return hn::Or(hn::ShiftRight<16>(sign), hn::IfThenElse(is_nan, hn::Set(du, 0x7E00u), nonsign));
+}
+
+// ---- loads and stores of N values as float32 -------------------------------------------------
+
+template <DType kType>
+HWY_INLINE VF LoadF32(const void* base, int64_t index) {
+  const DF df;
+  if constexpr (kType == DType::F32) {
+    return hn::LoadU(df, static_cast<const float*>(base) + index);
+  } else {
+    const VU32 bits = hn::PromoteTo(DU32(), hn::LoadU(DU16(), static_cast<const uint16_t*>(base) + index));
+    if constexpr (kType == DType::BF16) {
+      return Bf16BitsToF32(bits);
+    } else {
+      return F16BitsToF32(bits);
+    }
+  }
+}
+
+template <DType kType>
+HWY_INLINE void StoreF32(VF v, void* base, int64_t index) {
+  if constexpr (kType == DType::F32) {
+    hn::StoreU(v, DF(), static_cast<float*>(base) + index);
+  } else {
+    const VU32 bits = kType == DType::BF16 ? F32ToBf16Bits(v) : F32ToF16Bits(v);
+    hn::StoreU(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
+  }
+}
+
+// 2N interleaved values (a0 c0 a1 c1 ...) as two float32 vectors a, c.
+template <DType kType>
+HWY_INLINE void LoadPairsF32(const void* base, int64_t index, VF& a, VF& c) {
+  const DF df;
+  if constexpr (kType == DType::F32) {
+    hn::LoadInterleaved2(df, static_cast<const float*>(base) + index, a, c);
+  } else {
+    // N 32-bit lanes each hold one pair: a in the low 16 bits, c in the high (little endian).
+    const DU32 du;
+    const VU32 lanes = hn::LoadU(du, reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(base) + index));
+    const VU32 low = hn::And(lanes, hn::Set(du, 0xFFFFu));
+    const VU32 high = hn::ShiftRight<16>(lanes);
+    if constexpr (kType == DType::BF16) {
+      a = Bf16BitsToF32(low);
+      c = Bf16BitsToF32(high);
+    } else {
+      a = F16BitsToF32(low);
+      c = F16BitsToF32(high);
+    }
+  }
+}
+
+template <DType kType>
+HWY_INLINE void StorePairsF32(VF a, VF c, void* base, int64_t index) {
+  const DF df;
+  if constexpr (kType == DType::F32) {
+    hn::StoreInterleaved2(a, c, df, static_cast<float*>(base) + index);
+  } else {
+    const DU32 du;
+    const VU32 low = kType == DType::BF16 ? F32ToBf16Bits(a) : F32ToF16Bits(a);
+    const VU32 high = kType == DType::BF16 ? F32ToBf16Bits(c) : F32ToF16Bits(c);
+    hn::StoreU(hn::Or(low, hn::ShiftLeft<16>(high)), du,
+               reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + index));
+  }
+}
+
+// ---- scalar element access for the tails ----------------------------------------------------
+
+template <DType kType>
+HWY_INLINE float LoadOne(const void* base, int64_t index) {
+  if constexpr (kType == DType::F32) {
+    return static_cast<const float*>(base)[index];
+  } else if constexpr (kType == DType::BF16) {
+    return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+  } else {
+    return f16_to_float(static_cast<const uint16_t*>(base)[index]);
+  }
+}
+
+template <DType kType>
+HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
+  if constexpr (kType == DType::F32) {
+    static_cast<float*>(base)[index] = value;
+  } else if constexpr (kType == DType::BF16) {
+    static_cast<uint16_t*>(base)[index] = float_to_bf16(value);
+  } else {
+    static_cast<uint16_t*>(base)[index] = float_to_f16(value);
+  }
+}
+
+// ---- one head ---------------------------------------------------------------------------------
+
+// Rotates the rotated block of one head. in and out are element 0 of the head.
+template <DType kType, bool kNeox, bool kBackward>
+HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t num_pairs, const float* cos_row,
+                           const float* sin_row) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  if constexpr (kNeox) {
+    const int64_t first = offset;              // a_i at first + i
+    const int64_t second = offset + num_pairs;  // c_i at second + i
+    for (; i + N <= num_pairs; i += N) {
+      const VF c = hn::LoadU(df, cos_row + i);
+      const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
+      const VF a = LoadF32<kType>(in, first + i);
+      const VF b = LoadF32<kType>(in, second + i);
+      StoreF32<kType>(hn::MulSub(a, c, hn::Mul(b, s)), out, first + i);
+      StoreF32<kType>(hn::MulAdd(b, c, hn::Mul(a, s)), out, second + i);
+    }
+    for (; i < num_pairs; ++i) {
+      const float c = cos_row[i];
+      const float s = kBackward ? -sin_row[i] : sin_row[i];
+      const float a = LoadOne<kType>(in, first + i);
+      const float b = LoadOne<kType>(in, second + i);
+      StoreOne<kType>(std::fma(a, c, -(b * s)), out, first + i);
+      StoreOne<kType>(std::fma(b, c, a * s), out, second + i);
+    }
+  } else {
+    for (; i + N <= num_pairs; i += N) {
+      const VF c = hn::LoadU(df, cos_row + i);
+      const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
+      VF a, b;
+      LoadPairsF32<kType>(in, offset + 2 * i, a, b);
+      StorePairsF32<kType>(hn::MulSub(a, c, hn::Mul(b, s)), hn::MulAdd(b, c, hn::Mul(a, s)), out, offset + 2 * i);
+    }
+    for (; i < num_pairs; ++i) {
+      const float c = cos_row[i];
+      const float s = kBackward ? -sin_row[i] : sin_row[i];
+      const float a = LoadOne<kType>(in, offset + 2 * i);
+      const float b = LoadOne<kType>(in, offset + 2 * i + 1);
+      StoreOne<kType>(std::fma(a, c, -(b * s)), out, offset + 2 * i);
+      StoreOne<kType>(std::fma(b, c, a * s), out, offset + 2 * i + 1);
+    }
+  }
+}
+
+template <DType kType, bool kNeox, bool kBackward>
+void RotateHeadsImpl(const HeadsArgs& args) {
+  constexpr int64_t kElementBytes = kType == DType::F32 ? 4 : 2;
+  const auto* in = static_cast<const unsigned char*>(args.in);
+  auto* out = static_cast<unsigned char*>(args.out);
+  const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
+  for (int64_t h = 0; h < args.num_heads; ++h) {
+    const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
+    unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
+    RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin);
+    if (args.copy_passthrough) {
+      std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
+      std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
+                  static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
+    }
+  }
+}
+
+template <DType kType>
+void RotateHeadsTyped(const HeadsArgs& args) {
+  if (args.neox) {
+    args.backward ? RotateHeadsImpl<kType, true, true>(args) : RotateHeadsImpl<kType, true, false>(args);
+  } else {
+    args.backward ? RotateHeadsImpl<kType, false, true>(args) : RotateHeadsImpl<kType, false, false>(args);
+  }
+}
+
+// One concrete function per storage type, as HWY_EXPORT needs.
+void RotateHeadsF32(const HeadsArgs& args) { RotateHeadsTyped<DType::F32>(args); }
+void RotateHeadsBF16(const HeadsArgs& args) { RotateHeadsTyped<DType::BF16>(args); }
+void RotateHeadsF16(const HeadsArgs& args) { RotateHeadsTyped<DType::F16>(args); }
+
+}  // namespace rotary::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rotary::cpu {
+
+HWY_EXPORT(RotateHeadsF32);
+HWY_EXPORT(RotateHeadsBF16);
+HWY_EXPORT(RotateHeadsF16);
+
+void rotate_heads(DType dtype, const HeadsArgs& args) {
+  switch (dtype) {
+    case DType::F32: HWY_DYNAMIC_DISPATCH(RotateHeadsF32)(args); return;
+    case DType::BF16: HWY_DYNAMIC_DISPATCH(RotateHeadsBF16)(args); return;
+    case DType::F16: HWY_DYNAMIC_DISPATCH(RotateHeadsF16)(args); return;
+    case DType::F64: break;
+  }
+}
+
+}  // namespace rotary::cpu
+#endif  // HWY_ONCE
