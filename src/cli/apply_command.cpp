@@ -16,10 +16,12 @@ const char* const kApplyHelp =
     "                    [--positions POS.npy | --offsets OFFSETS.npy] [--cu-seqlens CU.npy]\n"
     "                    [--precision exact|hf] [--direction forward|backward]\n"
     "                    [--rotary-offset N] [--style neox|gptj] [--layer-type T]\n"
+    "                    [--reference] [--threads N]\n"
     "\n"
     "Rotates q (and k) with the model's RoPE and writes the results, same shape and dtype.\n"
     "Inputs: float32, float16, float64, or bfloat16 stored as uint16 ('<u2'). The computation\n"
-    "is the float64 reference (src/cpu/reference.cpp), rounded once on store.\n"
+    "is the SIMD kernel (float32 math, one rounding on store); --reference uses the float64\n"
+    "reference instead (src/cpu/reference.cpp), rounded once on store.\n"
     "\n"
     "  --layout L        bshd (batch, seq, heads, dim), bhsd, sbhd, or thd (tokens, heads, dim)\n"
     "  --positions F     int64 positions, one per token in (batch, seq) order (THD: token\n"
@@ -32,6 +34,8 @@ const char* const kApplyHelp =
     "  --direction       forward (default) or backward (the inverse rotation = the gradient)\n"
     "  --rotary-offset   first rotated element of each head (DeepSeek's [nope | rope]: 128)\n"
     "  --style           override the spec's pairing (neox: half-split, gptj: interleaved)\n"
+    "  --threads N       worker threads for the SIMD kernel (default: $ROTARY_NUM_THREADS, else\n"
+    "                    every hardware thread)\n"
     "The table follows Hugging Face's forward-time rules for dynamic NTK and LongRoPE, with\n"
     "seq_len = the largest position + 1.\n";
 
@@ -88,7 +92,10 @@ int run_apply(Args& args) {
   const std::optional<int64_t> rotary_offset = args.integer("--rotary-offset", 0, int64_t{1} << 20);
   const std::optional<std::string> style_text = args.value("--style");
   const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool use_reference = args.has_switch("--reference");
+  const std::optional<int64_t> threads = args.integer("--threads", 1, 256);
   args.finish();
+  if (threads) set_num_threads(static_cast<int>(*threads));
 
   if (!q_path) throw UsageError("apply: --q is required (a .npy file)");
   if (!out_q_path) throw UsageError("apply: --out-q is required (where to write the rotated q)");
@@ -163,12 +170,17 @@ int run_apply(Args& args) {
   npy::Array k_out{k.type, k.shape, std::vector<unsigned char>(k.bytes.size())};
   TensorView q_out_view = view_of(q_out, *layout, "--q");
   TensorView k_out_view = k_path ? view_of(k_out, *layout, "--k") : TensorView{};
-  reference::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
+  if (use_reference) {
+    reference::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
+  } else {
+    rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
+  }
 
   npy::write(*out_q_path, q_out);
   if (out_k_path) npy::write(*out_k_path, k_out);
   std::cerr << "rotary: wrote " << *out_q_path << (out_k_path ? " and " + *out_k_path : std::string()) << " ("
-            << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ")\n";
+            << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
+            << (use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target()) << ")\n";
   return 0;
 }
 

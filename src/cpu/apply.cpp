@@ -147,6 +147,10 @@ ThreadPool& pool_locked() {
 // several microseconds, a decode step (one token, 32 heads of 128) takes about one.
 constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
 
+// Out-of-place outputs at least this large use non-temporal stores: several times the 2 MiB
+// L2 of this machine class, so the output would be evicted before use anyway.
+constexpr int64_t kStreamOutputBytes = int64_t{16} << 20;
+
 // ---- targets ----------------------------------------------------------------------------------
 
 std::mutex g_target_mutex;
@@ -298,6 +302,10 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   }
 
   const bool direct_rows = stored && streams == 1 && !xpos;
+  // Outputs much larger than the caches are streamed past them (see HeadsArgs::stream_stores).
+  const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.element_bytes +
+                                         (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.element_bytes : 0));
+  const bool stream_outputs = output_bytes >= kStreamOutputBytes;
   auto rotate_range = [&](int64_t first, int64_t last) {
     // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
     std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
@@ -367,6 +375,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         args.neox = spec.style == Style::NeoX;
         args.backward = backward;
         args.copy_passthrough = !p.in_place;
+        args.stream_stores = !p.in_place && stream_outputs;
         cpu::rotate_heads(p.dtype, args);
       }
     }

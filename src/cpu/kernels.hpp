@@ -33,6 +33,9 @@ struct HeadsArgs {
   bool neox = true;            // false: GPT-J (interleaved) pairs
   bool backward = false;       // sin -> -sin
   bool copy_passthrough = false;  // out-of-place: copy the elements outside the rotated block
+  // Large out-of-place calls: non-temporal stores where the output is vector-aligned (the
+  // result is not read back soon, and streaming saves the read-for-ownership of each line).
+  bool stream_stores = false;
 };
 
 // Rotates one token's heads with the current target's kernel for `dtype`.

@@ -18,6 +18,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/rotate_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 #include <cmath>
@@ -131,6 +132,27 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t index) {
   }
 }
 
+// The same store with a non-temporal hint (bypassing the cache: no read-for-ownership of the
+// destination line), for large out-of-place calls. `base + index` must be aligned to the
+// vector. Only full vectors may be streamed (Highway 1.0.3 widens partial ones to 16 bytes),
+// so 16-bit outputs stream only where their half-width vector is at least 16 bytes.
+template <DType kType>
+constexpr bool CanStream() {
+  return kType == DType::F32 || hn::MaxLanes(DU16()) * sizeof(uint16_t) >= 16;
+}
+
+template <DType kType>
+HWY_INLINE void StreamF32(VF v, void* base, int64_t index) {
+  if constexpr (kType == DType::F32) {
+    hn::Stream(v, DF(), static_cast<float*>(base) + index);
+  } else if constexpr (CanStream<kType>()) {
+    const VU32 bits = kType == DType::BF16 ? F32ToBf16Bits(v) : F32ToF16Bits(v);
+    hn::Stream(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
+  } else {
+    StoreF32<kType>(v, base, index);
+  }
+}
+
 // 2N interleaved values (a0 c0 a1 c1 ...) as two float32 vectors a, c.
 template <DType kType>
 HWY_INLINE void LoadPairsF32(const void* base, int64_t index, VF& a, VF& c) {
@@ -193,8 +215,9 @@ HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
 
 // ---- one head ---------------------------------------------------------------------------------
 
-// Rotates the rotated block of one head. in and out are element 0 of the head.
-template <DType kType, bool kNeox, bool kBackward>
+// Rotates the rotated block of one head. in and out are element 0 of the head. kStream: the
+// caller checked that the NeoX halves of `out` are vector-aligned.
+template <DType kType, bool kNeox, bool kBackward, bool kStream = false>
 HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t num_pairs, const float* cos_row,
                            const float* sin_row) {
   const DF df;
@@ -208,8 +231,15 @@ HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t nu
       const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
       const VF a = LoadF32<kType>(in, first + i);
       const VF b = LoadF32<kType>(in, second + i);
-      StoreF32<kType>(hn::MulSub(a, c, hn::Mul(b, s)), out, first + i);
-      StoreF32<kType>(hn::MulAdd(b, c, hn::Mul(a, s)), out, second + i);
+      const VF a_out = hn::MulSub(a, c, hn::Mul(b, s));
+      const VF b_out = hn::MulAdd(b, c, hn::Mul(a, s));
+      if constexpr (kStream) {
+        StreamF32<kType>(a_out, out, first + i);
+        StreamF32<kType>(b_out, out, second + i);
+      } else {
+        StoreF32<kType>(a_out, out, first + i);
+        StoreF32<kType>(b_out, out, second + i);
+      }
     }
     for (; i < num_pairs; ++i) {
       const float c = cos_row[i];
@@ -244,16 +274,34 @@ void RotateHeadsImpl(const HeadsArgs& args) {
   const auto* in = static_cast<const unsigned char*>(args.in);
   auto* out = static_cast<unsigned char*>(args.out);
   const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
+  // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
+  // block vector-aligned in every head.
+  const auto vector_bytes = static_cast<uintptr_t>(hn::Lanes(DF()) * kElementBytes);
+  const bool stream = kNeox && CanStream<kType>() && args.stream_stores;
+  bool streamed = false;
   for (int64_t h = 0; h < args.num_heads; ++h) {
     const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
     unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
-    RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin);
-    if (args.copy_passthrough) {
+    const auto first = reinterpret_cast<uintptr_t>(head_out + args.rotary_offset * kElementBytes);
+    const auto second = first + static_cast<uintptr_t>(args.num_pairs * kElementBytes);
+    if (stream && first % vector_bytes == 0 && second % vector_bytes == 0) {
+      RotateHead<kType, kNeox, kBackward, true>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos,
+                                                 args.sin);
+      streamed = true;
+    } else {
+      RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin);
+    }
+    // Out of place: the elements outside the rotated block are copied (usually none).
+    if (args.copy_passthrough && args.rotary_offset > 0) {
       std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
+    }
+    if (args.copy_passthrough && block_end < args.head_dim) {
       std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
                   static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
     }
   }
+  // Non-temporal stores are weakly ordered: fence them before this thread reports its work done.
+  if (streamed) hwy::FlushStream();
 }
 
 template <DType kType>
