@@ -2,12 +2,13 @@
 #   make run    install, build, explain the default preset (llama-3.1-8b)
 #   make test   install, build, run every test (ctest)
 #   make bench  install, build, run the benchmarks
+#   make sanitize  every test under ASan+UBSan, the threaded ones under TSan
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test bench sanitize clean
 
 all: build
 
@@ -27,6 +28,18 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded
+# tests under ThreadSanitizer, each in its own build directory (Debug-level optimization -O1).
+SANITIZE_TSAN_TESTS ?= Concurrent|Thread|ApplyCpu|RopeCache
+sanitize: deps
+	$(CMAKE) -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROTARY_SANITIZE=address,undefined -DROTARY_BUILD_BENCH=OFF
+	$(CMAKE) --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+	$(CMAKE) -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROTARY_SANITIZE=thread -DROTARY_BUILD_BENCH=OFF
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '$(SANITIZE_TSAN_TESTS)'
 
 # Benchmarks: medians of 5 repetitions (the machine is shared and noisy).
 bench: build

@@ -100,11 +100,42 @@ inline void copy_inplace_stream(std::byte* data, size_t bytes, int threads) {
   });
 }
 
+// The clone of the in-place stream this CPU runs, in target_clones' order of preference.
+inline const char* copy_inplace_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512f";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  return "x86-64";
+}
+
 // Fills a stream buffer with floats in [1, 2) (never zero, never denormal).
 inline void copy_inplace_init(std::byte* data, size_t bytes) {
   float* x = reinterpret_cast<float*>(data);
   for (size_t i = 0; i < bytes / sizeof(float); ++i) x[i] = 1.0f + static_cast<float>(i % 1021) / 1021.0f;
 }
+
+// Both streams on buffers allocated once, for any size up to max_bytes.
+class Streams {
+ public:
+  explicit Streams(size_t max_bytes) : src_(max_bytes), dst_(max_bytes), data_(max_bytes) {
+    copy_inplace_init(src_.data(), max_bytes);  // a non-zero source: no zero-page shortcuts
+    copy_inplace_init(data_.data(), max_bytes);
+  }
+  void copy(size_t bytes, int threads) { copy_stream(dst_.data(), src_.data(), checked(bytes), threads); }
+  void copy_inplace(size_t bytes, int threads) { copy_inplace_stream(data_.data(), checked(bytes), threads); }
+  // Either one: the floor of an in-place call or of an out-of-place one.
+  void run(bool in_place, size_t bytes, int threads) {
+    if (in_place) {
+      copy_inplace(bytes, threads);
+    } else {
+      copy(bytes, threads);
+    }
+  }
+
+ private:
+  size_t checked(size_t bytes) const { return std::min(bytes, src_.bytes()); }
+  Buffer src_, dst_, data_;
+};
 
 // ---- timing -----------------------------------------------------------------------------------
 
@@ -115,6 +146,49 @@ struct Timing {
   int64_t calls_per_repetition = 1;
 };
 
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// One warm-up call (page faults, pool threads started, table rows and code in cache); a call
+// shorter than min_repetition_ms is timed once more, warm, to choose how many calls make one
+// repetition.
+template <typename Call>
+int64_t warm_up(Call& call, double min_repetition_ms) {
+  Clock::time_point start = Clock::now();
+  call();
+  if (elapsed_ms(start) >= min_repetition_ms) return 1;
+  start = Clock::now();
+  call();
+  const double call_ms = std::max(elapsed_ms(start), 1e-4);
+  return std::max<int64_t>(1, static_cast<int64_t>(min_repetition_ms / call_ms));
+}
+
+// Wall time per call of one repetition.
+template <typename Call>
+double time_repetition(Call& call, int64_t calls) {
+  const Clock::time_point start = Clock::now();
+  for (int64_t c = 0; c < calls; ++c) call();
+  return elapsed_ms(start) / static_cast<double>(calls);
+}
+
+inline Timing summarize(std::vector<double> per_call_ms, int64_t calls_per_repetition) {
+  Timing timing;
+  std::sort(per_call_ms.begin(), per_call_ms.end());
+  const size_t n = per_call_ms.size();
+  timing.median_ms = n % 2 == 1 ? per_call_ms[n / 2] : 0.5 * (per_call_ms[n / 2 - 1] + per_call_ms[n / 2]);
+  timing.min_ms = per_call_ms.front();
+  timing.repetitions = static_cast<int>(n);
+  timing.calls_per_repetition = calls_per_repetition;
+  return timing;
+}
+
+}  // namespace detail
+
 // The timing rule of `rotary bench`: one warm-up call, then `repetitions` timed repetitions
 // (std::chrono::steady_clock wall time); the median and the minimum per call. A call shorter
 // than min_repetition_ms (a decode step: tens of microseconds, where clock reads and scheduler
@@ -122,59 +196,36 @@ struct Timing {
 // lasts about that long, and the repetition's time is divided by the number of calls.
 template <typename Call>
 Timing time_calls(Call&& call, int repetitions, double min_repetition_ms = 2.0) {
-  using Clock = std::chrono::steady_clock;
-  auto elapsed_ms = [](Clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  };
-  Timing timing;
-  timing.repetitions = std::max(repetitions, 1);
-  Clock::time_point start = Clock::now();
-  call();  // warm-up: page faults, pool threads started, table rows and code in cache
-  const double warmup_ms = elapsed_ms(start);
-  if (warmup_ms < min_repetition_ms) {
-    // Calibrate on a second call: the first one pays for cold caches.
-    start = Clock::now();
-    call();
-    const double call_ms = std::max(elapsed_ms(start), 1e-4);
-    timing.calls_per_repetition = std::max<int64_t>(1, static_cast<int64_t>(min_repetition_ms / call_ms));
-  }
+  const int64_t calls = detail::warm_up(call, min_repetition_ms);
   std::vector<double> per_call_ms;
-  per_call_ms.reserve(static_cast<size_t>(timing.repetitions));
-  for (int r = 0; r < timing.repetitions; ++r) {
-    start = Clock::now();
-    for (int64_t c = 0; c < timing.calls_per_repetition; ++c) call();
-    per_call_ms.push_back(elapsed_ms(start) / static_cast<double>(timing.calls_per_repetition));
+  for (int r = 0; r < std::max(repetitions, 1); ++r) per_call_ms.push_back(detail::time_repetition(call, calls));
+  return detail::summarize(std::move(per_call_ms), calls);
+}
+
+// time_calls for a call and the reference it is compared with, their repetitions alternating
+// (call, reference, call, reference, ...), so that both medians see the same machine: on a
+// shared 2-core machine another process's load comes and goes within seconds, and a reference
+// measured at another moment would move the ratio by more than the kernels' differences.
+struct PairedTiming {
+  Timing call;
+  Timing reference;
+};
+template <typename Call, typename Reference>
+PairedTiming time_paired(Call&& call, Reference&& reference, int repetitions, double min_repetition_ms = 2.0) {
+  const int64_t calls = detail::warm_up(call, min_repetition_ms);
+  const int64_t reference_calls = detail::warm_up(reference, min_repetition_ms);
+  std::vector<double> call_ms;
+  std::vector<double> reference_ms;
+  for (int r = 0; r < std::max(repetitions, 1); ++r) {
+    call_ms.push_back(detail::time_repetition(call, calls));
+    reference_ms.push_back(detail::time_repetition(reference, reference_calls));
   }
-  std::sort(per_call_ms.begin(), per_call_ms.end());
-  const size_t n = per_call_ms.size();
-  timing.median_ms = n % 2 == 1 ? per_call_ms[n / 2] : 0.5 * (per_call_ms[n / 2 - 1] + per_call_ms[n / 2]);
-  timing.min_ms = per_call_ms.front();
-  return timing;
+  return {detail::summarize(std::move(call_ms), calls), detail::summarize(std::move(reference_ms), reference_calls)};
 }
 
 // Bytes per millisecond as GB/s (1 GB = 1e9 bytes).
 inline double gb_per_s(int64_t bytes_moved, double milliseconds) {
   return static_cast<double>(bytes_moved) / (milliseconds * 1e-3) / 1e9;
-}
-
-// Both streams over `buffer_bytes` (q + k of the call being compared), timed by time_calls.
-// Returns {copy, copy_inplace}; bytes moved = 2 * buffer_bytes for each.
-struct StreamTimings {
-  Timing copy;
-  Timing copy_inplace;
-};
-inline StreamTimings measure_streams(size_t buffer_bytes, int threads, int repetitions) {
-  StreamTimings result;
-  {
-    Buffer src(buffer_bytes);
-    Buffer dst(buffer_bytes);
-    copy_inplace_init(src.data(), buffer_bytes);  // non-zero source: no zero-page shortcuts
-    result.copy = time_calls([&] { copy_stream(dst.data(), src.data(), buffer_bytes, threads); }, repetitions);
-  }
-  Buffer data(buffer_bytes);
-  copy_inplace_init(data.data(), buffer_bytes);
-  result.copy_inplace = time_calls([&] { copy_inplace_stream(data.data(), buffer_bytes, threads); }, repetitions);
-  return result;
 }
 
 }  // namespace rotary::bench

@@ -12,6 +12,7 @@ int run_explain(Args& args);
 int run_table(Args& args);
 int run_apply(Args& args);
 int run_verify_golden(Args& args);
+int run_check(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -19,5 +20,6 @@ extern const char* const kExplainHelp;
 extern const char* const kTableHelp;
 extern const char* const kApplyHelp;
 extern const char* const kVerifyGoldenHelp;
+extern const char* const kCheckHelp;
 
 }  // namespace rotary::cli

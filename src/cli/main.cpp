@@ -24,6 +24,7 @@ constexpr const char* kUsage =
     "  table     print cos/sin table rows (exact, or Hugging Face's float32 numerics)\n"
     "  apply     rotate q and k read from .npy files, write the results as .npy\n"
     "  verify-golden DIR   check rotary against Hugging Face golden vectors\n"
+    "  check     run RoPE's property checks (norm, relative position, decay, pairing); exit 1 on a violation\n"
     "\n"
     "Each command takes --help. A command given neither --preset nor --config uses the default\n"
     "preset, llama-3.1-8b.\n";
@@ -41,6 +42,7 @@ const Command kCommands[] = {
     {"table", rotary::cli::run_table, &rotary::cli::kTableHelp},
     {"apply", rotary::cli::run_apply, &rotary::cli::kApplyHelp},
     {"verify-golden", rotary::cli::run_verify_golden, &rotary::cli::kVerifyGoldenHelp},
+    {"check", rotary::cli::run_check, &rotary::cli::kCheckHelp},
 };
 
 }  // namespace
@@ -73,7 +75,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::cerr << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden (got \"" << tokens[0]
+  std::cerr << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check (got \"" << tokens[0]
             << "\"); see rotary --help\n";
   return 2;
 }

@@ -1,0 +1,196 @@
+// bench/apply_bench.cpp: rotary::apply on Llama-3-8B shapes (Google Benchmark), next to the
+// memory streams it is bounded by.
+//
+// The same cases as `rotary bench` (src/cli/bench_command.cpp), which is the one to read for
+// the issue's targets: it prints the ratios to the copy bandwidth measured in the same run.
+// Here Google Benchmark's statistics (--benchmark_repetitions, aggregates) are the point.
+//   BM_Prefill   BSHD, batch 1, 4096 tokens, q 32 heads, k 8 heads, head_dim 128, positions 0..4095
+//   BM_Decode    BSHD, 64 sequences x 1 token at scattered positions, q 40 heads
+//   BM_Varlen    THD, 8 packed sequences of 128..2560 tokens (8192), cu_seqlens, positions from 0
+//   BM_Copy / BM_CopyInPlace  the streams of bench/copy_bandwidth.hpp over q + k of BM_Prefill
+// Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads, or std::threads for the
+// streams), in_place (output view == input view). Bytes processed per call = (q + k elements) x
+// element size x 2 (read once, written once), so bytes_per_second is the GB/s of `rotary bench`.
+// The table (llama-3.1-8b, Exact, Stored) is built once, before any timing.
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "copy_bandwidth.hpp"
+#include "rotary/apply.hpp"
+#include "rotary/presets.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace {
+
+using rotary::DType;
+using rotary::Layout;
+
+constexpr int64_t kHeadDim = 128;
+constexpr int64_t kQHeads = 32;
+constexpr int64_t kKvHeads = 8;
+constexpr int64_t kDecodeQHeads = 40;  // issue 5's decode target: 64 x 1 token, 40 heads, < 50 us
+constexpr int64_t kDecodeSequences = 64;
+constexpr int64_t kPrefillTokens = 4096;
+constexpr int64_t kMaxPosition = 32767;  // decode positions are drawn from [0, this]
+constexpr std::array<int64_t, 8> kVarlenLengths = {2048, 512, 1536, 128, 1024, 2560, 256, 128};
+
+const rotary::CosSinTable& llama_table() {
+  static const rotary::CosSinTable table(rotary::preset(rotary::kDefaultPreset).spec,
+                                         {.precision = rotary::Precision::Exact, .storage = rotary::Storage::Stored});
+  static const bool reserved = (table.reserve_positions(kMaxPosition + 1), true);
+  (void)reserved;
+  return table;
+}
+
+DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
+
+// Random non-zero values: sign random, magnitude in [0.25, 2), rounded to the dtype.
+void fill_random(std::byte* data, DType dtype, int64_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> magnitude(0.25f, 2.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    const float value = (generator() & 1) ? -magnitude(generator) : magnitude(generator);
+    if (dtype == DType::BF16) {
+      reinterpret_cast<uint16_t*>(data)[i] = rotary::float_to_bf16(value);
+    } else {
+      reinterpret_cast<float*>(data)[i] = value;
+    }
+  }
+}
+
+int64_t product(const std::array<int64_t, 4>& shape, Layout layout) {
+  const int rank = rotary::layout_rank(layout);
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+// Times apply() on q / k of the given shapes, out of place or in place per state.range(2).
+void run_apply(benchmark::State& state, Layout layout, std::array<int64_t, 4> q_shape, std::array<int64_t, 4> k_shape,
+               const rotary::Positions& positions) {
+  const DType dtype = dtype_arg(state);
+  const int threads = static_cast<int>(state.range(1));
+  const bool in_place = state.range(2) != 0;
+  const int64_t q_elements = product(q_shape, layout);
+  const int64_t k_elements = product(k_shape, layout);
+  const int64_t element_bytes = rotary::dtype_size(dtype);
+  rotary::bench::Buffer q(static_cast<size_t>(q_elements * element_bytes));
+  rotary::bench::Buffer k(static_cast<size_t>(k_elements * element_bytes));
+  rotary::bench::Buffer q_out(in_place ? 0 : q.bytes());
+  rotary::bench::Buffer k_out(in_place ? 0 : k.bytes());
+  fill_random(q.data(), dtype, q_elements, 1);
+  fill_random(k.data(), dtype, k_elements, 2);
+  const rotary::TensorView q_view = rotary::contiguous_view(q.data(), dtype, layout, q_shape);
+  const rotary::TensorView k_view = rotary::contiguous_view(k.data(), dtype, layout, k_shape);
+  const rotary::TensorView q_out_view =
+      in_place ? q_view : rotary::contiguous_view(q_out.data(), dtype, layout, q_shape);
+  const rotary::TensorView k_out_view =
+      in_place ? k_view : rotary::contiguous_view(k_out.data(), dtype, layout, k_shape);
+  const rotary::CosSinTable& table = llama_table();
+  rotary::set_num_threads(threads);
+  rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, table);  // warm-up
+  for (auto _ : state) {
+    rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, table);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * (q_elements + k_elements) * element_bytes * 2);
+  state.SetLabel(rotary::current_cpu_target());
+}
+
+void BM_Prefill(benchmark::State& state) {
+  run_apply(state, Layout::BSHD, {1, kPrefillTokens, kQHeads, kHeadDim}, {1, kPrefillTokens, kKvHeads, kHeadDim},
+            rotary::Positions{});  // positions 0..4095: the index within the sequence
+}
+
+void BM_Decode(benchmark::State& state) {
+  static const std::vector<int64_t> positions = [] {
+    std::mt19937_64 generator(20240605);
+    std::uniform_int_distribution<int64_t> position(0, kMaxPosition);
+    std::vector<int64_t> drawn;
+    for (int64_t s = 0; s < kDecodeSequences; ++s) drawn.push_back(position(generator));
+    return drawn;
+  }();
+  rotary::Positions per_token;
+  per_token.per_token = positions.data();
+  per_token.per_token_count = static_cast<int64_t>(positions.size());
+  run_apply(state, Layout::BSHD, {kDecodeSequences, 1, kDecodeQHeads, kHeadDim},
+            {kDecodeSequences, 1, kKvHeads, kHeadDim}, per_token);
+}
+
+void BM_Varlen(benchmark::State& state) {
+  static const std::vector<int64_t> cu_seqlens = [] {
+    std::vector<int64_t> offsets{0};
+    for (int64_t length : kVarlenLengths) offsets.push_back(offsets.back() + length);
+    return offsets;
+  }();
+  rotary::Positions packed;
+  packed.cu_seqlens = cu_seqlens.data();
+  packed.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+  const int64_t tokens = cu_seqlens.back();
+  run_apply(state, Layout::THD, {tokens, kQHeads, kHeadDim, 1}, {tokens, kKvHeads, kHeadDim, 1}, packed);
+}
+
+// The streams over q + k of BM_Prefill in the dtype given (bytes moved = 2 x buffer).
+size_t prefill_bytes(DType dtype) {
+  return static_cast<size_t>(kPrefillTokens * (kQHeads + kKvHeads) * kHeadDim * rotary::dtype_size(dtype));
+}
+
+void BM_Copy(benchmark::State& state) {
+  const size_t bytes = prefill_bytes(dtype_arg(state));
+  const int threads = static_cast<int>(state.range(1));
+  rotary::bench::Buffer src(bytes);
+  rotary::bench::Buffer dst(bytes);
+  rotary::bench::copy_inplace_init(src.data(), bytes);
+  rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
+  for (auto _ : state) {
+    rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
+}
+
+void BM_CopyInPlace(benchmark::State& state) {
+  const size_t bytes = prefill_bytes(dtype_arg(state));
+  const int threads = static_cast<int>(state.range(1));
+  rotary::bench::Buffer data(bytes);
+  rotary::bench::copy_inplace_init(data.data(), bytes);
+  rotary::bench::copy_inplace_stream(data.data(), bytes, threads);  // warm-up
+  for (auto _ : state) {
+    rotary::bench::copy_inplace_stream(data.data(), bytes, threads);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
+}
+
+// dtype x threads x in_place.
+void KernelArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads", "in_place"});
+  for (int64_t dtype : {0, 1}) {
+    for (int64_t threads : {1, 2}) {
+      for (int64_t in_place : {0, 1}) b->Args({dtype, threads, in_place});
+    }
+  }
+}
+
+void StreamArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads"});
+  for (int64_t dtype : {0, 1}) {
+    for (int64_t threads : {1, 2}) b->Args({dtype, threads});
+  }
+}
+
+BENCHMARK(BM_Copy)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CopyInPlace)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Prefill)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Varlen)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,818 @@
+// src/analysis/analysis.cpp: RoPE's properties, measured (include/rotary/analysis.hpp).
+//
+// Sources of the math:
+//   rotation, norm, relative invariance: RoFormer (Su et al., arXiv:2104.09864), section 3:
+//     f(x, p) = R_p W x with R_p block-diagonal 2-D rotations, so |R_p x| = |x| and
+//     <R_m q, R_n k> = <q, R_(n-m) k>;
+//   long-term decay: RoFormer section 3, "long-term decay": Abel summation of
+//     sum_i h_i e^{i r theta_i} with S_j = sum_{k<j} e^{i r theta_k} gives
+//     |score| <= max_i |h_{i+1} - h_i| * sum_j |S_j|, and the relative bound
+//     (1/(d/2)) sum_{j=1}^{d/2} |S_j| decays with r for theta_i = b^(-2i/d);
+//   attention scaling: HF / vLLM / ggml multiply cos and sin by m (docs/formulas.md section 2);
+//   context coverage: docs/formulas.md section 13 (context_coverage() in frequencies.cpp);
+//   expanded layouts: HF LlamaRotaryEmbedding (cat(freqs, freqs), rotate_half) and GPT-J
+//     (repeat_interleave, rotate_every_two), docs/formulas.md section 2.
+//
+// Everything is evaluated in double in pair space (analysis.hpp header comment); rows come from
+// a Rotation so that tests can inject broken ones.
+#include "rotary/analysis.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <random>
+
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary::analysis {
+
+namespace {
+
+constexpr double kTwoPi = 2.0 * std::numbers::pi;
+
+// The spec the rotation checks use: xPos is a per-position scale of q and k, not a rotation.
+RopeSpec rotation_only(const RopeSpec& spec) {
+  RopeSpec copy = spec;
+  copy.xpos.reset();
+  return copy;
+}
+
+// Positions log-uniform in [0, max_position]: every scale from 1 to 2^31 gets the same weight,
+// so large positions (where float32 angles fail) are as common as small ones.
+int64_t log_uniform_position(std::mt19937_64& rng, int64_t max_position) {
+  if (max_position <= 0) return 0;
+  std::uniform_real_distribution<double> u(0.0, std::log(static_cast<double>(max_position) + 1.0));
+  const auto p = static_cast<int64_t>(std::floor(std::exp(u(rng)))) - 1;
+  return std::clamp<int64_t>(p, 0, max_position);
+}
+
+// A random pair-space vector, N(0, 1) per element, never all zero.
+struct PairVector {
+  std::vector<double> a, c;  // pair i = (a[i], c[i])
+  double norm() const {
+    double sum = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) sum += a[i] * a[i] + c[i] * c[i];
+    return std::sqrt(sum);
+  }
+};
+
+PairVector random_vector(std::mt19937_64& rng, int64_t num_pairs) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  PairVector v;
+  v.a.resize(static_cast<size_t>(num_pairs));
+  v.c.resize(static_cast<size_t>(num_pairs));
+  do {
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      v.a[static_cast<size_t>(i)] = normal(rng);
+      v.c[static_cast<size_t>(i)] = normal(rng);
+    }
+  } while (v.norm() == 0.0);
+  return v;
+}
+
+// Rows of one position, held for reuse.
+struct Row {
+  std::vector<double> cos, sin;
+};
+
+Row fetch_row(const Rotation& rotation, int64_t position) {
+  if (position < 0 || position > rotation.max_position) {
+    throw Error(detail::concat("analysis: position must be in [0, ", rotation.max_position, "] (got ", position, ")"));
+  }
+  Row row;
+  row.cos.resize(static_cast<size_t>(rotation.num_pairs));
+  row.sin.resize(static_cast<size_t>(rotation.num_pairs));
+  rotation.row(position, row.cos.data(), row.sin.data());
+  return row;
+}
+
+// R_p v: a' = a C - c S, c' = c C + a S per pair (docs/formulas.md section 2).
+PairVector rotate(const PairVector& v, const Row& row) {
+  PairVector out;
+  out.a.resize(v.a.size());
+  out.c.resize(v.c.size());
+  for (size_t i = 0; i < v.a.size(); ++i) {
+    out.a[i] = v.a[i] * row.cos[i] - v.c[i] * row.sin[i];
+    out.c[i] = v.c[i] * row.cos[i] + v.a[i] * row.sin[i];
+  }
+  return out;
+}
+
+double dot(const PairVector& x, const PairVector& y) {
+  double sum = 0.0;
+  for (size_t i = 0; i < x.a.size(); ++i) sum += x.a[i] * y.a[i] + x.c[i] * y.c[i];
+  return sum;
+}
+
+void check_rotation(const Rotation& rotation, const char* where) {
+  if (rotation.num_pairs <= 0) {
+    throw Error(detail::concat(where, ": rotation.num_pairs must be > 0 (got ", rotation.num_pairs, ")"));
+  }
+  if (!(rotation.attention_scaling > 0.0) || !std::isfinite(rotation.attention_scaling)) {
+    throw Error(detail::concat(where, ": rotation.attention_scaling must be a finite number > 0 (got ",
+                               rotation.attention_scaling, ")"));
+  }
+  if (!rotation.row) throw Error(detail::concat(where, ": rotation.row must be set (got an empty function)"));
+  if (rotation.max_position < 0) {
+    throw Error(detail::concat(where, ": rotation.max_position must be >= 0 (got ", rotation.max_position, ")"));
+  }
+}
+
+void check_samples(int64_t num_samples, const char* where) {
+  if (num_samples < 1) throw Error(detail::concat(where, ": num_samples must be >= 1 (got ", num_samples, ")"));
+}
+
+// The float32 kernel figure: rotary::apply on float32 q in the spec's own layout. The norm is
+// taken over the rotated block [0, rotary_dim) (pass-through dims are copied, not scaled by m),
+// against the float32 input widened to double.
+double float32_kernel_norm_deviation(const RopeSpec& spec, const NormOptions& options) {
+  const int64_t tokens = options.num_samples;
+  const int64_t head_dim = spec.head_dim;
+  const int64_t rotary_dim = spec.rotary_dim;
+  const int streams = position_streams(spec);
+  TableOptions table_options;
+  table_options.storage = Storage::OnTheFly;
+  table_options.seq_len = options.seq_len;
+  const CosSinTable table(spec, table_options);
+  const int64_t max_position = std::min(options.max_position, table.max_position());
+
+  std::mt19937_64 rng(options.seed ^ 0x5f3759dfULL);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto elements = static_cast<size_t>(tokens * head_dim);
+  std::vector<float> q(elements), k(elements), q_out(elements), k_out(elements);
+  for (size_t e = 0; e < elements; ++e) {
+    q[e] = normal(rng);
+    k[e] = normal(rng);
+  }
+  // Text tokens: every stream carries the same position (stream-major layout, apply.hpp).
+  std::vector<int64_t> token_positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    token_positions[static_cast<size_t>(t)] = t == 0   ? 0
+                                              : t == 1 ? max_position
+                                                       : log_uniform_position(rng, max_position);
+  }
+  std::vector<int64_t> per_token(static_cast<size_t>(tokens * streams));
+  for (int s = 0; s < streams; ++s) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      per_token[static_cast<size_t>(s * tokens + t)] = token_positions[static_cast<size_t>(t)];
+    }
+  }
+  const std::array<int64_t, 4> shape{1, tokens, 1, head_dim};
+  const TensorView q_view = contiguous_view(q.data(), DType::F32, Layout::BSHD, shape);
+  const TensorView k_view = contiguous_view(k.data(), DType::F32, Layout::BSHD, shape);
+  const TensorView q_out_view = contiguous_view(q_out.data(), DType::F32, Layout::BSHD, shape);
+  const TensorView k_out_view = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, shape);
+  Positions positions;
+  positions.per_token = per_token.data();
+  positions.per_token_count = static_cast<int64_t>(per_token.size());
+  rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, table);
+
+  const double m = table.attention_scaling();
+  double worst = 0.0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (const auto* pair : {&q, &k}) {
+      const std::vector<float>& in = *pair;
+      const std::vector<float>& out = pair == &q ? q_out : k_out;
+      double in_sq = 0.0, out_sq = 0.0;
+      for (int64_t e = 0; e < rotary_dim; ++e) {
+        const auto index = static_cast<size_t>(t * head_dim + e);
+        in_sq += static_cast<double>(in[index]) * in[index];
+        out_sq += static_cast<double>(out[index]) * out[index];
+      }
+      if (in_sq == 0.0) continue;
+      worst = std::max(worst, std::abs(std::sqrt(out_sq) / (m * std::sqrt(in_sq)) - 1.0));
+    }
+  }
+  return worst;
+}
+
+// Mean of the bound over the integers in [first, last], every one or `max_points` evenly spaced.
+double mean_bound(std::span<const double> inv_freq, int64_t first, int64_t last, int64_t max_points) {
+  const int64_t count = last - first + 1;
+  double sum = 0.0;
+  int64_t n = 0;
+  if (count <= max_points) {
+    for (int64_t r = first; r <= last; ++r, ++n) sum += decay_bound(inv_freq, static_cast<double>(r));
+  } else {
+    for (int64_t j = 0; j < max_points; ++j, ++n) {
+      const double r = std::round(static_cast<double>(first) +
+                                  static_cast<double>(last - first) * static_cast<double>(j) /
+                                      static_cast<double>(max_points - 1));
+      sum += decay_bound(inv_freq, r);
+    }
+  }
+  return sum / static_cast<double>(n);
+}
+
+LongTermDecay decay_curves(std::span<const double> inv_freq, const Rotation& rotation, const DecayOptions& options) {
+  const int64_t max_distance = options.max_distance;
+  if (max_distance <= 16) {
+    throw Error(detail::concat("long_term_decay: max_distance must be > 16, past the near range [1, 16] (got ",
+                               max_distance, ")"));
+  }
+  if (max_distance > rotation.max_position) {
+    throw Error(detail::concat("long_term_decay: max_distance must be <= ", rotation.max_position, " (got ",
+                               max_distance, ")"));
+  }
+  check_samples(options.num_samples, "long_term_decay");
+  if (options.points_per_octave < 1) {
+    throw Error(
+        detail::concat("long_term_decay: points_per_octave must be >= 1 (got ", options.points_per_octave, ")"));
+  }
+  if (static_cast<int64_t>(inv_freq.size()) != rotation.num_pairs) {
+    throw Error(detail::concat("long_term_decay: inv_freq must have rotation.num_pairs = ", rotation.num_pairs,
+                               " values (got ", inv_freq.size(), ")"));
+  }
+  // Unrotated pairs (theta = 0: Proportional's tail past partial_rotary_factor) are pass-through
+  // dims, like the dims past rotary_dim: they are left out of the bound, and the vectors of the
+  // scores are zero there. Kept in, they would add a constant, always-in-phase term that hides
+  // the decay of the rotated pairs.
+  std::vector<double> rotated;
+  std::vector<bool> is_rotated(inv_freq.size(), false);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    if (inv_freq[i] != 0.0) {
+      rotated.push_back(inv_freq[i]);
+      is_rotated[i] = true;
+    }
+  }
+  LongTermDecay out;
+  out.max_distance = max_distance;
+  const std::vector<double> grid = log_distance_grid(max_distance, options.points_per_octave);
+  if (rotated.empty()) {
+    // Nothing rotates (NoPE): the score is the same at every distance; nothing decays.
+    for (double r : grid) {
+      out.bound.push_back({r, 0.0});
+      out.score_identical_ones.push_back({r, 1.0});
+      out.score_identical_random.push_back({r, 1.0});
+      out.score_independent_random.push_back({r, 0.0});
+    }
+    out.decay_ratio = 1.0;
+    return out;
+  }
+  out.bound_at_zero = (static_cast<double>(rotated.size()) + 1.0) / 2.0;
+  auto mask = [&](PairVector v) {
+    for (size_t i = 0; i < is_rotated.size(); ++i) {
+      if (!is_rotated[i]) v.a[i] = v.c[i] = 0.0;
+    }
+    return v;
+  };
+
+  std::mt19937_64 rng(options.seed);
+  std::vector<PairVector> identical, q_independent, k_independent;
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    identical.push_back(mask(random_vector(rng, rotation.num_pairs)));
+    q_independent.push_back(mask(random_vector(rng, rotation.num_pairs)));
+    k_independent.push_back(mask(random_vector(rng, rotation.num_pairs)));
+  }
+  PairVector ones;
+  ones.a.assign(static_cast<size_t>(rotation.num_pairs), 1.0);
+  ones.c.assign(static_cast<size_t>(rotation.num_pairs), 1.0);
+  ones = mask(ones);
+
+  const double m = rotation.attention_scaling;
+  const Row origin = fetch_row(rotation, 0);  // R_0 = m I for a correct rotation
+  for (double r : grid) {
+    out.bound.push_back({r, decay_bound(rotated, r)});
+    const Row row = fetch_row(rotation, static_cast<int64_t>(r));
+    auto score = [&](const PairVector& q, const PairVector& k) {
+      const double norms = q.norm() * k.norm();
+      return norms > 0.0 ? dot(rotate(q, row), rotate(k, origin)) / (m * m * norms) : 0.0;
+    };
+    out.score_identical_ones.push_back({r, score(ones, ones)});
+    double identical_sum = 0.0, independent_sum = 0.0;
+    for (int64_t s = 0; s < options.num_samples; ++s) {
+      const auto index = static_cast<size_t>(s);
+      identical_sum += score(identical[index], identical[index]);
+      independent_sum += std::abs(score(q_independent[index], k_independent[index]));
+    }
+    const auto samples = static_cast<double>(options.num_samples);
+    out.score_identical_random.push_back({r, identical_sum / samples});
+    out.score_independent_random.push_back({r, independent_sum / samples});
+  }
+  out.near_mean = mean_bound(rotated, 1, 16, 16);
+  out.far_mean = mean_bound(rotated, max_distance / 2, max_distance, 4097);
+  out.decay_ratio = out.far_mean > 0.0 ? out.near_mean / out.far_mean : std::numeric_limits<double>::infinity();
+  return out;
+}
+
+// 2x2 singular values of [[a, b], [c, d]] in closed form: with P = |(a + d, b - c)| and
+// Q = |(a - d, b + c)|, sigma_max = (P + Q) / 2 and sigma_min = |P - Q| / 2. For a scaled
+// rotation Q = 0 exactly in the formula, so the matched case shows only the rows' own error.
+std::pair<double, double> singular_values(double a, double b, double c, double d) {
+  const double p = std::hypot(a + d, b - c);
+  const double q = std::hypot(a - d, b + c);
+  return {(p + q) / 2.0, std::abs(p - q) / 2.0};
+}
+
+std::string describe_number(double value) { return detail::shortest(value); }
+
+// 4 significant digits, for explanations.
+std::string format_short(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.4g", value);
+  return buffer;
+}
+
+}  // namespace
+
+// ---- rotations -----------------------------------------------------------------------------------
+
+Rotation exact_rotation(const RopeSpec& spec, int64_t seq_len) {
+  TableOptions options;
+  options.precision = Precision::Exact;
+  options.storage = Storage::OnTheFly;
+  options.seq_len = seq_len;
+  auto table = std::make_shared<const CosSinTable>(rotation_only(spec), options);
+  Rotation rotation;
+  rotation.num_pairs = table->num_pairs();
+  rotation.attention_scaling = table->attention_scaling();
+  rotation.max_position = table->max_position();
+  rotation.row = [table](int64_t position, double* cos_out, double* sin_out) {
+    table->row_f64(position, cos_out, sin_out);
+  };
+  return rotation;
+}
+
+Rotation direct_rotation(std::vector<double> inv_freq, double attention_scaling) {
+  if (inv_freq.empty()) throw Error("direct_rotation: inv_freq must not be empty (got 0 values)");
+  for (double theta : inv_freq) {
+    if (!std::isfinite(theta)) {
+      throw Error(detail::concat("direct_rotation: inv_freq must be finite (got ", theta, ")"));
+    }
+  }
+  Rotation rotation;
+  rotation.num_pairs = static_cast<int64_t>(inv_freq.size());
+  rotation.attention_scaling = attention_scaling;
+  rotation.row = [inv_freq = std::move(inv_freq), attention_scaling](int64_t position, double* cos_out,
+                                                                     double* sin_out) {
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      const double angle = static_cast<double>(position) * inv_freq[i];
+      cos_out[i] = attention_scaling * std::cos(angle);
+      sin_out[i] = attention_scaling * std::sin(angle);
+    }
+  };
+  return rotation;
+}
+
+int64_t default_trained_context(const RopeSpec& spec) {
+  const ScalingType type = spec.scaling.type;
+  if (type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3) {
+    return spec.original_context();
+  }
+  return spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 2048;
+}
+
+// ---- 1. norm preservation --------------------------------------------------------------------------
+
+bool NormPreservation::passed() const {
+  const bool f64_ok = max_deviation_f64 <= threshold_f64;
+  const bool f32_ok = std::isnan(max_deviation_f32) || max_deviation_f32 <= threshold_f32;
+  return f64_ok && f32_ok;
+}
+
+NormPreservation norm_preservation(const Rotation& rotation, const NormOptions& options) {
+  check_rotation(rotation, "norm_preservation");
+  check_samples(options.num_samples, "norm_preservation");
+  const int64_t max_position = std::clamp<int64_t>(options.max_position, 0, rotation.max_position);
+  std::mt19937_64 rng(options.seed);
+  NormPreservation out;
+  out.num_samples = options.num_samples;
+  const double m = rotation.attention_scaling;
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    // The first samples pin the edges: position 0, 1 and the largest allowed.
+    const int64_t position = s == 0 ? 0 : s == 1 ? std::min<int64_t>(1, max_position)
+                                   : s == 2      ? max_position
+                                                 : log_uniform_position(rng, max_position);
+    const PairVector q = random_vector(rng, rotation.num_pairs);
+    const double deviation = std::abs(rotate(q, fetch_row(rotation, position)).norm() / (m * q.norm()) - 1.0);
+    if (deviation > out.max_deviation_f64 || std::isnan(deviation)) {
+      out.max_deviation_f64 = std::isnan(deviation) ? std::numeric_limits<double>::infinity() : deviation;
+      out.worst_position_f64 = position;
+    }
+  }
+  return out;
+}
+
+NormPreservation norm_preservation(const RopeSpec& spec, const NormOptions& options) {
+  const RopeSpec rotation_spec = rotation_only(spec);
+  NormPreservation out = norm_preservation(exact_rotation(rotation_spec, options.seq_len), options);
+  if (options.float32_kernel) out.max_deviation_f32 = float32_kernel_norm_deviation(rotation_spec, options);
+  return out;
+}
+
+// ---- 2. relative-position invariance -----------------------------------------------------------------
+
+RelativeInvariance relative_invariance(const Rotation& rotation, const InvarianceOptions& options) {
+  check_rotation(rotation, "relative_invariance");
+  check_samples(options.num_samples, "relative_invariance");
+  const int64_t max_position = std::clamp<int64_t>(options.max_position, 0, rotation.max_position);
+  const int64_t extra = options.k_shift_extra;
+  if (extra < -max_position / 4 || extra > max_position / 4) {
+    throw Error(detail::concat("relative_invariance: k_shift_extra must be within a quarter of max_position ",
+                               max_position, " (got ", extra, ")"));
+  }
+  std::mt19937_64 rng(options.seed);
+  RelativeInvariance out;
+  out.num_samples = options.num_samples;
+  const double m = rotation.attention_scaling;
+  // Room for the fault-injection offset on both sides.
+  const int64_t margin = extra < 0 ? -extra : extra;
+  const int64_t usable = max_position - 2 * margin;
+  if (usable < 2) {
+    throw Error(detail::concat("relative_invariance: max_position must be >= 2 + 2 |k_shift_extra| (got ",
+                               max_position, ")"));
+  }
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    int64_t t = 0, pm = 0, pn = 0;
+    if (s == 0) {  // the largest shift: from the origin to the end of the range
+      pm = 0;
+      pn = 1;
+      t = usable - 1;
+    } else if (s == 1) {  // large positions, far apart
+      pm = usable / 2;
+      pn = 0;
+      t = usable / 2;
+    } else {
+      t = log_uniform_position(rng, usable / 2);
+      pm = log_uniform_position(rng, usable - t);
+      pn = log_uniform_position(rng, usable - t);
+    }
+    pm += margin;
+    pn += margin;
+    const PairVector q = random_vector(rng, rotation.num_pairs);
+    const PairVector k = random_vector(rng, rotation.num_pairs);
+    const double before = dot(rotate(q, fetch_row(rotation, pm)), rotate(k, fetch_row(rotation, pn)));
+    const double after = dot(rotate(q, fetch_row(rotation, pm + t)), rotate(k, fetch_row(rotation, pn + t + extra)));
+    double deviation = std::abs(before - after) / (m * m * q.norm() * k.norm());
+    if (std::isnan(deviation)) deviation = std::numeric_limits<double>::infinity();
+    if (s == 0 || deviation > out.max_deviation) {
+      out.max_deviation = deviation;
+      out.worst_m = pm;
+      out.worst_n = pn;
+      out.worst_t = t;
+    }
+  }
+  return out;
+}
+
+RelativeInvariance relative_invariance(const RopeSpec& spec, const InvarianceOptions& options) {
+  return relative_invariance(exact_rotation(spec, options.seq_len), options);
+}
+
+// ---- 3. long-term decay ------------------------------------------------------------------------------
+
+double decay_bound(std::span<const double> inv_freq, double distance_tokens) {
+  if (inv_freq.empty()) throw Error("decay_bound: inv_freq must not be empty (got 0 values)");
+  // S_j = sum_{k<j} e^{i r theta_k}; RoFormer section 3, "long-term decay".
+  std::complex<double> partial(0.0, 0.0);
+  double sum_abs = 0.0;
+  for (double theta : inv_freq) {
+    const double angle = distance_tokens * theta;
+    partial += std::complex<double>(std::cos(angle), std::sin(angle));
+    sum_abs += std::abs(partial);
+  }
+  return sum_abs / static_cast<double>(inv_freq.size());
+}
+
+std::vector<double> log_distance_grid(int64_t max_distance, int points_per_octave) {
+  if (max_distance < 1) {
+    throw Error(detail::concat("log_distance_grid: max_distance must be >= 1 (got ", max_distance, ")"));
+  }
+  if (points_per_octave < 1) {
+    throw Error(detail::concat("log_distance_grid: points_per_octave must be >= 1 (got ", points_per_octave, ")"));
+  }
+  std::vector<double> grid{0.0};
+  const double octaves = std::log2(static_cast<double>(max_distance));
+  const auto steps = static_cast<int64_t>(std::ceil(octaves * points_per_octave));
+  for (int64_t j = 0; j <= steps; ++j) {
+    const double r = std::min(std::round(std::exp2(static_cast<double>(j) / points_per_octave)),
+                              static_cast<double>(max_distance));
+    if (r > grid.back()) grid.push_back(r);
+  }
+  if (grid.back() < static_cast<double>(max_distance)) grid.push_back(static_cast<double>(max_distance));
+  return grid;
+}
+
+LongTermDecay long_term_decay(std::span<const double> inv_freq, double attention_scaling, const DecayOptions& options) {
+  const Rotation rotation = direct_rotation(std::vector<double>(inv_freq.begin(), inv_freq.end()), attention_scaling);
+  check_rotation(rotation, "long_term_decay");
+  return decay_curves(inv_freq, rotation, options);
+}
+
+LongTermDecay long_term_decay(const RopeSpec& spec, const DecayOptions& options) {
+  DecayOptions resolved = options;
+  if (resolved.max_distance == 0) resolved.max_distance = default_trained_context(spec);
+  const int64_t seq_len = resolved.seq_len > 0 ? resolved.seq_len : resolved.max_distance;
+  const Frequencies freqs = frequencies(spec, seq_len);
+  return decay_curves(freqs.inv_freq, exact_rotation(spec, seq_len), resolved);
+}
+
+LongTermDecay long_term_decay(const RopeSpec& spec, int64_t max_distance, int64_t samples) {
+  DecayOptions options;
+  options.max_distance = max_distance;
+  options.num_samples = samples;
+  return long_term_decay(spec, options);
+}
+
+// ---- 4. rotations over a context ---------------------------------------------------------------------
+
+std::vector<PairRotation> pair_rotations(const RopeSpec& spec, int64_t context) {
+  if (context < 1) throw Error(detail::concat("pair_rotations: context must be >= 1 (got ", context, ")"));
+  const Frequencies freqs = frequencies(spec, context);
+  std::vector<PairRotation> out(freqs.inv_freq.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].pair = static_cast<int64_t>(i);
+    out[i].inv_freq = freqs.inv_freq[i];
+    out[i].wavelength_tokens = freqs.pairs[i].wavelength_tokens;
+    out[i].rotations = static_cast<double>(context - 1) * freqs.inv_freq[i] / kTwoPi;
+    out[i].regime = freqs.pairs[i].regime;
+  }
+  return out;
+}
+
+// ---- 5. extrapolation --------------------------------------------------------------------------------
+
+Extrapolation extrapolation(const RopeSpec& spec, int64_t trained_context, int64_t target_context) {
+  const Frequencies freqs = frequencies(spec, target_context > 0 ? target_context : 0);
+  Extrapolation out;
+  out.pairs = context_coverage(spec, freqs, trained_context, target_context);  // checks both contexts
+  out.trained_context = trained_context;
+  out.target_context = target_context;
+  out.num_pairs = static_cast<int64_t>(out.pairs.size());
+  for (size_t i = 0; i < out.pairs.size(); ++i) {
+    const PairCoverage& c = out.pairs[i];
+    if (c.rotations_trained >= 1.0) ++out.num_full_turn_in_training;
+    if (freqs.pairs[i].regime != PairRegime::Unrotated && c.rotations_target < 1.0) ++out.num_below_one_turn_at_target;
+    if (!c.out_of_distribution) continue;
+    ++out.num_out_of_distribution;
+    if (c.overshoot > out.largest_overshoot || out.largest_overshoot_pair < 0) {
+      out.largest_overshoot = std::max(out.largest_overshoot, c.overshoot);
+      out.largest_overshoot_pair = static_cast<int64_t>(i);
+    }
+  }
+  return out;
+}
+
+// ---- 6. scheme scaling -------------------------------------------------------------------------------
+
+SchemeScaling scheme_scaling(const RopeSpec& spec, int64_t seq_len) {
+  const Frequencies freqs = frequencies(spec, seq_len);
+  const std::vector<double> reference = default_inv_freq(spec);
+  SchemeScaling out;
+  out.type = spec.scaling.type;
+  out.seq_len = freqs.seq_len;
+  out.effective_factor = freqs.effective_factor;
+  out.attention_scaling = freqs.attention_scaling;
+  out.attention_scaling_source = freqs.attention_scaling_source;
+  out.longrope_factor_set = freqs.longrope_factor_set;
+  out.pairs.resize(freqs.inv_freq.size());
+  for (size_t i = 0; i < out.pairs.size(); ++i) {
+    PairScaling& p = out.pairs[i];
+    p.pair = static_cast<int64_t>(i);
+    p.default_inv_freq = reference[i];
+    p.inv_freq = freqs.inv_freq[i];
+    p.factor_applied = freqs.pairs[i].factor_applied;
+    p.default_wavelength_tokens =
+        reference[i] > 0.0 ? kTwoPi / reference[i] : std::numeric_limits<double>::infinity();
+    p.wavelength_tokens = freqs.pairs[i].wavelength_tokens;
+    p.regime = freqs.pairs[i].regime;
+    p.blend = freqs.pairs[i].blend;
+  }
+  return out;
+}
+
+// ---- 8. convention mismatch --------------------------------------------------------------------------
+
+std::string_view to_string(DetectedConvention convention) {
+  switch (convention) {
+    case DetectedConvention::NeoX: return "neox";
+    case DetectedConvention::GPTJ: return "gptj";
+    case DetectedConvention::Ambiguous: return "ambiguous";
+    case DetectedConvention::Unknown: return "unknown";
+  }
+  return "?";
+}
+
+DetectedConvention detect_convention(std::span<const double> cos_row, std::span<const double> sin_row,
+                                     double tolerance) {
+  const size_t n = cos_row.size();
+  if (n == 0 || n % 2 != 0 || sin_row.size() != n) return DetectedConvention::Unknown;
+  auto equal = [tolerance](double x, double y) { return std::abs(x - y) <= tolerance; };
+  bool neox = true, gptj = true;
+  for (size_t j = 0; j < n / 2; ++j) {
+    // NeoX cat(v, v): element j and j + n/2 hold pair j.
+    neox = neox && equal(cos_row[j], cos_row[j + n / 2]) && equal(sin_row[j], sin_row[j + n / 2]);
+    // GPT-J repeat-interleave: elements 2j and 2j + 1 hold pair j.
+    gptj = gptj && equal(cos_row[2 * j], cos_row[2 * j + 1]) && equal(sin_row[2 * j], sin_row[2 * j + 1]);
+  }
+  if (neox && gptj) return DetectedConvention::Ambiguous;
+  if (neox) return DetectedConvention::NeoX;
+  if (gptj) return DetectedConvention::GPTJ;
+  return DetectedConvention::Unknown;
+}
+
+DetectedConvention detect_convention(std::span<const float> cos_row, std::span<const float> sin_row,
+                                     double tolerance) {
+  const std::vector<double> c(cos_row.begin(), cos_row.end());
+  const std::vector<double> s(sin_row.begin(), sin_row.end());
+  return detect_convention(std::span<const double>(c), std::span<const double>(s), tolerance);
+}
+
+std::vector<double> expand_row_f64(std::span<const double> pair_values, Style layout) {
+  const size_t half = pair_values.size();
+  std::vector<double> out(2 * half);
+  for (size_t i = 0; i < half; ++i) {
+    if (layout == Style::NeoX) {
+      out[i] = out[i + half] = pair_values[i];
+    } else {
+      out[2 * i] = out[2 * i + 1] = pair_values[i];
+    }
+  }
+  return out;
+}
+
+double expanded_rotation_norm_deviation(std::span<const double> cos_row, std::span<const double> sin_row,
+                                        Style pairing, double attention_scaling) {
+  const size_t n = cos_row.size();
+  if (n == 0 || n % 2 != 0) {
+    throw Error(detail::concat("expanded_rotation_norm_deviation: cos_row must have an even, non-zero length (got ", n,
+                               ")"));
+  }
+  if (sin_row.size() != n) {
+    throw Error(detail::concat("expanded_rotation_norm_deviation: sin_row must have the length of cos_row ", n,
+                               " (got ", sin_row.size(), ")"));
+  }
+  if (!(attention_scaling > 0.0) || !std::isfinite(attention_scaling)) {
+    throw Error(detail::concat("expanded_rotation_norm_deviation: attention_scaling must be a finite number > 0 (got ",
+                               attention_scaling, ")"));
+  }
+  double worst = 0.0;
+  for (size_t j = 0; j < n / 2; ++j) {
+    // The applied pair (u, v): out[u] = x[u] C[u] - x[v] S[u], out[v] = x[v] C[v] + x[u] S[v]
+    // (HF: x * cos + rotate(x) * sin, rotate(x)[u] = -x[v], rotate(x)[v] = x[u]).
+    const size_t u = pairing == Style::NeoX ? j : 2 * j;
+    const size_t v = pairing == Style::NeoX ? j + n / 2 : 2 * j + 1;
+    const auto [sigma_max, sigma_min] = singular_values(cos_row[u], -sin_row[u], sin_row[v], cos_row[v]);
+    worst = std::max({worst, std::abs(sigma_max / attention_scaling - 1.0),
+                      std::abs(sigma_min / attention_scaling - 1.0)});
+  }
+  return worst;
+}
+
+ConventionMismatch convention_mismatch(const RopeSpec& spec, const ConventionOptions& options) {
+  TableOptions table_options;
+  table_options.storage = Storage::OnTheFly;
+  table_options.seq_len = options.seq_len;
+  const CosSinTable table(rotation_only(spec), table_options);
+  const int64_t max_position = options.max_position > 0 ? options.max_position : default_trained_context(spec);
+  if (max_position > table.max_position()) {
+    throw Error(detail::concat("convention_mismatch: max_position must be <= ", table.max_position(), " (got ",
+                               max_position, ")"));
+  }
+  if (options.probe_position < 0 || options.probe_position > table.max_position()) {
+    throw Error(detail::concat("convention_mismatch: probe_position must be in [0, ", table.max_position(), "] (got ",
+                               options.probe_position, ")"));
+  }
+  const auto num_pairs = static_cast<size_t>(table.num_pairs());
+  const double m = table.attention_scaling();
+
+  ConventionMismatch out;
+  out.spec_style = spec.style;
+  std::vector<double> cos_pairs(num_pairs), sin_pairs(num_pairs);
+  for (double r : log_distance_grid(max_position, options.points_per_octave)) {
+    table.row_f64(static_cast<int64_t>(r), cos_pairs.data(), sin_pairs.data());
+    double deviation[2][2];  // [layout][pairing], 0 = NeoX, 1 = GPT-J
+    for (int layout = 0; layout < 2; ++layout) {
+      const Style layout_style = layout == 0 ? Style::NeoX : Style::GPTJ;
+      const std::vector<double> c = expand_row_f64(cos_pairs, layout_style);
+      const std::vector<double> s = expand_row_f64(sin_pairs, layout_style);
+      for (int pairing = 0; pairing < 2; ++pairing) {
+        deviation[layout][pairing] =
+            expanded_rotation_norm_deviation(c, s, pairing == 0 ? Style::NeoX : Style::GPTJ, m);
+      }
+    }
+    const int own = spec.style == Style::NeoX ? 0 : 1;
+    out.matched_deviation = std::max(out.matched_deviation, deviation[own][own]);
+    out.neox_layout_gptj_pairing_deviation = std::max(out.neox_layout_gptj_pairing_deviation, deviation[0][1]);
+    out.gptj_layout_neox_pairing_deviation = std::max(out.gptj_layout_neox_pairing_deviation, deviation[1][0]);
+    out.mismatch_by_position.push_back({r, deviation[own][own == 0 ? 1 : 0]});
+  }
+
+  // The detector reads the library's own float32 layout (expand_row), as a user's dump would be.
+  std::vector<float> cos_f32(num_pairs), sin_f32(num_pairs);
+  table.row(options.probe_position, cos_f32.data(), sin_f32.data());
+  for (const Style layout : {Style::NeoX, Style::GPTJ}) {
+    const std::vector<float> c = expand_row(cos_f32.data(), table.num_pairs(), layout);
+    const std::vector<float> s = expand_row(sin_f32.data(), table.num_pairs(), layout);
+    const DetectedConvention detected = detect_convention(std::span<const float>(c), std::span<const float>(s));
+    (layout == Style::NeoX ? out.detected_from_neox_layout : out.detected_from_gptj_layout) = detected;
+  }
+  return out;
+}
+
+// ---- 9. every check ----------------------------------------------------------------------------------
+
+bool CheckReport::all_passed() const {
+  return std::all_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.passed; });
+}
+
+double check_margin(const CheckResult& check) {
+  if (check.bound == Bound::AtMost) {
+    return check.measured > 0.0 ? check.threshold / check.measured : std::numeric_limits<double>::infinity();
+  }
+  return check.threshold > 0.0 ? check.measured / check.threshold : std::numeric_limits<double>::infinity();
+}
+
+CheckReport run_checks(const RopeSpec& spec, int64_t context) {
+  validate(spec);
+  CheckReport report;
+  report.spec_name = spec.name;
+  report.trained_context = default_trained_context(spec);
+  report.context = context > 0 ? context
+                   : spec.max_position_embeddings > 0 ? spec.max_position_embeddings
+                                                      : report.trained_context;
+  if (report.context < 1 || report.context > kMaxPosition) {
+    throw Error(detail::concat("run_checks: context must be in [1, ", kMaxPosition, "] (got ", report.context, ")"));
+  }
+  report.decay_distance = std::max(report.context, kDecayMinDistance);
+  const int64_t seq_len = report.context;
+  const RopeSpec checked = rotation_only(spec);
+  const std::string xpos_note =
+      spec.xpos ? " xPos (a deliberate scale of q by zeta^e and k by zeta^-e) is left out: the check is of the "
+                  "rotation."
+                : "";
+
+  NormOptions norm_options;
+  norm_options.seq_len = seq_len;
+  const NormPreservation norm = norm_preservation(checked, norm_options);
+  report.checks.push_back(
+      {"norm_preserved_f64", norm.max_deviation_f64 <= norm.threshold_f64, norm.max_deviation_f64, norm.threshold_f64,
+       Bound::AtMost,
+       detail::concat("max | |R_p q| / (m |q|) - 1 | over ", norm.num_samples,
+                      " random q at positions log-uniform in [0, 2^31 - 1] (worst at p = ", norm.worst_position_f64,
+                      "), float64 rotation of the exact table rows; m = attention scaling. Rounding alone gives "
+                      "<= ~1e-13.",
+                      xpos_note)});
+  report.checks.push_back(
+      {"norm_preserved_f32_kernel", norm.max_deviation_f32 <= norm.threshold_f32, norm.max_deviation_f32,
+       norm.threshold_f32, Bound::AtMost,
+       detail::concat("the same ratio for rotary::apply (float32 SIMD kernel, target ", current_cpu_target(),
+                      ") on ", norm.num_samples, " float32 heads in ", to_string(spec.style),
+                      " layout; the threshold is the kernel's derived error bound (8e-7 of a pair's norm), rounded "
+                      "up.")});
+
+  InvarianceOptions invariance_options;
+  invariance_options.seq_len = seq_len;
+  const RelativeInvariance invariance = relative_invariance(checked, invariance_options);
+  report.checks.push_back(
+      {"relative_position_invariance", invariance.passed(), invariance.max_deviation, invariance.threshold,
+       Bound::AtMost,
+       detail::concat("max |<R_m q, R_n k> - <R_(m+t) q, R_(n+t) k>| / (m^2 |q| |k|) over ", invariance.num_samples,
+                      " random (q, k, m, n, t) with positions up to 2^31 - 1 (worst m = ", invariance.worst_m,
+                      ", n = ", invariance.worst_n, ", t = ", invariance.worst_t,
+                      "): the score depends on n - m only (RoFormer section 3).")});
+
+  DecayOptions decay_options;
+  decay_options.max_distance = report.decay_distance;
+  decay_options.seq_len = seq_len;
+  const LongTermDecay decay = long_term_decay(checked, decay_options);
+  report.checks.push_back(
+      {"long_term_decay_bound", decay.passed(), decay.decay_ratio, decay.threshold, Bound::AtLeast,
+       detail::concat("RoFormer's relative bound (1/(d/2)) sum_j |S_j(r)| (section 3, long-term decay) is ",
+                      describe_number(decay.bound_at_zero), " at r = 0; its mean over r = 1..16 is ",
+                      format_short(decay.near_mean), " and over r in [", report.decay_distance / 2, ", ",
+                      report.decay_distance, "] ", format_short(decay.far_mean),
+                      "; the measured value is their ratio. Geometric frequencies keep the slow pairs in phase at "
+                      "small r and let them drift apart at large r; without slow pairs (or with only slow pairs) "
+                      "the ratio stays near 1.")});
+
+  ConventionOptions convention_options;
+  convention_options.max_position = report.context;
+  convention_options.seq_len = seq_len;
+  const ConventionMismatch convention = convention_mismatch(checked, convention_options);
+  const DetectedConvention detected =
+      spec.style == Style::NeoX ? convention.detected_from_neox_layout : convention.detected_from_gptj_layout;
+  const bool detected_ok = (detected == DetectedConvention::NeoX && spec.style == Style::NeoX) ||
+                           (detected == DetectedConvention::GPTJ && spec.style == Style::GPTJ) ||
+                           (detected == DetectedConvention::Ambiguous && spec.num_pairs() == 1);
+  const double other_deviation = spec.style == Style::NeoX ? convention.neox_layout_gptj_pairing_deviation
+                                                           : convention.gptj_layout_neox_pairing_deviation;
+  report.checks.push_back(
+      {"pairing_convention", detected_ok && convention.matched_deviation <= kNormThresholdF64,
+       convention.matched_deviation, kNormThresholdF64, Bound::AtMost,
+       detail::concat("the expanded (Hugging Face layout) row applied with its own ", to_string(spec.style),
+                      " pairing is a rotation (max norm change over all vectors, positions up to ", report.context,
+                      "), and the detector reads the layout as ", to_string(detected),
+                      ". Applied with the other pairing the same rows change norms by up to ",
+                      format_short(other_deviation), " (not a rotation).")});
+
+  report.extrapolation = extrapolation(spec, report.trained_context, report.context);
+  return report;
+}
+
+}  // namespace rotary::analysis
