@@ -31,7 +31,7 @@ test: build
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded
 # tests under ThreadSanitizer, each in its own build directory (Debug-level optimization -O1).
-SANITIZE_TSAN_TESTS ?= Concurrent|Thread|ApplyCpu|RopeCache
+SANITIZE_TSAN_TESTS ?= Concurrent|Thread|RopeCache|ApplyCpu.(BitwiseIdentical|Concurrent|Decode)
 sanitize: deps
 	$(CMAKE) -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROTARY_SANITIZE=address,undefined -DROTARY_BUILD_BENCH=OFF
 	$(CMAKE) --build build-asan -j $(JOBS)

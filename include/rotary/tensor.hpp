@@ -60,5 +60,8 @@ float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float value);
 float f16_to_float(uint16_t bits);
 uint16_t float_to_f16(float value);
+// The same narrowing in one step from a double (double -> float -> bf16 would round twice).
+uint16_t double_to_bf16(double value);
+uint16_t double_to_f16(double value);
 
 }  // namespace rotary

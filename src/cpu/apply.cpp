@@ -8,9 +8,11 @@
 // the same way whichever thread handles its token, so results are bitwise identical for any
 // thread count.
 //
-// Calls the SIMD kernels cannot take (a head dim with a stride other than 1, float64 storage,
-// an output dtype different from its input's) go to reference::apply: correct, slower, and
-// counted nowhere as fast.
+// Tensors the kernels cannot read directly (a head dim with a stride other than 1, float64
+// storage, an output dtype different from its input's) are gathered head by head into a
+// float32 buffer, rotated there by the same float32 kernel, and scattered back converted: the
+// rotated values are those of the direct path, so in-place, out-of-place and strided calls
+// agree bit for bit. Pass-through elements are converted directly from input to output.
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -175,7 +177,8 @@ struct TensorPlan {
   const unsigned char* in = nullptr;
   unsigned char* out = nullptr;
   DType dtype = DType::F32;
-  int64_t element_bytes = 4;
+  int64_t element_bytes = 4;      // of the input
+  int64_t out_element_bytes = 4;  // of the output (differs when the call converts)
   NamedAxes in_axes, out_axes;
   bool in_place = false;
 };
@@ -186,6 +189,7 @@ TensorPlan plan_tensor(const TensorView& in, const TensorView& out) {
   p.out = static_cast<unsigned char*>(out.data);
   p.dtype = in.dtype;
   p.element_bytes = dtype_size(in.dtype);
+  p.out_element_bytes = dtype_size(out.dtype);
   p.in_axes = named_axes(in);
   p.out_axes = named_axes(out);
   p.in_place = in.data == out.data;
@@ -196,6 +200,61 @@ bool kernel_can_take(const TensorView& in, const TensorView& out) {
   if (in.data == nullptr) return true;  // absent k
   if (in.dtype != out.dtype || in.dtype == DType::F64) return false;
   return named_axes(in).stride_dim == 1 && named_axes(out).stride_dim == 1;
+}
+
+double load_element(const unsigned char* base, DType dtype, int64_t offset_elems) {
+  switch (dtype) {
+    case DType::F32: return reinterpret_cast<const float*>(base)[offset_elems];
+    case DType::BF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
+    case DType::F16: return f16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
+    case DType::F64: return reinterpret_cast<const double*>(base)[offset_elems];
+  }
+  return 0.0;
+}
+
+// Stores a value with one rounding to the output type.
+void store_element(unsigned char* base, DType dtype, int64_t offset_elems, double value) {
+  switch (dtype) {
+    case DType::F32: reinterpret_cast<float*>(base)[offset_elems] = static_cast<float>(value); return;
+    case DType::BF16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_bf16(value); return;
+    case DType::F16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_f16(value); return;
+    case DType::F64: reinterpret_cast<double*>(base)[offset_elems] = value; return;
+  }
+}
+
+// One token's heads of a tensor the kernels cannot read directly (see the file comment).
+// `args` carries the row, pairing and direction; `buffer` holds 2 * num_pairs floats.
+void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxes& in_axes,
+                     const NamedAxes& out_axes, DType in_type, DType out_type, bool in_place,
+                     cpu::HeadsArgs args, float* buffer) {
+  const int64_t width = 2 * args.num_pairs;
+  const int64_t offset = args.rotary_offset;
+  for (int64_t h = 0; h < in_axes.heads; ++h) {
+    const int64_t in_head = h * in_axes.stride_heads;
+    const int64_t out_head = h * out_axes.stride_heads;
+    for (int64_t e = 0; e < width; ++e) {
+      // float64 inputs round to float32 here: the kernels' math is float32.
+      buffer[e] = static_cast<float>(load_element(in, in_type, in_head + (offset + e) * in_axes.stride_dim));
+    }
+    args.in = buffer;
+    args.out = buffer;
+    args.in_head_stride = args.out_head_stride = width;
+    args.num_heads = 1;
+    args.head_dim = width;
+    args.rotary_offset = 0;
+    args.copy_passthrough = false;
+    args.stream_stores = false;
+    cpu::rotate_heads(DType::F32, args);
+    for (int64_t e = 0; e < width; ++e) {
+      store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
+    }
+    if (in_place) continue;
+    for (int64_t e = 0; e < in_axes.dim; ++e) {
+      if (e >= offset && e < offset + width) continue;
+      store_element(out, out_type, out_head + e * out_axes.stride_dim,
+                    load_element(in, in_type, in_head + e * in_axes.stride_dim));
+    }
+  }
 }
 
 }  // namespace
@@ -247,10 +306,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
            const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
   check_apply_arguments(q, k, q_out, k_out, positions, table, options);
   apply_forced_target_from_env();
-  if (!kernel_can_take(q, q_out) || !kernel_can_take(k, k_out)) {
-    reference::apply(q, k, q_out, k_out, positions, table, options);
-    return;
-  }
+  const bool direct[2] = {kernel_can_take(q, q_out), kernel_can_take(k, k_out)};
 
   const RopeSpec& spec = table.spec();
   const bool has_k = k.data != nullptr;
@@ -303,13 +359,14 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
 
   const bool direct_rows = stored && streams == 1 && !xpos;
   // Outputs much larger than the caches are streamed past them (see HeadsArgs::stream_stores).
-  const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.element_bytes +
-                                         (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.element_bytes : 0));
+  const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.out_element_bytes +
+                                         (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.out_element_bytes : 0));
   const bool stream_outputs = output_bytes >= kStreamOutputBytes;
   auto rotate_range = [&](int64_t first, int64_t last) {
     // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
     std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
     std::vector<float> stream_rows(static_cast<size_t>(streams > 1 ? 2 * num_pairs * streams : 0));
+    std::vector<float> gather(static_cast<size_t>(direct[0] && direct[1] ? 0 : 2 * num_pairs));
     for (int64_t t = first; t < last; ++t) {
       const float* q_cos = nullptr;
       const float* q_sin = nullptr;
@@ -363,7 +420,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         const TensorPlan& p = which == 0 ? qp : kp;
         cpu::HeadsArgs args;
         args.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
-        args.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.element_bytes;
+        args.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.out_element_bytes;
         args.in_head_stride = p.in_axes.stride_heads;
         args.out_head_stride = p.out_axes.stride_heads;
         args.num_heads = p.in_axes.heads;
@@ -376,7 +433,14 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         args.backward = backward;
         args.copy_passthrough = !p.in_place;
         args.stream_stores = !p.in_place && stream_outputs;
-        cpu::rotate_heads(p.dtype, args);
+        if (direct[which]) {
+          cpu::rotate_heads(p.dtype, args);
+        } else {
+          const TensorView& in_view = which == 0 ? q : k;
+          const TensorView& out_view = which == 0 ? q_out : k_out;
+          rotate_gathered(static_cast<const unsigned char*>(args.in), static_cast<unsigned char*>(args.out),
+                          p.in_axes, p.out_axes, in_view.dtype, out_view.dtype, p.in_place, args, gather.data());
+        }
       }
     }
   };

@@ -26,8 +26,9 @@
 //               cos_q = cos * scale^power, cos_k = cos / scale^power (likewise sin).
 //
 // Storage: values load exactly as double (bf16_to_float / f16_to_float widen exactly) and are
-// rounded once on store: float32 by the IEEE conversion, bf16 / f16 by narrow_from_double below
-// (round to nearest even from the double itself; double -> float -> bf16 would round twice).
+// rounded once on store: float32 by the IEEE conversion, bf16 / f16 by double_to_bf16 /
+// double_to_f16 (tensor.hpp: round to nearest even from the double itself; double -> float ->
+// bf16 would round twice).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,55 +41,6 @@ namespace rotary::reference {
 namespace {
 
 // ---- storage ------------------------------------------------------------------------------------
-
-// Rounds a double to nearest even in a binary format with `mantissa_bits` stored mantissa bits
-// and `exponent_bits` exponent bits (bf16: 7, 8; binary16: 10, 5), in one step from the double.
-// NaN stays a quiet NaN with the sign kept, infinities stay infinite, overflow gives infinity,
-// and the sign of zero is kept.
-//
-// Method: |v| = m * 2^q exactly (m < 2^53 from the double's bits). The target's unit in the last
-// place at |v| is 2^u, u = max(e, emin) - mantissa_bits (e = floor(log2 |v|); below emin the
-// unit stays that of the subnormals). k = round_to_nearest_even(m / 2^(u - q)) counts those
-// units, and ((max(e, emin) + bias - 1) << mantissa_bits) + k is the target's bit pattern: k
-// includes the implicit bit, which carries into the exponent field, and a rounding carry that
-// doubles k steps the exponent correctly; for subnormals the exponent term is 0 and k is the
-// pattern. Anything at or past the infinity pattern is infinity.
-uint16_t narrow_from_double(double value, int mantissa_bits, int exponent_bits) {
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 63) << (mantissa_bits + exponent_bits));
-  const auto infinity = static_cast<uint16_t>(((1u << exponent_bits) - 1u) << mantissa_bits);
-  const uint64_t exponent_field = (bits >> 52) & 0x7FFu;
-  const uint64_t mantissa_field = bits & ((uint64_t{1} << 52) - 1u);
-  if (exponent_field == 0x7FFu) {
-    if (mantissa_field == 0) return static_cast<uint16_t>(sign | infinity);
-    // NaN: the top payload bits, with the quiet bit set so that it cannot become infinity.
-    const auto payload = static_cast<uint16_t>(mantissa_field >> (52 - mantissa_bits));
-    return static_cast<uint16_t>(sign | infinity | payload | (1u << (mantissa_bits - 1)));
-  }
-  // Zero and double subnormals (< 2^-1022): far below half the smallest bf16 / f16 subnormal.
-  if (exponent_field == 0) return sign;
-
-  const int bias = (1 << (exponent_bits - 1)) - 1;
-  const int emin = 1 - bias;
-  const int e = static_cast<int>(exponent_field) - 1023;  // |v| in [2^e, 2^(e+1))
-  const uint64_t m = mantissa_field | (uint64_t{1} << 52);  // |v| = m * 2^(e - 52)
-  const int e_target = e > emin ? e : emin;
-  const int shift = (e_target - mantissa_bits) - (e - 52);  // >= 52 - mantissa_bits > 0
-  // m < 2^53, so shift >= 54 means |v| < 2^(u - 1): below half a unit, rounds to zero.
-  if (shift >= 54) return sign;
-  uint64_t k = m >> shift;
-  const uint64_t rest = m & ((uint64_t{1} << shift) - 1u);
-  const uint64_t half = uint64_t{1} << (shift - 1);
-  if (rest > half || (rest == half && (k & 1u) != 0)) ++k;
-  // e_target + bias - 1 >= 0; large exponents only make the pattern larger than infinity's.
-  const uint64_t pattern = (static_cast<uint64_t>(e_target + bias - 1) << mantissa_bits) + k;
-  if (pattern >= infinity) return static_cast<uint16_t>(sign | infinity);
-  return static_cast<uint16_t>(sign | pattern);
-}
-
-uint16_t double_to_bf16(double value) { return narrow_from_double(value, 7, 8); }
-uint16_t double_to_f16(double value) { return narrow_from_double(value, 10, 5); }
 
 double load(const void* data, DType dtype, int64_t offset_elems) {
   switch (dtype) {

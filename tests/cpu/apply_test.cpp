@@ -58,6 +58,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -1242,6 +1243,54 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
       check_results(c, table, initial, fast, ref, problems);
       EXPECT_TRUE(problems.empty()) << problems.str();
     }
+  }
+}
+
+// Concurrent callers share the thread pool (one call at a time runs on it, the others wait)
+// and a stored table that each of them grows: every result is still right.
+TEST(ApplyCpu, ConcurrentCallersShareThePoolAndAGrowingTable) {
+  const SavedThreadCount saved;
+  set_num_threads(2);
+  const uint64_t seed = 36000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Family family = family_of(text_spec(64, Style::NeoX));
+  const CosSinTable shared(family.spec, family.table_options);  // grown by the concurrent calls
+  const CosSinTable own(family.spec, family.table_options);     // for the reference
+  constexpr size_t kCallers = 3;
+  std::vector<Config> configs;
+  std::vector<Buffers> initial, ref;
+  for (size_t i = 0; i < kCallers; ++i) {
+    // 1024 tokens x (8 + 2) heads x 64: large enough for the pool; positions 500 + 3000 i + s.
+    Config c = plain_config(family, Layout::BSHD, 1, 1024, 8, 2, 64, i == 1 ? DType::BF16 : DType::F32);
+    c.seed = seed + i;
+    c.source = Source::Offsets;
+    c.offsets = {3000 * static_cast<int64_t>(i) + 500};
+    plan_tensors(c, nullptr);
+    initial.push_back(make_buffers(c));
+    Buffers r = initial.back();
+    ASSERT_FALSE(run(c, own, r, false).has_value());
+    ref.push_back(std::move(r));
+    configs.push_back(std::move(c));
+  }
+  std::vector<Buffers> fast(kCallers);
+  std::vector<std::string> errors(kCallers);
+  std::vector<std::thread> callers;
+  for (size_t i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        Buffers buffers = initial[i];
+        if (const std::optional<std::string> error = run(configs[i], shared, buffers, true)) errors[i] = *error;
+        fast[i] = std::move(buffers);
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  for (size_t i = 0; i < kCallers; ++i) {
+    SCOPED_TRACE(configs[i].describe());
+    EXPECT_EQ(errors[i], "");
+    Problems problems;
+    check_results(configs[i], own, initial[i], fast[i], ref[i], problems);
+    EXPECT_TRUE(problems.empty()) << problems.str();
   }
 }
 
