@@ -7,7 +7,10 @@
 //   BM_Prefill   BSHD, batch 1, 4096 tokens, q 32 heads, k 8 heads, head_dim 128, positions 0..4095
 //   BM_Decode    BSHD, 64 sequences x 1 token at scattered positions, q 40 heads
 //   BM_Varlen    THD, 8 packed sequences of 128..2560 tokens (8192), cu_seqlens, positions from 0
-//   BM_Copy / BM_CopyInPlace  the streams of bench/copy_bandwidth.hpp over q + k of BM_Prefill
+//   BM_Copy / BM_Memcpy / BM_CopyInPlace  the streams of bench/copy_bandwidth.hpp over q + k of
+//                BM_Prefill: streaming-store copy (the out-of-place floor), glibc's memcpy (for
+//                reference: at this size it uses ordinary stores here, see copy_bandwidth.hpp),
+//                read-modify-write in place (the in-place floor)
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads, or std::threads for the
 // streams), in_place (output view == input view). Bytes processed per call = (q + k elements) x
 // element size x 2 (read once, written once), so bytes_per_second is the GB/s of `rotary bench`.
@@ -153,6 +156,21 @@ void BM_Copy(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
+  state.SetLabel(rotary::bench::stream_isa());
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = prefill_bytes(dtype_arg(state));
+  const int threads = static_cast<int>(state.range(1));
+  rotary::bench::Buffer src(bytes);
+  rotary::bench::Buffer dst(bytes);
+  rotary::bench::copy_inplace_init(src.data(), bytes);
+  rotary::bench::memcpy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
+  for (auto _ : state) {
+    rotary::bench::memcpy_stream(dst.data(), src.data(), bytes, threads);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
 }
 
 void BM_CopyInPlace(benchmark::State& state) {
@@ -186,6 +204,7 @@ void StreamArgs(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Copy)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Memcpy)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CopyInPlace)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);

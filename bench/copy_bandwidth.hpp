@@ -2,20 +2,29 @@
 // rule of `rotary bench`. Header-only; shared by src/cli/bench_command.cpp and bench/*.cpp.
 //
 // RoPE reads q and k once and writes them once, so no kernel can beat a stream that moves the
-// same bytes. Two such streams, each over one buffer the size of the call's q + k:
-//   copy          memcpy (glibc's) into a second buffer: the floor for out-of-place calls.
+// same bytes. The streams, each over one buffer the size of the call's q + k:
+//   copy          src -> dst with non-temporal (streaming) stores, four pages at a time: the
+//                 floor for out-of-place calls. This is how glibc's memcpy copies buffers above
+//                 its x86_non_temporal_threshold (3/4 of the shared cache size it is told of).
+//                 On this VM the hypervisor reports a 260 MB L3, the threshold is 104 MB, and
+//                 a plain memcpy of the 84 MB prefill buffer uses ordinary stores that pay a
+//                 read-for-ownership per line: 14 GB/s with 1 thread, against 25-28 GB/s for
+//                 the streaming copy (and for memcpy under GLIBC_TUNABLES=
+//                 glibc.cpu.x86_non_temporal_threshold=0x100000), which is the "plain copy 28
+//                 GB/s" issue 5 quotes for this machine class. A kernel with streaming stores
+//                 beats the plain memcpy, so that would be no floor.
+//   memcpy        glibc's memcpy as called, for reference.
 //   copy_inplace  x[i] = x[i] * 1.0000001f over one buffer: the floor for in-place calls. It
 //                 writes lines it has just read, so it needs no read-for-ownership of a
-//                 separate destination and usually runs well above memcpy.
-// Both count bytes = 2 x buffer size (every byte read once and written once), the rule the
+//                 separate destination.
+// Each counts bytes = 2 x buffer size (every byte read once and written once), the rule the
 // kernels' GB/s use. With `threads` > 1 the buffer is cut into that many contiguous, 4 KiB
 // aligned parts; the calling thread streams the first, one std::thread each of the others
 // (thread start-up, ~20-50 us, is inside the timed call: under 1% of a prefill-sized stream).
 //
-// The in-place stream is written with 64-byte GCC vector types and compiled for AVX-512, AVX2
-// and baseline x86-64 (target_clones, chosen at load time by the CPU): the Highway kernels it is
-// compared with use the widest vectors the CPU has, and a baseline-SSE2 loop is measurably
-// slower than they are on data in cache (here: 25 vs 44 GB/s on a 84 MB buffer).
+// The streams use the widest vectors the CPU has (AVX-512, AVX2, else SSE2; chosen at run time),
+// as the Highway kernels they are compared with do: a baseline-SSE2 in-place loop is measurably
+// slower on data in cache (here: 25 vs 44 GB/s on an 84 MB buffer).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +37,10 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace rotary::bench {
 
@@ -71,9 +84,110 @@ void for_each_part(size_t bytes, int threads, Part&& part) {
   for (std::thread& worker : workers) worker.join();
 }
 
-// copy: memcpy of `bytes` from src to dst.
-inline void copy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
+// memcpy: glibc's, as called.
+inline void memcpy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
   for_each_part(bytes, threads, [&](size_t begin, size_t end) { std::memcpy(dst + begin, src + begin, end - begin); });
+}
+
+namespace detail {
+
+#if defined(__x86_64__)
+// Streaming copies of whole 16 KiB blocks (dst and src 4 KiB aligned, bytes a multiple of
+// 16 KiB): each step loads one 64-byte line from each of four consecutive pages, then stores
+// them with non-temporal stores, as glibc's __memmove_*_unaligned_erms large_memcpy_4x does
+// (four pages in flight keep more DRAM rows open than one sequential stream).
+constexpr size_t kPageBytes = 4096;
+constexpr size_t kBlockBytes = 4 * kPageBytes;
+
+__attribute__((target("avx512f"))) inline void stream_blocks_avx512(std::byte* dst, const std::byte* src,
+                                                                     size_t bytes) {
+  for (size_t block = 0; block < bytes; block += kBlockBytes) {
+    for (size_t line = 0; line < kPageBytes; line += 64) {
+      const std::byte* s = src + block + line;
+      std::byte* d = dst + block + line;
+      const __m512i v0 = _mm512_load_si512(s);
+      const __m512i v1 = _mm512_load_si512(s + kPageBytes);
+      const __m512i v2 = _mm512_load_si512(s + 2 * kPageBytes);
+      const __m512i v3 = _mm512_load_si512(s + 3 * kPageBytes);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d), v0);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + kPageBytes), v1);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 2 * kPageBytes), v2);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + 3 * kPageBytes), v3);
+    }
+  }
+}
+
+__attribute__((target("avx2"))) inline void stream_blocks_avx2(std::byte* dst, const std::byte* src, size_t bytes) {
+  for (size_t block = 0; block < bytes; block += kBlockBytes) {
+    for (size_t line = 0; line < kPageBytes; line += 64) {
+      for (size_t page = 0; page < 4; ++page) {
+        const std::byte* s = src + block + page * kPageBytes + line;
+        std::byte* d = dst + block + page * kPageBytes + line;
+        const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+        const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32));
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d), low);
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), high);
+      }
+    }
+  }
+}
+
+inline void stream_blocks_sse2(std::byte* dst, const std::byte* src, size_t bytes) {
+  for (size_t block = 0; block < bytes; block += kBlockBytes) {
+    for (size_t line = 0; line < kPageBytes; line += 64) {
+      for (size_t page = 0; page < 4; ++page) {
+        const std::byte* s = src + block + page * kPageBytes + line;
+        std::byte* d = dst + block + page * kPageBytes + line;
+        for (size_t part = 0; part < 64; part += 16) {
+          _mm_stream_si128(reinterpret_cast<__m128i*>(d + part),
+                           _mm_load_si128(reinterpret_cast<const __m128i*>(s + part)));
+        }
+      }
+    }
+  }
+}
+
+inline bool has_avx512f() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+inline bool has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+}
+#endif
+
+}  // namespace detail
+
+// The vector width the streams run with: "avx512f", "avx2", or "sse2" (x86-64 baseline);
+// "memcpy" off x86-64, where copy falls back to memcpy.
+inline const char* stream_isa() {
+#if defined(__x86_64__)
+  if (detail::has_avx512f()) return "avx512f";
+  if (detail::has_avx2()) return "avx2";
+  return "sse2";
+#else
+  return "memcpy";
+#endif
+}
+
+// copy: `bytes` from src to dst (both 4 KiB aligned) with streaming stores.
+inline void copy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
+#if defined(__x86_64__)
+  static const auto stream_blocks = [] {
+    if (detail::has_avx512f()) return &detail::stream_blocks_avx512;
+    if (detail::has_avx2()) return &detail::stream_blocks_avx2;
+    return &detail::stream_blocks_sse2;
+  }();
+  for_each_part(bytes, threads, [&](size_t begin, size_t end) {
+    const size_t whole = (end - begin) / detail::kBlockBytes * detail::kBlockBytes;
+    stream_blocks(dst + begin, src + begin, whole);
+    std::memcpy(dst + begin + whole, src + begin + whole, end - begin - whole);
+    _mm_sfence();  // streaming stores are weakly ordered: complete them before the timer stops
+  });
+#else
+  memcpy_stream(dst, src, bytes, threads);
+#endif
 }
 
 namespace detail {
@@ -81,9 +195,12 @@ namespace detail {
 typedef float Float16Lanes __attribute__((vector_size(64)));
 
 // x[i] *= 1.0000001f for i in [0, count); x 64-byte aligned. 1.0000001f is 1 + 2^-23: values
-// in [1, 2) stay normal (no denormal slow path) for millions of passes.
-__attribute__((target_clones("avx512f", "avx2", "default"), noinline, unused)) static void scale_in_place(
-    float* x, size_t count) {
+// in [1, 2) stay normal (no denormal slow path) for millions of passes. 64-byte GCC vectors,
+// compiled per target and picked by the CPU at load time.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline))
+#endif
+[[maybe_unused]] static void scale_in_place(float* x, size_t count) {
   Float16Lanes* vectors = reinterpret_cast<Float16Lanes*>(x);
   const size_t num_vectors = count / 16;
   for (size_t i = 0; i < num_vectors; ++i) vectors[i] *= 1.0000001f;
@@ -100,14 +217,6 @@ inline void copy_inplace_stream(std::byte* data, size_t bytes, int threads) {
   });
 }
 
-// The clone of the in-place stream this CPU runs, in target_clones' order of preference.
-inline const char* copy_inplace_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "avx512f";
-  if (__builtin_cpu_supports("avx2")) return "avx2";
-  return "x86-64";
-}
-
 // Fills a stream buffer with floats in [1, 2) (never zero, never denormal).
 inline void copy_inplace_init(std::byte* data, size_t bytes) {
   float* x = reinterpret_cast<float*>(data);
@@ -122,6 +231,7 @@ class Streams {
     copy_inplace_init(data_.data(), max_bytes);
   }
   void copy(size_t bytes, int threads) { copy_stream(dst_.data(), src_.data(), checked(bytes), threads); }
+  void memcpy(size_t bytes, int threads) { memcpy_stream(dst_.data(), src_.data(), checked(bytes), threads); }
   void copy_inplace(size_t bytes, int threads) { copy_inplace_stream(data_.data(), checked(bytes), threads); }
   // Either one: the floor of an in-place call or of an out-of-place one.
   void run(bool in_place, size_t bytes, int threads) {

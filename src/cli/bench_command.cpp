@@ -3,8 +3,10 @@
 //
 // RoPE is memory-bound: a call reads q and k once and writes them once, so its floor is a
 // stream of the same bytes. Every kernel row is therefore divided by a stream of the same dtype
-// and thread count (bench/copy_bandwidth.hpp): out-of-place rows by "copy" (memcpy), in-place
-// rows by "copy_inplace" (a read-modify-write stream), both over q + k of the prefill case. The
+// and thread count (bench/copy_bandwidth.hpp): out-of-place rows by "copy" (a streaming-store
+// copy: glibc's memcpy would use ordinary stores at this size here and run at half the speed, see
+// copy_bandwidth.hpp), in-place rows by "copy_inplace" (a read-modify-write stream), both over
+// q + k of the prefill case. The
 // stream is timed in alternation with the row's own repetitions (bench::time_paired): on this
 // shared 2-core machine other processes' load comes and goes (memcpy alone measured 8.5 to 15.5
 // GB/s in runs minutes apart), and a stream timed at another moment would move the ratios by as
@@ -45,6 +47,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -68,20 +71,22 @@ const char* const kBenchHelp =
     "                    [--target NAME] [--torch PYTHON|none]\n"
     "\n"
     "Times rotary::apply on Llama-3-8B shapes (head_dim 128, q 32 heads, k 8 heads) in float32\n"
-    "and bfloat16, out of place and in place, next to two memory streams measured in the same\n"
-    "run: \"copy\" (memcpy) and \"copy_inplace\" (x[i] *= 1.0000001f in place), each over a buffer\n"
-    "the size of q + k of the prefill case. Bytes per call = (q + k elements) x element size x 2\n"
-    "(read once, written once). ratio = the row's GB/s / base_GB/s, the GB/s of the stream of the\n"
-    "same dtype and thread count (in-place rows: copy_inplace; others: copy), which is timed in\n"
-    "alternation with the row's own repetitions so that both see the same machine load (PyTorch\n"
-    "rows: the copy rows). Time: one warm-up call, then the median of N repetitions of wall time;\n"
-    "calls under 2 ms are repeated back to back within a repetition and the time is per call.\n"
-    "The cos/sin table (llama-3.1-8b, exact, stored) is built once beforehand, outside every\n"
-    "timed call. The last lines say how much CPU other processes took during the run: above 5%\n"
-    "the figures are not to be trusted.\n"
+    "and bfloat16, out of place and in place, next to memory streams measured in the same run,\n"
+    "each over a buffer the size of q + k of the prefill case: \"copy\" (a copy with streaming\n"
+    "stores, as glibc's memcpy does for large buffers), \"memcpy\" (glibc's memcpy as called, for\n"
+    "reference) and \"copy_inplace\" (x[i] *= 1.0000001f in place).\n"
+    "\n"
+    "Bytes per call = (q + k elements) x element size x 2 (read once, written once). ratio = the\n"
+    "row's GB/s / base_GB/s, the GB/s of the stream of the same dtype and thread count (in-place\n"
+    "rows: copy_inplace; others: copy), timed in alternation with the row's own repetitions so\n"
+    "that both see the same machine load (PyTorch rows: the copy rows). Time: one warm-up call,\n"
+    "then the median of N repetitions of wall time; calls under 2 ms are repeated back to back\n"
+    "within a repetition and the time is per call. The cos/sin table (llama-3.1-8b, exact,\n"
+    "stored) is built once beforehand, outside every timed call. The last lines say how much CPU\n"
+    "other processes took during the run: above 5% the figures are not to be trusted.\n"
     "\n"
     "cases:\n"
-    "  copy, copy_inplace  the two streams (always measured: every ratio needs them)\n"
+    "  copy, memcpy, copy_inplace  the streams (always measured: every ratio needs them)\n"
     "  prefill       bshd, batch 1, 4096 tokens, positions 0..4095\n"
     "  prefill_long  bshd, batch 1, 32768 tokens, positions 0..32767\n"
     "  decode        bshd, 64 sequences x 1 token at scattered positions < 32768, q 40 heads\n"
@@ -763,35 +768,50 @@ int run_bench(Args& args) {
     rows.push_back(std::move(row));
   };
 
-  // The streams, per dtype and thread count, over q + k of prefill in that dtype.
+  // The streams, per dtype and thread count, over q + k of prefill in that dtype: copy (the
+  // out-of-place floor), glibc's memcpy (for reference), copy_inplace (the in-place floor).
   const auto stream_bytes = [&](DType dtype) { return prefill.elements() * dtype_size(dtype); };
   bench::Streams stream_buffers(static_cast<size_t>(stream_bytes(DType::F32)));
   std::map<StreamKey, StreamBandwidth> streams;
   for (DType dtype : dtypes) {
     const int64_t buffer_bytes = stream_bytes(dtype);
+    const auto size = static_cast<size_t>(buffer_bytes);
     for (int threads : options.threads) {
       StreamBandwidth& bandwidth = streams[{std::string(to_string(dtype)), threads}];
-      for (bool in_place : {false, true}) {
+      for (const char* name : {"copy", "memcpy", "copy_inplace"}) {
+        const std::string_view stream(name);
         const bench::Timing timing = bench::time_calls(
-            [&] { stream_buffers.run(in_place, static_cast<size_t>(buffer_bytes), threads); }, options.repetitions);
+            [&] {
+              if (stream == "copy") stream_buffers.copy(size, threads);
+              if (stream == "memcpy") stream_buffers.memcpy(size, threads);
+              if (stream == "copy_inplace") stream_buffers.copy_inplace(size, threads);
+            },
+            options.repetitions);
         Row row;
-        row.name = in_place ? "copy_inplace" : "copy";
+        row.name = name;
         row.workload = "prefill";
         row.dtype = std::string(to_string(dtype));
         row.threads = threads;
-        row.in_place = in_place;
+        row.in_place = stream == "copy_inplace";
         row.layout = "-";
-        row.shape = detail::concat(in_place ? "x *= 1.0000001f over " : "memcpy of ",
-                                   format_number(static_cast<double>(buffer_bytes) / 1e6, 4), " MB (q+k of prefill)");
+        const std::string megabytes = format_number(static_cast<double>(buffer_bytes) / 1e6, 4);
+        row.shape = stream == "copy_inplace" ? detail::concat("x *= 1.0000001f over ", megabytes, " MB (q+k of prefill)")
+                    : stream == "copy" ? detail::concat("streaming-store copy of ", megabytes, " MB (q+k of prefill)")
+                                       : detail::concat("glibc memcpy of ", megabytes, " MB (q+k of prefill)");
         row.bytes = 2 * buffer_bytes;
         row.median_ms = timing.median_ms;
         row.min_ms = timing.min_ms;
         row.gb_per_s = bench::gb_per_s(row.bytes, timing.median_ms);
-        (in_place ? bandwidth.copy_inplace_gb_per_s : bandwidth.copy_gb_per_s) = row.gb_per_s;
-        row.ratio_to_copy = 1.0;
-        row.baseline = row.name;
-        row.baseline_gb_per_s = row.gb_per_s;
-        row.target = in_place ? bench::copy_inplace_isa() : "memcpy";
+        if (stream == "copy") bandwidth.copy_gb_per_s = row.gb_per_s;
+        if (stream == "copy_inplace") bandwidth.copy_inplace_gb_per_s = row.gb_per_s;
+        if (stream == "memcpy") {
+          compare_with_stream_rows(streams, row);  // against the copy row just measured
+        } else {
+          row.ratio_to_copy = 1.0;
+          row.baseline = row.name;
+          row.baseline_gb_per_s = row.gb_per_s;
+        }
+        row.target = stream == "memcpy" ? "glibc" : bench::stream_isa();
         row.repetitions = timing.repetitions;
         row.calls_per_repetition = timing.calls_per_repetition;
         add_row(std::move(row));
