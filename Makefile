@@ -44,6 +44,8 @@ sanitize: deps
 # Benchmarks: medians of 5 repetitions (the machine is shared and noisy).
 bench: build
 	./$(BUILD_DIR)/bench/rotary_table_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	./$(BUILD_DIR)/bench/rotary_apply_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	./$(BUILD_DIR)/rotary bench
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -223,7 +223,7 @@ inline void copy_inplace_init(std::byte* data, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); ++i) x[i] = 1.0f + static_cast<float>(i % 1021) / 1021.0f;
 }
 
-// Both streams on buffers allocated once, for any size up to max_bytes.
+// The three streams on buffers allocated once, for any size up to max_bytes.
 class Streams {
  public:
   explicit Streams(size_t max_bytes) : src_(max_bytes), dst_(max_bytes), data_(max_bytes) {

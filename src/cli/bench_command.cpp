@@ -359,8 +359,8 @@ std::vector<std::string> split_list(const std::string& text) {
 
 std::vector<int> parse_threads(const std::string& text) {
   const auto fail = [&] {
-    return UsageError(detail::concat("bench: --threads must be a comma-separated list of distinct thread counts in [1, ",
-                                     kMaxThreads, "] like 1,2 (got \"", text, "\")"));
+    return UsageError(detail::concat("bench: --threads must be a comma-separated list of distinct thread counts",
+                                     " in [1, ", kMaxThreads, "] like 1,2 (got \"", text, "\")"));
   };
   std::vector<int> threads;
   for (const std::string& item : split_list(text)) {
@@ -580,8 +580,8 @@ std::string run_torch(const BenchOptions& options, const std::vector<Workload>& 
   }
   const std::optional<std::string> script = find_torch_script();
   if (!script) {
-    return "torch: torch_rope_bench.py not found in $ROTARY_PEERS_DIR, ../shared/peers or ../../shared/peers "
-           "(PyTorch rows skipped)";
+    return "torch: torch_rope_bench.py not found in $ROTARY_PEERS_DIR, ../shared/peers, ../../shared/peers or "
+           "../../shared/peers from the executable's directory (PyTorch rows skipped)";
   }
   const TempDir temp;
   if (temp.path().empty()) return "torch: could not create a temporary directory (PyTorch rows skipped)";
@@ -795,9 +795,10 @@ int run_bench(Args& args) {
         row.in_place = stream == "copy_inplace";
         row.layout = "-";
         const std::string megabytes = format_number(static_cast<double>(buffer_bytes) / 1e6, 4);
-        row.shape = stream == "copy_inplace" ? detail::concat("x *= 1.0000001f over ", megabytes, " MB (q+k of prefill)")
-                    : stream == "copy" ? detail::concat("streaming-store copy of ", megabytes, " MB (q+k of prefill)")
-                                       : detail::concat("glibc memcpy of ", megabytes, " MB (q+k of prefill)");
+        const char* what = stream == "copy_inplace" ? "x *= 1.0000001f over "
+                           : stream == "copy"         ? "streaming-store copy of "
+                                                      : "glibc memcpy of ";
+        row.shape = detail::concat(what, megabytes, " MB (q+k of prefill)");
         row.bytes = 2 * buffer_bytes;
         row.median_ms = timing.median_ms;
         row.min_ms = timing.min_ms;

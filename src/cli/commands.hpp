@@ -13,6 +13,7 @@ int run_table(Args& args);
 int run_apply(Args& args);
 int run_verify_golden(Args& args);
 int run_check(Args& args);
+int run_bench(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -21,5 +22,6 @@ extern const char* const kTableHelp;
 extern const char* const kApplyHelp;
 extern const char* const kVerifyGoldenHelp;
 extern const char* const kCheckHelp;
+extern const char* const kBenchHelp;
 
 }  // namespace rotary::cli

@@ -145,9 +145,12 @@ ThreadPool& pool_locked() {
   return *g_pool;
 }
 
-// Below this many elements (q + k) a call runs on the calling thread: waking a thread costs
-// several microseconds, a decode step (one token, 32 heads of 128) takes about one.
-constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
+// A call is split only when each worker gets at least this many elements (q + k): waking a
+// pool thread costs tens of microseconds on this VM, about what 2^19 float32 elements
+// (4 MiB of traffic at ~20 GB/s) take. A decode step (64 sequences x 48 heads x 128 = 393k
+// elements) therefore runs on the calling thread: `rotary bench` measured it slower on 2
+// threads than on 1 with the earlier 2^16 threshold.
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 19;
 
 // Out-of-place outputs at least this large use non-temporal stores: several times the 2 MiB
 // L2 of this machine class, so the output would be evicted before use anyway.
