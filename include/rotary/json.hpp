@@ -132,6 +132,11 @@ class Writer {
   bool after_key_ = false;
 };
 
+// A parsed (or built) value written back as JSON text: integers as integers, doubles in the
+// shortest round-trip form, NaN / infinities as null, object members in order (duplicates
+// kept). Parsing the result gives the same values.
+std::string serialize(const Value& value, bool pretty = false);
+
 // Escapes a string as a JSON string literal, quotes included.
 std::string quote(std::string_view text);
 

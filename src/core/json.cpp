@@ -822,4 +822,42 @@ std::string quote(std::string_view text) {
   return out;
 }
 
+namespace {
+
+void write_value(Writer& w, const Value& v) {
+  switch (v.kind()) {
+    case Kind::Null: w.null(); break;
+    case Kind::Bool: w.value(v.as_bool()); break;
+    case Kind::Number:
+      if (v.is_integer()) {
+        w.value(v.as_int64());
+      } else {
+        w.value(v.as_double());
+      }
+      break;
+    case Kind::String: w.value(v.as_string()); break;
+    case Kind::Array:
+      w.begin_array();
+      for (const Value& item : v.as_array()) write_value(w, item);
+      w.end_array();
+      break;
+    case Kind::Object:
+      w.begin_object();
+      for (const auto& [key, item] : v.as_object()) {
+        w.key(key);
+        write_value(w, item);
+      }
+      w.end_object();
+      break;
+  }
+}
+
+}  // namespace
+
+std::string serialize(const Value& value, bool pretty) {
+  Writer writer(pretty);
+  write_value(writer, value);
+  return writer.str();
+}
+
 }  // namespace rotary::json

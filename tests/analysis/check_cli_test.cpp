@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli_runner.hpp"
 #include "rotary/json.hpp"
 
 namespace rotary {
@@ -19,44 +20,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = test::CliResult;
+using test::read_all;
+using test::write_temp;
 
-std::string read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs the built `rotary` with `arguments` (already shell-quoted where needed).
-Result run(const std::string& arguments) {
-  static int counter = 0;
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string stem = "rotary_check_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const std::filesystem::path out = dir / (stem + ".out");
-  const std::filesystem::path err = dir / (stem + ".err");
-  const std::string command = std::string(ROTARY_CLI_PATH) + " " + arguments + " >" + out.string() + " 2>" +
-                              err.string() + " </dev/null";
-  const int status = std::system(command.c_str());
-  Result result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = read_all(out);
-  result.err = read_all(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return result;
-}
-
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("rotary_check_" + std::to_string(::getpid()) + name);
-  std::ofstream(path) << text;
-  return path;
-}
+Result run(const std::string& arguments) { return test::run_cli(arguments); }
 
 const char* const kCheckNames[] = {"norm_preserved_f64", "norm_preserved_f32_kernel", "relative_position_invariance",
                                    "long_term_decay_bound", "pairing_convention"};

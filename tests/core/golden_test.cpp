@@ -55,41 +55,7 @@ std::vector<double> tensor_data(const json::Value& tensor) {
 }
 
 // Re-serializes a parsed config so it goes through the same text parser as a user's file.
-std::string to_text(const json::Value& value) {
-  json::Writer out(false);
-  struct Emit {
-    json::Writer& w;
-    void operator()(const json::Value& v) const {
-      switch (v.kind()) {
-        case json::Kind::Null: w.null(); break;
-        case json::Kind::Bool: w.value(v.as_bool()); break;
-        case json::Kind::Number:
-          if (v.is_integer()) {
-            w.value(v.as_int64());
-          } else {
-            w.value(v.as_double());
-          }
-          break;
-        case json::Kind::String: w.value(v.as_string()); break;
-        case json::Kind::Array:
-          w.begin_array();
-          for (const json::Value& item : v.as_array()) (*this)(item);
-          w.end_array();
-          break;
-        case json::Kind::Object:
-          w.begin_object();
-          for (const auto& [key, item] : v.as_object()) {
-            w.key(key);
-            (*this)(item);
-          }
-          w.end_object();
-          break;
-      }
-    }
-  };
-  Emit{out}(value);
-  return out.str();
-}
+std::string to_text(const json::Value& value) { return json::serialize(value); }
 
 TEST(Golden, DirectoryHasEveryCase) {
   ASSERT_TRUE(std::filesystem::is_directory(test::golden_dir()))
