@@ -100,10 +100,17 @@ int run_explain(Args& args) {
 
   const RopeSpec& spec = select_spec(loaded, layer_type);
   const int64_t declared = spec.max_position_embeddings;
-  const int64_t trained = spec.scaling.type == ScalingType::Yarn || spec.scaling.type == ScalingType::LongRope ||
-                                  spec.scaling.type == ScalingType::Llama3
-                              ? spec.original_context()
-                              : (declared > 0 ? declared : 2048);
+  // The pretraining context: the scheme's original length where it has one; for linear
+  // interpolation without one, max_position_embeddings / factor (the positions it maps onto);
+  // otherwise max_position_embeddings (2048 when the config gives none).
+  const ScalingType type = spec.scaling.type;
+  int64_t trained = declared > 0 ? declared : 2048;
+  if (type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3 ||
+      spec.scaling.original_max_position_embeddings > 0) {
+    trained = spec.original_context();
+  } else if (type == ScalingType::Linear && declared > 0) {
+    trained = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(declared) / *spec.scaling.factor));
+  }
   const int64_t target = context_arg.value_or(declared > 0 ? declared : trained);
   const int64_t seq_len = seq_len_arg.value_or(target);
   const Frequencies freqs = frequencies(spec, seq_len);
