@@ -14,6 +14,7 @@ int run_apply(Args& args);
 int run_verify_golden(Args& args);
 int run_check(Args& args);
 int run_bench(Args& args);
+int run_report(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -23,5 +24,6 @@ extern const char* const kApplyHelp;
 extern const char* const kVerifyGoldenHelp;
 extern const char* const kCheckHelp;
 extern const char* const kBenchHelp;
+extern const char* const kReportHelp;
 
 }  // namespace rotary::cli

@@ -26,6 +26,7 @@ constexpr const char* kUsage =
     "  verify-golden DIR   check rotary against Hugging Face golden vectors\n"
     "  check     run RoPE's property checks (norm, relative position, decay, pairing); exit 1 on a violation\n"
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
+    "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "\n"
     "Each command takes --help. A command given neither --preset nor --config uses the default\n"
     "preset, llama-3.1-8b.\n";
@@ -45,6 +46,7 @@ const Command kCommands[] = {
     {"verify-golden", rotary::cli::run_verify_golden, &rotary::cli::kVerifyGoldenHelp},
     {"check", rotary::cli::run_check, &rotary::cli::kCheckHelp},
     {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
+    {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
 };
 
 }  // namespace
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::cerr << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench (got \"" << tokens[0]
+  std::cerr << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report (got \"" << tokens[0]
             << "\"); see rotary --help\n";
   return 2;
 }

@@ -136,7 +136,7 @@ TEST_P(CliErrors, ExitTwoWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliErrors,
     ::testing::Values(
-        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench (got \"frobnicate\")"},
+        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report (got \"frobnicate\")"},
         ErrorCase{"UnknownPreset", "freqs --preset llama-9", "preset: name must be one of"},
         ErrorCase{"BothSources", "freqs --preset llama-2-7b --config x.json", "give --preset or --config, not both"},
         ErrorCase{"MissingFile", "explain --config /nonexistent/config.json", "/nonexistent/config.json: cannot read file"},

@@ -1,0 +1,49 @@
+// include/rotary/report.hpp: the HTML report of `rotary report`: one self-contained page
+// (inline CSS and SVG, no scripts, no network) with the analysis plots of one or more models.
+//
+// Every number comes from include/rotary/analysis.hpp (scheme_scaling, extrapolation,
+// long_term_decay, run_checks) or frequencies.hpp; this file only draws them. The SVG is drawn
+// by a small helper in src/analysis/report.cpp (axes, ticks, log scales, polylines, rects,
+// legends), so the page needs nothing but a browser.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rotary/spec.hpp"
+
+namespace rotary::analysis {
+
+struct ReportModel {
+  std::string name;     // the section heading ("llama-3.1-8b", a config path); escaped in the page
+  std::string source;   // where it came from, for people: "preset llama-3.1-8b" or the path
+  RopeSpec spec;
+  int64_t context = 0;  // target context in tokens; 0 = max_position_embeddings (as run_checks)
+};
+
+struct ReportOptions {
+  std::string title = "rotary report";  // the page title; escaped
+  // Positions whose per-pair angles are drawn (plot 2); empty = 1, 16, 256, 4096 and the context.
+  std::vector<int64_t> angle_positions;
+  int64_t heatmap_positions = 256;  // the similarity heatmap covers positions m, n in [0, this)
+  int64_t heatmap_cells = 64;       // cells per axis (each cell shows its first position)
+  int64_t decay_samples = 32;       // random vectors averaged per distance in the decay curves
+};
+
+// The page: "<!DOCTYPE html>" first, per model the plots (1) inv_freq and (1b) wavelength per
+// pair vs the default, (2) angle per pair at chosen positions, (3) the similarity heatmap
+// <R_m q, R_n q> for an all-ones q, (4) the long-term decay bound and (4b) scores vs distance,
+// (5) the scheme's per-pair scaling factor by regime, (6) extrapolation coverage, then the
+// property-check table of run_checks; with several models, a comparison section overlaying
+// their wavelengths and scaling factors. Throws what run_checks throws for an invalid spec.
+std::string render_report(const std::vector<ReportModel>& models, const ReportOptions& options = {});
+
+// The number of plots (<svg> elements) in a page render_report made.
+int64_t count_report_plots(std::string_view html);
+
+// Text made safe for HTML element content and attribute values (& < > " ').
+std::string html_escape(std::string_view text);
+
+}  // namespace rotary::analysis

@@ -1,0 +1,96 @@
+// src/cli/report_command.cpp: `rotary report`: the analysis plots of one or more models as one
+// self-contained HTML page (analysis::render_report, include/rotary/report.hpp).
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "rotary/error.hpp"
+#include "rotary/presets.hpp"
+#include "rotary/report.hpp"
+#include "rotary/table.hpp"
+
+namespace rotary::cli {
+
+const char* const kReportHelp =
+    "usage: rotary report [--preset NAME | --config FILE | --compare A,B,...] [--context N] -o FILE.html\n"
+    "\n"
+    "Writes one self-contained HTML page (inline SVG, no scripts, no network) with, per model:\n"
+    "inv_freq and wavelength per pair against the default, the angle of each pair at a few\n"
+    "positions, a similarity heatmap of positions, RoFormer's long-term decay bound and measured\n"
+    "scores, the scheme's per-pair scaling, the extrapolation coverage and the property checks of\n"
+    "rotary check. With --compare, a side-by-side section overlays the models' wavelengths and\n"
+    "scaling factors. docs/analysis.md explains each plot.\n"
+    "\n"
+    "  --preset NAME       a built-in preset (rotary presets); default llama-3.1-8b\n"
+    "  --config FILE       a Hugging Face config.json\n"
+    "  --compare A,B,...   several presets, compared side by side\n"
+    "  --context N         target context in tokens (default: each model's max_position_embeddings)\n"
+    "  --layer-type T      for configs with per-layer-type RoPE (not with --compare)\n"
+    "  -o FILE             the HTML file to write (required)\n";
+
+namespace {
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_report(Args& args) {
+  const std::optional<std::string> compare = args.value("--compare");
+  const std::optional<int64_t> context = args.integer("--context", 1, kMaxPosition);
+  const std::optional<std::string> output = args.value("-o");
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+
+  std::vector<analysis::ReportModel> models;
+  if (compare) {
+    const std::optional<std::string> preset_name = args.value("--preset");
+    const std::optional<std::string> config_path = args.value("--config");
+    if (preset_name || config_path || layer_type) {
+      throw UsageError(detail::concat("report: give --compare or --preset/--config/--layer-type, not both (got --compare ",
+                                      *compare, ")"));
+    }
+    const std::vector<std::string> names = split_names(*compare);
+    if (names.empty()) throw UsageError(detail::concat("report: --compare needs preset names A,B,... (got \"", *compare, "\")"));
+    for (const std::string& name : names) {
+      std::string known;
+      for (const PresetInfo& info : list_presets()) {
+        if (info.name == name) known = name;
+      }
+      if (known.empty()) {
+        throw UsageError(detail::concat("report: --compare must list built-in presets (see rotary presets) (got \"",
+                                        name, "\")"));
+      }
+      models.push_back({name, "preset " + name, preset(name).spec, context.value_or(0)});
+    }
+  } else {
+    const LoadedConfig loaded = load_config(args);
+    const RopeSpec& spec = select_spec(loaded, layer_type);
+    models.push_back({spec.name.empty() ? loaded.source : spec.name, loaded.source, spec, context.value_or(0)});
+  }
+  if (!output) throw UsageError("report: -o FILE is required: the HTML file to write (got no -o)");
+  args.finish();
+
+  const std::string html = analysis::render_report(models, {});
+  std::ofstream file(*output, std::ios::binary);
+  if (file) file << html;
+  if (!file || !file.flush()) {
+    throw Error(detail::concat("report: -o must name a writable file (got \"", *output, "\")"));
+  }
+  std::cout << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";
+  return 0;
+}
+
+}  // namespace rotary::cli

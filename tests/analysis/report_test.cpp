@@ -1,0 +1,129 @@
+// tests/analysis/report_test.cpp: the HTML page of `rotary report` (render_report): well-formed,
+// self-contained, every plot titled, labelled with units and drawn, the check table equal to
+// run_checks, and names escaped.
+#include "rotary/report.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "rotary/analysis.hpp"
+#include "rotary/presets.hpp"
+
+namespace rotary::analysis {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+int64_t count(const std::string& text, const std::string& needle) {
+  int64_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+ReportModel preset_model(const std::string& name) { return {name, "preset " + name, preset(name).spec, 0}; }
+
+// Each <svg>...</svg> block of the page.
+std::vector<std::string> svgs(const std::string& html) {
+  std::vector<std::string> out;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 4)) {
+    const size_t end = html.find("</svg>", at);
+    out.push_back(html.substr(at, end == std::string::npos ? std::string::npos : end - at));
+  }
+  return out;
+}
+
+void expect_well_formed_and_self_contained(const std::string& html) {
+  EXPECT_THAT(html, StartsWith("<!DOCTYPE html>"));
+  EXPECT_EQ(count(html, "<html"), 1);
+  EXPECT_EQ(count(html, "</html>"), 1);
+  EXPECT_EQ(count(html, "<svg"), count(html, "</svg>"));
+  // No external loads: no URL at all, no script.
+  EXPECT_THAT(html, Not(HasSubstr("http://")));
+  EXPECT_THAT(html, Not(HasSubstr("https://")));
+  EXPECT_THAT(html, Not(HasSubstr("src=")));
+  EXPECT_THAT(html, Not(HasSubstr("href=")));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  // Every plot: a <title>, a visible title, axis labels with a unit in parentheses, drawn elements.
+  const std::regex axis_label_with_unit("class=\"axis-label\"[^>]*>[^<]*\\([^)<]+\\)</text>");
+  for (const std::string& svg : svgs(html)) {
+    EXPECT_THAT(svg, HasSubstr("<title>")) << svg.substr(0, 200);
+    EXPECT_THAT(svg, HasSubstr("class=\"plot-title\"")) << svg.substr(0, 200);
+    const auto labels = std::distance(std::sregex_iterator(svg.begin(), svg.end(), axis_label_with_unit),
+                                      std::sregex_iterator());
+    EXPECT_GE(labels, 2) << svg.substr(0, 200);
+    const bool drawn = svg.find("<polyline") != std::string::npos || svg.find("<circle") != std::string::npos ||
+                       svg.find("<path") != std::string::npos || svg.find("<rect x=") != std::string::npos;
+    EXPECT_TRUE(drawn) << svg.substr(0, 200);
+    // A chart's data, not only its frame: some polyline with points or a circle or a filled rect.
+    EXPECT_TRUE(svg.find("<polyline points=\"") != std::string::npos || svg.find("<circle") != std::string::npos ||
+                count(svg, "<rect x=") > 10)
+        << svg.substr(0, 200);
+  }
+}
+
+TEST(Report, DefaultPresetHasEveryPlotAndTheCheckTable) {
+  const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, {});
+  expect_well_formed_and_self_contained(html);
+  EXPECT_EQ(count_report_plots(html), 8);  // inv_freq, wavelength, angle, heatmap, bound, scores, scaling, coverage
+  for (const char* title : {"inv_freq per pair", "Wavelength per pair", "Angle per pair", "Similarity",
+                            "Long-term decay bound", "Score vs distance", "Per-pair scaling", "Extrapolation coverage"}) {
+    EXPECT_THAT(html, HasSubstr(title));
+  }
+  EXPECT_THAT(html, HasSubstr("wavelength 2 pi / theta_i (tokens)"));
+  EXPECT_THAT(html, HasSubstr("trained context 8192"));
+
+  // The table's numbers are run_checks' numbers (data-value holds them to 17 digits).
+  const CheckReport report = run_checks(preset(kDefaultPreset).spec);
+  ASSERT_FALSE(report.checks.empty());
+  for (const CheckResult& check : report.checks) {
+    char measured[64];
+    std::snprintf(measured, sizeof measured, "%.17g", check.measured);
+    const std::string row_start = "<tr><td>" + check.name + "</td><td class=\"num\" data-value=\"" + measured + "\"";
+    EXPECT_THAT(html, HasSubstr(row_start)) << check.name;
+    char threshold[64];
+    std::snprintf(threshold, sizeof threshold, "%.17g", check.threshold);
+    EXPECT_THAT(html, HasSubstr(std::string("data-value=\"") + threshold + "\""));
+  }
+}
+
+TEST(Report, CompareOverlaysEveryModelInOnePlotEach) {
+  const std::vector<std::string> names = {"llama-3.1-8b", "llama-2-7b", "gpt-neox-20b"};
+  std::vector<ReportModel> models;
+  for (const std::string& name : names) models.push_back(preset_model(name));
+  const std::string html = render_report(models, {});
+  expect_well_formed_and_self_contained(html);
+  EXPECT_EQ(count_report_plots(html), 2 + 3 * 8);
+  const size_t compare = html.find("<h2>Side by side</h2>");
+  ASSERT_NE(compare, std::string::npos);
+  const std::vector<std::string> plots = svgs(html.substr(compare));
+  ASSERT_GE(plots.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(count(plots[k], "<polyline"), 3) << k;
+    for (const std::string& name : names) EXPECT_THAT(plots[k], HasSubstr(">" + name + "</text>"));
+  }
+}
+
+TEST(Report, EscapesNamesAndTitles) {
+  ReportModel model = preset_model("llama-2-7b");
+  model.name = "my <model> & \"co\"";
+  model.source = "a<b>.json";
+  ReportOptions options;
+  options.title = "report <&>";
+  const std::string html = render_report({model}, options);
+  expect_well_formed_and_self_contained(html);
+  EXPECT_THAT(html, HasSubstr("my &lt;model&gt; &amp; &quot;co&quot;"));
+  EXPECT_THAT(html, HasSubstr("report &lt;&amp;&gt;"));
+  EXPECT_THAT(html, HasSubstr("a&lt;b&gt;.json"));
+  EXPECT_THAT(html, Not(HasSubstr("<model>")));
+  EXPECT_EQ(html_escape("<&>'\""), "&lt;&amp;&gt;&#39;&quot;");
+}
+
+}  // namespace
+}  // namespace rotary::analysis
