@@ -1,5 +1,6 @@
 # The README's commands. A thin wrapper over CMake; every target first installs what is missing.
-#   make run    install, build, explain the default preset (llama-3.1-8b)
+#   make run    install, build, then on the default preset (llama-3.1-8b): explain, check,
+#               a short bench, and the HTML report (build/report.html)
 #   make test   install, build, run every test (ctest)
 #   make bench  install, build, run the benchmarks
 #   make sanitize  every test under ASan+UBSan, the threaded ones under TSan
@@ -23,8 +24,14 @@ configure: deps
 build: configure
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
+# The main job on the default preset (llama-3.1-8b): what its RoPE does, its property checks, a
+# short benchmark against this machine's copy bandwidth, and the HTML report.
 run: build
 	./$(BUILD_DIR)/rotary explain
+	./$(BUILD_DIR)/rotary check
+	./$(BUILD_DIR)/rotary bench --quick --torch none
+	./$(BUILD_DIR)/rotary report -o $(BUILD_DIR)/report.html
+	@echo "report: $(abspath $(BUILD_DIR)/report.html)"
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
