@@ -3,13 +3,14 @@
 # Idempotent: a second run installs nothing and takes well under a second.
 #
 #   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock,
-#   Google Benchmark, Highway (libhwy-dev 1.0.3, the SIMD kernels).
+#   Google Benchmark, Highway (libhwy-dev 1.0.3, the SIMD kernels), Chromium (the report's
+#   browser test, headless).
 #   Python packages (PyPI, into .venv): listed in scripts/requirements.txt; none are needed yet,
 #   so no virtual environment is created until that file lists something.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev)
+apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev chromium)
 
 missing=()
 for package in "${apt_packages[@]}"; do
