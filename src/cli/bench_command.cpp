@@ -67,7 +67,8 @@ extern char** environ;
 namespace rotary::cli {
 
 const char* const kBenchHelp =
-    "usage: rotary bench [--json] [--quick] [--threads LIST] [--cases LIST] [--repetitions N]\n"
+    "usage: rotary bench [--json] [--quick] [--threads LIST] [--cases LIST] [--dtypes LIST]\n"
+    "                    [--repetitions N]\n"
     "                    [--target NAME] [--torch PYTHON|none]\n"
     "\n"
     "Times rotary::apply on Llama-3-8B shapes (head_dim 128, q 32 heads, k 8 heads) in float32\n"
@@ -107,6 +108,7 @@ const char* const kBenchHelp =
     "                    names it: 20-30 s instead of 2-3 minutes\n"
     "  --threads LIST    thread counts, comma-separated (default 1,2): set_num_threads for the\n"
     "                    kernels, std::threads for the streams, torch.set_num_threads for PyTorch\n"
+    "  --dtypes LIST     storage types, from float32, bfloat16, float16 (default float32,bfloat16)\n"
     "  --cases LIST      comma-separated, from prefill, prefill_long, decode, varlen, copy\n"
     "                    (default: all but prefill_long with --quick)\n"
     "  --repetitions N   timed repetitions per row (default 15; 5 with --quick; prefill_long and\n"
@@ -236,6 +238,8 @@ void fill_random(std::byte* data, DType dtype, int64_t count, uint64_t seed) {
     const float value = (bits & 1) ? -magnitude : magnitude;
     if (dtype == DType::BF16) {
       reinterpret_cast<uint16_t*>(data)[i] = float_to_bf16(value);
+    } else if (dtype == DType::F16) {
+      reinterpret_cast<uint16_t*>(data)[i] = float_to_f16(value);
     } else {
       reinterpret_cast<float*>(data)[i] = value;
     }
@@ -339,6 +343,7 @@ struct BenchOptions {
   bool as_json = false;
   bool quick = false;
   std::vector<int> threads{1, 2};
+  std::vector<DType> dtypes{DType::F32, DType::BF16};
   std::vector<std::string> workloads;  // kernel cases, in kWorkloadNames order
   int repetitions = kDefaultRepetitions;
   std::optional<std::string> target;
@@ -608,7 +613,6 @@ std::string run_torch(const BenchOptions& options, const std::vector<Workload>& 
                                      "--heads-kv", std::to_string(kKvHeads),
                                      "--head-dim", std::to_string(kHeadDim),
                                      "--theta", detail::shortest(spec.theta_base),
-                                     "--dtypes", "float32", "bfloat16",
                                      "--layouts", "bshd",
                                      "--reps", std::to_string(repetitions),
                                      "--warmup", "1",
@@ -616,6 +620,8 @@ std::string run_torch(const BenchOptions& options, const std::vector<Workload>& 
                                      "--json", json_path,
                                      "--threads"};
     for (int t : options.threads) argv.push_back(std::to_string(t));
+    argv.push_back("--dtypes");
+    for (DType dtype : options.dtypes) argv.emplace_back(to_string(dtype));
     const int exit_code = run_process(argv, stdout_path, stderr_path);
     if (exit_code != 0) {
       return detail::concat("torch: ", *script, " failed on ", workload.name, " (exit ", exit_code, "): ",
@@ -702,11 +708,24 @@ int run_bench(Args& args) {
   options.quick = args.has_switch("--quick");
   const std::optional<std::string> threads_text = args.value("--threads");
   const std::optional<std::string> cases_text = args.value("--cases");
+  const std::optional<std::string> dtypes_text = args.value("--dtypes");
   const std::optional<int64_t> repetitions_arg = args.integer("--repetitions", 1, 10000);
   options.target = args.value("--target");
   options.torch_python = args.value("--torch");
   args.finish();
   if (threads_text) options.threads = parse_threads(*threads_text);
+  if (dtypes_text) {
+    options.dtypes.clear();
+    for (const std::string& item : split_list(*dtypes_text)) {
+      const std::optional<DType> dtype = parse_dtype(item);
+      if (!dtype || *dtype == DType::F64 ||
+          std::find(options.dtypes.begin(), options.dtypes.end(), *dtype) != options.dtypes.end()) {
+        throw UsageError(detail::concat("bench: --dtypes must list distinct types from float32, bfloat16, float16 (got \"",
+                                        *dtypes_text, "\")"));
+      }
+      options.dtypes.push_back(*dtype);
+    }
+  }
   if (cases_text) {
     options.workloads = parse_cases(*cases_text);
   } else {
@@ -744,7 +763,7 @@ int run_bench(Args& args) {
   const double table_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - table_started).count();
 
-  const std::vector<DType> dtypes = {DType::F32, DType::BF16};
+  const std::vector<DType>& dtypes = options.dtypes;
   const Workload prefill = make_prefill("prefill", kPrefillTokens);
   if (!options.as_json) {
     std::printf("# rotary bench: %s table (exact, stored, %lld rows, built in %.1f ms before timing); target %s\n",

@@ -153,6 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"TableEmptyRange", "table --positions 5:5", "FIRST < LAST"},
         ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact or hf (got \"fp16\")"},
         ErrorCase{"VerifyGoldenNoDir", "verify-golden", "DIR is required"},
+        ErrorCase{"BenchBadDtypes", "bench --dtypes float64", "--dtypes must list distinct types from float32, bfloat16, float16 (got \"float64\")"},
         ErrorCase{"VerifyGoldenMissingDir", "verify-golden /nonexistent/golden", "/nonexistent/golden must be a directory"}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
