@@ -227,8 +227,11 @@ struct CosSinTable::Engine {
     }
   }
 
-  // Exact rows [first, last) in double (scaled), into cos_out/sin_out [row][pair].
-  void rows_f64(int64_t first, int64_t last, double scaling, double* cos_out, double* sin_out) const {
+  // Calls row(position, level0_cos, level0_sin, base_cos, base_sin) for every position in
+  // [first, last): the row is the complex product of the level-0 factor of its lowest digit and
+  // the base of its block (levels 1..3), recomputed only when the block changes.
+  template <class Row>
+  void for_each_row(int64_t first, int64_t last, Row&& row) const {
     std::vector<double> base_cos(static_cast<size_t>(num_pairs));
     std::vector<double> base_sin(static_cast<size_t>(num_pairs));
     int64_t current_block = -1;
@@ -239,39 +242,34 @@ struct CosSinTable::Engine {
         current_block = block;
       }
       const int64_t digit = position & (kDigitBase - 1);
-      const double* lc = &level_cos[0][digit * num_pairs];
-      const double* ls = &level_sin[0][digit * num_pairs];
+      row(position, &level_cos[0][digit * num_pairs], &level_sin[0][digit * num_pairs], base_cos.data(),
+          base_sin.data());
+    }
+  }
+
+  // Exact rows [first, last) in double (scaled), into cos_out/sin_out [row][pair].
+  void rows_f64(int64_t first, int64_t last, double scaling, double* cos_out, double* sin_out) const {
+    for_each_row(first, last, [&](int64_t position, const double* lc, const double* ls, const double* bc,
+                                  const double* bs) {
       double* co = cos_out + (position - first) * num_pairs;
       double* so = sin_out + (position - first) * num_pairs;
       for (int64_t pair = 0; pair < num_pairs; ++pair) {
-        double c = base_cos[pair] * lc[pair] - base_sin[pair] * ls[pair];
-        double s = base_sin[pair] * lc[pair] + base_cos[pair] * ls[pair];
+        double c = bc[pair] * lc[pair] - bs[pair] * ls[pair];
+        double s = bs[pair] * lc[pair] + bc[pair] * ls[pair];
         if (std::abs(c) < kTinyValue || std::abs(s) < kTinyValue) exact(position, pair, c, s);
         co[pair] = scaling * c;
         so[pair] = scaling * s;
       }
-    }
+    });
   }
 
   // Exact rows [first, last) as float32 rows of 2 * num_pairs (cos then sin). The hot path of
   // a table build: one complex product per entry, vectorizable; the rare tiny entries are
   // fixed up afterwards, row by row.
   void rows_f32(int64_t first, int64_t last, double scaling, float* out) const {
-    std::vector<double> base_cos(static_cast<size_t>(num_pairs));
-    std::vector<double> base_sin(static_cast<size_t>(num_pairs));
-    int64_t current_block = -1;
     const float tiny = static_cast<float>(kTinyValue * scaling);
-    for (int64_t position = first; position < last; ++position) {
-      const int64_t block = position >> kDigitBits;
-      if (block != current_block) {
-        block_base(position, base_cos.data(), base_sin.data());
-        current_block = block;
-      }
-      const int64_t digit = position & (kDigitBase - 1);
-      const double* lc = &level_cos[0][digit * num_pairs];
-      const double* ls = &level_sin[0][digit * num_pairs];
-      const double* bc = base_cos.data();
-      const double* bs = base_sin.data();
+    for_each_row(first, last, [&](int64_t position, const double* lc, const double* ls, const double* bc,
+                                  const double* bs) {
       float* co = out + (position - first) * 2 * num_pairs;
       float* so = co + num_pairs;
       complex_product_row(bc, bs, lc, ls, scaling, co, so, num_pairs);
@@ -287,7 +285,7 @@ struct CosSinTable::Engine {
           }
         }
       }
-    }
+    });
   }
 };
 
