@@ -196,8 +196,11 @@ typedef float Float16Lanes __attribute__((vector_size(64)));
 
 // x[i] *= 1.0000001f for i in [0, count); x 64-byte aligned. 1.0000001f is 1 + 2^-23: values
 // in [1, 2) stay normal (no denormal slow path) for millions of passes. 64-byte GCC vectors,
-// compiled per target and picked by the CPU at load time.
-#if defined(__x86_64__)
+// compiled per target and picked by the CPU at load time. Not with clang (the fuzz build: clang 14
+// rejects target_clones together with noinline), nor under ThreadSanitizer, whose instrumented
+// ifunc resolver runs before the TSan runtime is up and crashes the program at load time: the
+// default code will do for those builds.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx512f", "avx2", "default"), noinline))
 #endif
 [[maybe_unused]] static void scale_in_place(float* x, size_t count) {

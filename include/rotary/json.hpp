@@ -87,15 +87,20 @@ class Value {
 
 struct ParseOptions {
   int max_depth = 512;  // arrays + objects open at once; deeper input is an error, never a stack overflow
+  // Longest text accepted. A config.json is a few kilobytes (the golden case files, the largest
+  // JSON rotary reads, are 1.4 MB); the cap keeps a wrong path (a weights file, /dev/zero) from
+  // exhausting memory before the first syntax error.
+  int64_t max_bytes = int64_t{64} << 20;
 };
 
 // Parses one JSON document. `source_name` starts every error message (a file name, "preset
 // llama-3.1-8b", ...). Warnings (duplicate keys) are appended to *warnings when it is not null.
+// Text longer than options.max_bytes is a rotary::ConfigError naming its size.
 Value parse(std::string_view text, std::string_view source_name,
             std::vector<std::string>* warnings = nullptr, const ParseOptions& options = {});
 
 // Reads and parses a file. An unreadable file is a rotary::ConfigError naming the path and the
-// system's reason.
+// system's reason; a file longer than options.max_bytes one naming its size (read no further).
 Value parse_file(const std::string& path, std::vector<std::string>* warnings = nullptr,
                  const ParseOptions& options = {});
 

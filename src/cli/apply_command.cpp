@@ -95,7 +95,6 @@ int run_apply(Args& args) {
   const bool use_reference = args.has_switch("--reference");
   const std::optional<int64_t> threads = args.integer("--threads", 1, 256);
   args.finish();
-  if (threads) set_num_threads(static_cast<int>(*threads));
 
   if (!q_path) throw UsageError("apply: --q is required (a .npy file)");
   if (!out_q_path) throw UsageError("apply: --out-q is required (where to write the rotated q)");
@@ -129,6 +128,8 @@ int run_apply(Args& args) {
     if (!style) throw UsageError(detail::concat("apply: --style must be neox or gptj (got \"", *style_text, "\")"));
     spec.style = *style;
   }
+  if (args.parse_only()) return 0;
+  if (threads) set_num_threads(static_cast<int>(*threads));
 
   npy::Array q = npy::read(*q_path);
   npy::Array k;
@@ -178,9 +179,9 @@ int run_apply(Args& args) {
 
   npy::write(*out_q_path, q_out);
   if (out_k_path) npy::write(*out_k_path, k_out);
-  std::cerr << "rotary: wrote " << *out_q_path << (out_k_path ? " and " + *out_k_path : std::string()) << " ("
-            << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
-            << (use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target()) << ")\n";
+  args.err() << "rotary: wrote " << *out_q_path << (out_k_path ? " and " + *out_k_path : std::string()) << " ("
+             << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
+             << (use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target()) << ")\n";
   return 0;
 }
 

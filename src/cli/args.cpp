@@ -3,8 +3,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
-#include <iostream>
 #include <sstream>
 
 #include "rotary/error.hpp"
@@ -12,8 +12,13 @@
 
 namespace rotary::cli {
 
-Args::Args(std::string command, std::vector<std::string> tokens)
-    : command_(std::move(command)), tokens_(std::move(tokens)), used_(tokens_.size(), false) {}
+Args::Args(std::string command, std::vector<std::string> tokens, std::ostream& out, std::ostream& err, Effects effects)
+    : command_(std::move(command)),
+      tokens_(std::move(tokens)),
+      used_(tokens_.size(), false),
+      out_(&out),
+      err_(&err),
+      effects_(effects) {}
 
 std::optional<std::string> Args::value(std::string_view flag) {
   std::optional<std::string> found;
@@ -99,7 +104,7 @@ LoadedConfig load_config(Args& args) {
     loaded.config = preset(name);
     loaded.source = "preset " + name;
   }
-  for (const std::string& warning : loaded.config.warnings) std::cerr << "rotary: warning: " << warning << "\n";
+  for (const std::string& warning : loaded.config.warnings) args.err() << "rotary: warning: " << warning << "\n";
   return loaded;
 }
 
@@ -113,6 +118,19 @@ const RopeSpec& select_spec(const LoadedConfig& loaded, const std::optional<std:
   throw UsageError(detail::concat("--layer-type must be one of the config's layer types (",
                                   names.empty() ? std::string("it has none") : names, ") (got \"", *layer_type,
                                   "\")"));
+}
+
+std::string format_line(const char* format, ...) {
+  va_list arguments;
+  va_start(arguments, format);
+  va_list again;
+  va_copy(again, arguments);
+  const int length = std::vsnprintf(nullptr, 0, format, arguments);
+  va_end(arguments);
+  std::string text(static_cast<size_t>(length > 0 ? length : 0), '\0');
+  if (length > 0) std::vsnprintf(text.data(), text.size() + 1, format, again);
+  va_end(again);
+  return text;
 }
 
 std::string format_number(double value, int significant) {

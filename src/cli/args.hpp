@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <iostream>
 #include <optional>
+#include <ostream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,11 +21,21 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a command does once its command line is parsed.
+//   Run:        everything (the command line).
+//   ParseOnly:  parse and check the command line, read --config, then return 0 before anything
+//               else: no input files read, no files written, no timing, no process-wide state
+//               changed (threads, CPU target). For in-process callers: the CLI fuzzer
+//               (fuzz/cli_fuzz.cpp) and the bad-input tests.
+enum class Effects { Run, ParseOnly };
+
 // Flags are --name VALUE or --name=VALUE; switches are --name. Every token must be consumed:
-// finish() rejects what is left, naming it.
+// finish() rejects what is left, naming it. Commands write to out() and err(), never to
+// std::cout / std::cerr directly, so that run_cli() can run them in-process.
 class Args {
  public:
-  Args(std::string command, std::vector<std::string> tokens);
+  Args(std::string command, std::vector<std::string> tokens, std::ostream& out = std::cout,
+       std::ostream& err = std::cerr, Effects effects = Effects::Run);
 
   std::optional<std::string> value(std::string_view flag);
   bool has_switch(std::string_view flag);
@@ -33,10 +46,19 @@ class Args {
   void finish() const;
   const std::string& command() const { return command_; }
 
+  std::ostream& out() const { return *out_; }
+  std::ostream& err() const { return *err_; }
+  // True when the command must stop here (Effects::ParseOnly): each command asks once, after
+  // finish() and the checks of its flag values, before its first side effect.
+  bool parse_only() const { return effects_ == Effects::ParseOnly; }
+
  private:
   std::string command_;
   std::vector<std::string> tokens_;
   std::vector<bool> used_;
+  std::ostream* out_;
+  std::ostream* err_;
+  Effects effects_;
 };
 
 // --preset NAME | --config FILE (at most one; neither = the default preset). Warnings from the
@@ -52,5 +74,8 @@ const RopeSpec& select_spec(const LoadedConfig& loaded, const std::optional<std:
 
 // Formats a double compactly for tables: 6 significant digits, "inf" for infinity.
 std::string format_number(double value, int significant = 6);
+
+// printf-style formatting into a string, for the aligned tables commands write to out().
+[[gnu::format(printf, 1, 2)]] std::string format_line(const char* format, ...);
 
 }  // namespace rotary::cli

@@ -295,21 +295,20 @@ void compare_with_stream_rows(const std::map<StreamKey, StreamBandwidth>& stream
   row.ratio_to_copy = row.gb_per_s / row.baseline_gb_per_s;
 }
 
-void print_header() {
-  std::printf("%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s  %s\n", "case", "dtype", "thr", "in_place",
-              "layout", "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "shape");
-  std::fflush(stdout);
+void print_header(std::ostream& stream) {
+  stream << format_line(
+      "%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s  %s\n", "case", "dtype", "thr", "in_place", "layout",
+      "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "shape");
 }
 
-void print_row(const Row& row) {
-  std::printf("%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d  %s\n", row.name.c_str(),
-              row.dtype.c_str(), row.threads, row.in_place ? "yes" : "no", row.layout.c_str(), row.median_ms,
-              row.gb_per_s, row.baseline_gb_per_s, row.ratio_to_copy, row.target.c_str(), row.repetitions,
-              row.shape.c_str());
-  std::fflush(stdout);
+void print_row(std::ostream& stream, const Row& row) {
+  stream << format_line(
+      "%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d  %s\n", row.name.c_str(), row.dtype.c_str(),
+      row.threads, row.in_place ? "yes" : "no", row.layout.c_str(), row.median_ms, row.gb_per_s, row.baseline_gb_per_s,
+      row.ratio_to_copy, row.target.c_str(), row.repetitions, row.shape.c_str());
 }
 
-void write_json(const std::vector<Row>& rows) {
+void write_json(std::ostream& stream, const std::vector<Row>& rows) {
   json::Writer out;
   out.begin_array();
   for (const Row& row : rows) {
@@ -334,7 +333,7 @@ void write_json(const std::vector<Row>& rows) {
     out.end_object();
   }
   out.end_array();
-  std::cout << out.str() << "\n";
+  stream << out.str() << "\n";
 }
 
 // ---- command line -------------------------------------------------------------------------------
@@ -559,7 +558,7 @@ std::vector<Row> read_torch_rows(const json::Value& root, const Workload& worklo
 // express, and hands each row to add_row. Never throws: returns one line for people saying what
 // ran, or why PyTorch rows are missing.
 std::string run_torch(const BenchOptions& options, const std::vector<Workload>& workloads, const RopeSpec& spec,
-                      const std::function<void(Row)>& add_row) {
+                      std::ostream& progress, const std::function<void(Row)>& add_row) {
   if (std::none_of(workloads.begin(), workloads.end(), [](const Workload& w) { return w.torch_tokens > 0; })) {
     return "";  // nothing the script can run (varlen, or the streams alone)
   }
@@ -597,9 +596,8 @@ std::string run_torch(const BenchOptions& options, const std::vector<Workload>& 
     if (options.quick) repetitions = std::min(repetitions, kTorchQuickRepetitionsCap);
     if (workload.name == "prefill_long") repetitions = std::min(repetitions, kTorchLongRepetitionsCap);
     if (!options.as_json) {
-      std::printf("# torch: running torch_rope_bench.py on %s (%d repetitions)...\n", workload.name.c_str(),
-                  repetitions);
-      std::fflush(stdout);
+      progress << format_line(
+          "# torch: running torch_rope_bench.py on %s (%d repetitions)...\n", workload.name.c_str(), repetitions);
     }
     const std::string json_path = temp.path() + "/" + workload.name + ".json";
     const std::string stdout_path = temp.path() + "/" + workload.name + ".out";
@@ -738,12 +736,14 @@ int run_bench(Args& args) {
   if (options.torch_python && options.torch_python->empty()) {
     throw UsageError("bench: --torch must name a Python executable or be none (got \"\")");
   }
+  std::optional<std::string> target_name;
+  if (options.target) target_name = resolve_target(*options.target);
+  if (args.parse_only()) return 0;
 
   const CpuSnapshot started = cpu_snapshot();
   SettingsGuard guard;
   if (options.target) {
-    const std::string name = resolve_target(*options.target);
-    force_cpu_target(name);
+    force_cpu_target(*target_name);
     guard.forced();
   }
   const std::string target = current_cpu_target();
@@ -766,24 +766,26 @@ int run_bench(Args& args) {
   const std::vector<DType>& dtypes = options.dtypes;
   const Workload prefill = make_prefill("prefill", kPrefillTokens);
   if (!options.as_json) {
-    std::printf("# rotary bench: %s table (exact, stored, %lld rows, built in %.1f ms before timing); target %s\n",
-                spec.name.c_str(), static_cast<long long>(table.size()), table_ms, target.c_str());
-    std::printf(
+    args.out() << format_line(
+        "# rotary bench: %s table (exact, stored, %lld rows, built in %.1f ms before timing); target %s\n",
+        spec.name.c_str(), static_cast<long long>(table.size()), table_ms, target.c_str());
+    args.out() << format_line(
         "# median of %d repetitions after 1 warm-up (calls < 2 ms repeated within a repetition, time per call);"
         " prefill_long at most %d\n",
         options.repetitions, kLongRepetitionsCap);
-    std::printf(
+    args.out() << format_line(
         "# bytes = (q + k elements) x element size x 2; ratio = GB/s / base_GB/s, the stream of the same dtype and"
         " threads over q + k of prefill (in-place rows: copy_inplace, others: copy), timed in alternation with the"
         " row's repetitions (torch rows: the copy rows above)\n");
-    std::printf("# decode uses 40 q heads (the issue's 50 us decode target); GB/s of decode and varlen come largely"
-                " from cache\n");
-    print_header();
+    args.out() << format_line(
+        "# decode uses 40 q heads (the issue's 50 us decode target); GB/s of decode and varlen come largely"
+        " from cache\n");
+    print_header(args.out());
   }
 
   std::vector<Row> rows;
   const auto add_row = [&](Row row) {
-    if (!options.as_json) print_row(row);
+    if (!options.as_json) print_row(args.out(), row);
     rows.push_back(std::move(row));
   };
 
@@ -907,7 +909,7 @@ int run_bench(Args& args) {
 
   // PyTorch, side by side, in another process: its ratio_to_copy divides by OUR copy row of the
   // same dtype and threads.
-  const std::string torch_note = run_torch(options, workloads, spec, [&](Row row) {
+  const std::string torch_note = run_torch(options, workloads, spec, args.out(), [&](Row row) {
     compare_with_stream_rows(streams, row);
     add_row(std::move(row));
   });
@@ -915,15 +917,14 @@ int run_bench(Args& args) {
   const std::string contention = contention_line(started, finished);
   const double total_s = std::chrono::duration<double>(finished.when - started.when).count();
   if (options.as_json) {
-    write_json(rows);
+    write_json(args.out(), rows);
     // stdout stays one JSON document; what people should know goes to stderr.
-    if (torch_note.find("skipped") != std::string::npos) std::cerr << torch_note << "\n";
-    if (contention.find("unreliable") != std::string::npos) std::cerr << "rotary: warning: " << contention << "\n";
+    if (torch_note.find("skipped") != std::string::npos) args.err() << torch_note << "\n";
+    if (contention.find("unreliable") != std::string::npos) args.err() << "rotary: warning: " << contention << "\n";
   } else {
-    if (!torch_note.empty()) std::printf("%s\n", torch_note.c_str());
-    if (!contention.empty()) std::printf("# %s\n", contention.c_str());
-    std::printf("# %zu rows in %.1f s\n", rows.size(), total_s);
-    std::fflush(stdout);
+    if (!torch_note.empty()) args.out() << format_line("%s\n", torch_note.c_str());
+    if (!contention.empty()) args.out() << format_line("# %s\n", contention.c_str());
+    args.out() << format_line("# %zu rows in %.1f s\n", rows.size(), total_s);
   }
   return 0;
 }

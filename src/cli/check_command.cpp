@@ -87,6 +87,7 @@ int run_check(Args& args) {
   args.finish();
 
   const RopeSpec& spec = select_spec(loaded, layer_type);
+  if (args.parse_only()) return 0;
   const analysis::CheckReport report = analysis::run_checks(spec, context.value_or(0));
   const analysis::Extrapolation& ext = report.extrapolation;
   const bool passed = report.all_passed();
@@ -122,37 +123,37 @@ int run_check(Args& args) {
     out.key("largest_overshoot_pair").value(ext.largest_overshoot_pair);
     out.end_object();
     out.end_object();
-    std::cout << out.str() << "\n";
+    args.out() << out.str() << "\n";
     return passed ? 0 : 1;
   }
 
-  std::cout << "Property checks of " << spec.name << " (" << loaded.source << "): " << to_string(spec.scaling.type)
-            << ", rotary_dim " << spec.rotary_dim << ", " << to_string(spec.style) << " pairing, context "
-            << report.context << " tokens" << (context ? " (--context)" : "") << ", trained "
-            << report.trained_context << "\n\n";
-  std::printf("  %-30s  %-10s  %2s  %-9s  %-8s  %s\n", "check", "measured", "", "threshold", "margin", "result");
-  std::fflush(stdout);
+  args.out() << "Property checks of " << spec.name << " (" << loaded.source << "): " << to_string(spec.scaling.type)
+             << ", rotary_dim " << spec.rotary_dim << ", " << to_string(spec.style) << " pairing, context "
+             << report.context << " tokens" << (context ? " (--context)" : "") << ", trained "
+             << report.trained_context << "\n\n";
+  args.out() << format_line(
+      "  %-30s  %-10s  %2s  %-9s  %-8s  %s\n", "check", "measured", "", "threshold", "margin", "result");
   for (const analysis::CheckResult& check : report.checks) {
-    std::printf("  %-30s  %-10s  %2s  %-9s  %-8s  %s\n", check.name.c_str(), format_number(check.measured, 3).c_str(),
-                bound_symbol(check.bound), format_number(check.threshold, 3).c_str(), margin_text(check).c_str(),
-                check.passed ? "pass" : "FAIL");
-  }
-  std::fflush(stdout);
-
-  std::cout << "\nWhat was checked (margin = how far inside its threshold each value is)\n";
-  for (const analysis::CheckResult& check : report.checks) {
-    std::cout << "  " << check.name << "\n" << wrap(check.explanation, "      ", 100);
+    args.out() << format_line(
+        "  %-30s  %-10s  %2s  %-9s  %-8s  %s\n", check.name.c_str(), format_number(check.measured, 3).c_str(),
+        bound_symbol(check.bound), format_number(check.threshold, 3).c_str(), margin_text(check).c_str(),
+        check.passed ? "pass" : "FAIL");
   }
 
-  std::cout << "\nExtrapolation (information, not a check)\n  ";
+  args.out() << "\nWhat was checked (margin = how far inside its threshold each value is)\n";
+  for (const analysis::CheckResult& check : report.checks) {
+    args.out() << "  " << check.name << "\n" << wrap(check.explanation, "      ", 100);
+  }
+
+  args.out() << "\nExtrapolation (information, not a check)\n  ";
   if (ext.num_out_of_distribution > 0) {
-    std::cout << ext.num_out_of_distribution << " of " << ext.num_pairs << " pairs reach angles at "
-              << ext.target_context << " tokens that training on " << ext.trained_context
-              << " tokens never produced (largest overshoot x" << format_number(ext.largest_overshoot, 3)
-              << ", pair " << ext.largest_overshoot_pair << "); see rotary explain\n";
+    args.out() << ext.num_out_of_distribution << " of " << ext.num_pairs << " pairs reach angles at "
+               << ext.target_context << " tokens that training on " << ext.trained_context
+               << " tokens never produced (largest overshoot x" << format_number(ext.largest_overshoot, 3)
+               << ", pair " << ext.largest_overshoot_pair << "); see rotary explain\n";
   } else {
-    std::cout << "every pair stays within the angles training on " << ext.trained_context << " tokens produced, up to "
-              << ext.target_context << " tokens\n";
+    args.out() << "every pair stays within the angles training on " << ext.trained_context << " tokens produced, up to "
+               << ext.target_context << " tokens\n";
   }
 
   int64_t failed = 0;
@@ -163,9 +164,9 @@ int run_check(Args& args) {
     failed_names += (failed_names.empty() ? "" : ", ") + check.name;
   }
   if (failed == 0) {
-    std::cout << "\nAll " << report.checks.size() << " checks passed.\n";
+    args.out() << "\nAll " << report.checks.size() << " checks passed.\n";
   } else {
-    std::cout << "\n" << failed << " of " << report.checks.size() << " checks FAILED: " << failed_names << "\n";
+    args.out() << "\n" << failed << " of " << report.checks.size() << " checks FAILED: " << failed_names << "\n";
   }
   return passed ? 0 : 1;
 }

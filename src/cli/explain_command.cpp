@@ -99,6 +99,7 @@ int run_explain(Args& args) {
   args.finish();
 
   const RopeSpec& spec = select_spec(loaded, layer_type);
+  if (args.parse_only()) return 0;
   const int64_t declared = spec.max_position_embeddings;
   // The pretraining context: the scheme's original length where it has one; for linear
   // interpolation without one, max_position_embeddings / factor (the positions it maps onto);
@@ -117,40 +118,40 @@ int run_explain(Args& args) {
   const std::vector<PairCoverage> coverage = context_coverage(spec, freqs, trained, target);
   const auto num = [](double v) { return detail::shortest(v); };
 
-  std::cout << "RoPE of " << spec.name << " (" << loaded.source << ")\n\n";
-  std::cout << "  scheme      " << describe_scheme(spec, freqs) << "\n";
-  std::cout << "  geometry    head_dim " << spec.head_dim << ", rotary_dim " << spec.rotary_dim;
+  args.out() << "RoPE of " << spec.name << " (" << loaded.source << ")\n\n";
+  args.out() << "  scheme      " << describe_scheme(spec, freqs) << "\n";
+  args.out() << "  geometry    head_dim " << spec.head_dim << ", rotary_dim " << spec.rotary_dim;
   if (spec.rotary_dim < spec.head_dim) {
-    std::cout << " (partial: dims " << spec.rotary_dim << ".." << spec.head_dim - 1 << " pass through)";
+    args.out() << " (partial: dims " << spec.rotary_dim << ".." << spec.head_dim - 1 << " pass through)";
   }
-  std::cout << ", " << spec.num_pairs() << " pairs, "
-            << (spec.style == Style::NeoX ? "NeoX pairing (x[i], x[i+rotary_dim/2])"
+  args.out() << ", " << spec.num_pairs() << " pairs, "
+             << (spec.style == Style::NeoX ? "NeoX pairing (x[i], x[i+rotary_dim/2])"
                                           : "GPT-J pairing (x[2i], x[2i+1])")
             << "\n";
   if (spec.num_attention_heads > 0) {
-    std::cout << "  heads       " << spec.num_attention_heads << " query, " << spec.num_key_value_heads
-              << " key/value" << (spec.num_key_value_heads < spec.num_attention_heads ? " (GQA)" : "") << "\n";
+    args.out() << "  heads       " << spec.num_attention_heads << " query, " << spec.num_key_value_heads
+               << " key/value" << (spec.num_key_value_heads < spec.num_attention_heads ? " (GQA)" : "") << "\n";
   }
-  std::cout << "  theta       " << num(spec.theta_base);
-  if (freqs.effective_theta_base != spec.theta_base) std::cout << " (effective " << num(freqs.effective_theta_base) << ")";
-  std::cout << "\n";
+  args.out() << "  theta       " << num(spec.theta_base);
+  if (freqs.effective_theta_base != spec.theta_base) args.out() << " (effective " << num(freqs.effective_theta_base) << ")";
+  args.out() << "\n";
   if (spec.axes == PositionAxes::MRope) {
-    std::cout << "  positions   M-RoPE, " << to_string(spec.mrope.assignment) << " sections (t, h, w) = ("
-              << spec.mrope.pairs[0] << ", " << spec.mrope.pairs[1] << ", " << spec.mrope.pairs[2] << ") pairs\n";
+    args.out() << "  positions   M-RoPE, " << to_string(spec.mrope.assignment) << " sections (t, h, w) = ("
+               << spec.mrope.pairs[0] << ", " << spec.mrope.pairs[1] << ", " << spec.mrope.pairs[2] << ") pairs\n";
   }
-  std::cout << "  contexts    trained " << trained << " tokens"
-            << (trained != declared && declared > 0 ? detail::concat(", declared ", declared) : std::string())
-            << ", target " << target << (context_arg ? " (--context)" : "") << "\n";
-  std::cout << "  attention   scaling " << num(freqs.attention_scaling) << " = " << freqs.attention_scaling_source
-            << "; it multiplies cos and sin, so attention logits scale by its square ("
-            << num(freqs.attention_scaling * freqs.attention_scaling) << ")\n\n";
+  args.out() << "  contexts    trained " << trained << " tokens"
+             << (trained != declared && declared > 0 ? detail::concat(", declared ", declared) : std::string())
+             << ", target " << target << (context_arg ? " (--context)" : "") << "\n";
+  args.out() << "  attention   scaling " << num(freqs.attention_scaling) << " = " << freqs.attention_scaling_source
+             << "; it multiplies cos and sin, so attention logits scale by its square ("
+             << num(freqs.attention_scaling * freqs.attention_scaling) << ")\n\n";
 
-  std::cout << "Per pair (wavelength = tokens per full turn; turns = full rotations within the context;\n"
+  args.out() << "Per pair (wavelength = tokens per full turn; turns = full rotations within the context;\n"
                "factor = how much the scheme divided the pair's frequency; OOD = angles at the target\n"
                "context that pretraining never produced)\n";
-  std::printf("%5s  %-10s  %12s  %12s  %9s  %-18s  %11s  %11s  %s\n", "pair", "dims", "inv_freq", "wavelength",
-              "factor", "regime", "turns@train", "turns@target", "OOD");
-  std::fflush(stdout);
+  args.out() << format_line(
+      "%5s  %-10s  %12s  %12s  %9s  %-18s  %11s  %11s  %s\n", "pair", "dims", "inv_freq", "wavelength", "factor",
+      "regime", "turns@train", "turns@target", "OOD");
   int64_t counts[6] = {0, 0, 0, 0, 0, 0};
   int64_t ood = 0;
   double worst_overshoot = 1.0;
@@ -174,31 +175,30 @@ int run_explain(Args& args) {
       ood_text = "x";
       ood_text += format_number(c.overshoot, 3);
     }
-    std::printf("%5zu  %-10s  %12s  %12s  %9s  %-18s  %11s  %11s  %s\n", i, pair_dims(spec, i).c_str(),
-                format_number(freqs.inv_freq[i], 5).c_str(), format_number(pair.wavelength_tokens, 5).c_str(),
-                format_number(pair.factor_applied, 4).c_str(), regime.c_str(),
-                format_number(c.rotations_trained, 4).c_str(), format_number(c.rotations_target, 4).c_str(),
-                ood_text.c_str());
+    args.out() << format_line(
+        "%5zu  %-10s  %12s  %12s  %9s  %-18s  %11s  %11s  %s\n", i, pair_dims(spec, i).c_str(),
+        format_number(freqs.inv_freq[i], 5).c_str(), format_number(pair.wavelength_tokens, 5).c_str(),
+        format_number(pair.factor_applied, 4).c_str(), regime.c_str(), format_number(c.rotations_trained, 4).c_str(),
+        format_number(c.rotations_target, 4).c_str(), ood_text.c_str());
   }
-  std::fflush(stdout);
 
-  std::cout << "\nSummary\n";
+  args.out() << "\nSummary\n";
   const char* regime_words[6] = {
       "unscaled (no scheme acts on them)", "extrapolated (original frequency kept)",
       "interpolated (frequency divided by the full factor)", "blended between the two",
       "rescaled by a per-pair factor", "unrotated (frequency 0, passed through)"};
   for (int r = 0; r < 6; ++r) {
-    if (counts[r] > 0) std::cout << "  " << counts[r] << " pairs " << regime_words[r] << "\n";
+    if (counts[r] > 0) args.out() << "  " << counts[r] << " pairs " << regime_words[r] << "\n";
   }
   if (ood > 0) {
-    std::cout << "  " << ood << " pairs reach angles at " << target << " tokens that pretraining on " << trained
-              << " tokens never produced (largest overshoot x" << format_number(worst_overshoot, 3) << ")\n";
+    args.out() << "  " << ood << " pairs reach angles at " << target << " tokens that pretraining on " << trained
+               << " tokens never produced (largest overshoot x" << format_number(worst_overshoot, 3) << ")\n";
   } else {
-    std::cout << "  every pair stays within the angles pretraining produced, up to " << target << " tokens\n";
+    args.out() << "  every pair stays within the angles pretraining produced, up to " << target << " tokens\n";
   }
   if (never_full_turn > 0) {
-    std::cout << "  " << never_full_turn << " pairs do not complete one turn within " << target
-              << " tokens: they encode position almost monotonically (low frequencies)\n";
+    args.out() << "  " << never_full_turn << " pairs do not complete one turn within " << target
+               << " tokens: they encode position almost monotonically (low frequencies)\n";
   }
 
   // Warnings for suspicious configurations.
@@ -243,9 +243,9 @@ int run_explain(Args& args) {
                                       format_number(freqs.pairs.back().wavelength_tokens), " tokens"));
   }
   for (const std::string& w : loaded.config.warnings) warnings.push_back("config: " + w);
-  std::cout << "\nWarnings\n";
-  if (warnings.empty()) std::cout << "  none\n";
-  for (const std::string& w : warnings) std::cout << "  - " << w << "\n";
+  args.out() << "\nWarnings\n";
+  if (warnings.empty()) args.out() << "  none\n";
+  for (const std::string& w : warnings) args.out() << "  - " << w << "\n";
   return 0;
 }
 

@@ -34,6 +34,7 @@ int run_freqs(Args& args) {
   args.finish();
 
   const RopeSpec& spec = select_spec(loaded, layer_type);
+  if (args.parse_only()) return 0;
   const Frequencies freqs = frequencies(spec, seq_len.value_or(0));
 
   if (as_json) {
@@ -71,23 +72,22 @@ int run_freqs(Args& args) {
     }
     out.end_array();
     out.end_object();
-    std::cout << out.str() << "\n";
+    args.out() << out.str() << "\n";
     return 0;
   }
 
-  std::cout << spec.name << ": " << to_string(spec.scaling.type) << ", theta " << detail::shortest(spec.theta_base)
-            << ", rotary_dim " << spec.rotary_dim << " of head_dim " << spec.head_dim << " ("
-            << to_string(spec.style) << " pairing), seq_len " << freqs.seq_len
-            << (freqs.seq_len == 0 ? " (construction time)" : "") << "\n";
+  args.out() << spec.name << ": " << to_string(spec.scaling.type) << ", theta " << detail::shortest(spec.theta_base)
+             << ", rotary_dim " << spec.rotary_dim << " of head_dim " << spec.head_dim << " ("
+             << to_string(spec.style) << " pairing), seq_len " << freqs.seq_len
+             << (freqs.seq_len == 0 ? " (construction time)" : "") << "\n";
   if (freqs.effective_theta_base != spec.theta_base) {
-    std::cout << "effective theta " << detail::shortest(freqs.effective_theta_base) << "\n";
+    args.out() << "effective theta " << detail::shortest(freqs.effective_theta_base) << "\n";
   }
-  if (!freqs.longrope_factor_set.empty()) std::cout << "LongRoPE factors: " << freqs.longrope_factor_set << "\n";
-  std::cout << "attention_scaling " << detail::shortest(freqs.attention_scaling) << "  = "
-            << freqs.attention_scaling_source << "\n\n";
-  std::printf("%5s  %-24s  %17s  %10s  %-12s\n", "pair", "inv_freq (rad/token)", "wavelength_tokens", "factor",
-              "regime");
-  std::fflush(stdout);
+  if (!freqs.longrope_factor_set.empty()) args.out() << "LongRoPE factors: " << freqs.longrope_factor_set << "\n";
+  args.out() << "attention_scaling " << detail::shortest(freqs.attention_scaling) << "  = "
+             << freqs.attention_scaling_source << "\n\n";
+  args.out() << format_line(
+      "%5s  %-24s  %17s  %10s  %-12s\n", "pair", "inv_freq (rad/token)", "wavelength_tokens", "factor", "regime");
   for (size_t i = 0; i < freqs.inv_freq.size(); ++i) {
     const PairDiagnostics& pair = freqs.pairs[i];
     std::string regime(to_string(pair.regime));
@@ -95,11 +95,10 @@ int run_freqs(Args& args) {
       regime += ' ';  // two appends, not " " + ...: GCC 12 gives a false -Wrestrict (bug 105329)
       regime += format_number(pair.blend, 3);
     }
-    std::printf("%5zu  %-24s  %17s  %10s  %-12s\n", i, detail::shortest(freqs.inv_freq[i]).c_str(),
-                format_number(pair.wavelength_tokens).c_str(), format_number(pair.factor_applied, 5).c_str(),
-                regime.c_str());
+    args.out() << format_line(
+        "%5zu  %-24s  %17s  %10s  %-12s\n", i, detail::shortest(freqs.inv_freq[i]).c_str(),
+        format_number(pair.wavelength_tokens).c_str(), format_number(pair.factor_applied, 5).c_str(), regime.c_str());
   }
-  std::fflush(stdout);
   return 0;
 }
 

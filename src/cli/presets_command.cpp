@@ -19,6 +19,7 @@ const char* const kPresetsHelp =
 int run_presets(Args& args) {
   const bool as_json = args.has_switch("--json");
   args.finish();
+  if (args.parse_only()) return 0;
   const std::vector<PresetInfo> presets = list_presets();
   if (as_json) {
     json::Writer out;
@@ -32,16 +33,16 @@ int run_presets(Args& args) {
       out.end_object();
     }
     out.end_array();
-    std::cout << out.str() << "\n";
+    args.out() << out.str() << "\n";
     return 0;
   }
   size_t width = 0;
   for (const PresetInfo& p : presets) width = std::max(width, p.name.size());
   for (const PresetInfo& p : presets) {
-    std::cout << p.name << std::string(width - p.name.size() + 2, ' ') << p.summary
-              << (p.name == kDefaultPreset ? "  [default]" : "") << "\n";
+    args.out() << p.name << std::string(width - p.name.size() + 2, ' ') << p.summary
+               << (p.name == kDefaultPreset ? "  [default]" : "") << "\n";
   }
-  std::cout << "\n" << presets.size() << " presets. Sources: rotary presets --json.\n";
+  args.out() << "\n" << presets.size() << " presets. Sources: rotary presets --json.\n";
   return 0;
 }
 

@@ -82,6 +82,7 @@ int run_report(Args& args) {
   }
   if (!output) throw UsageError("report: -o FILE is required: the HTML file to write (got no -o)");
   args.finish();
+  if (args.parse_only()) return 0;
 
   const std::string html = analysis::render_report(models, {});
   std::ofstream file(*output, std::ios::binary);
@@ -89,7 +90,7 @@ int run_report(Args& args) {
   if (!file || !file.flush()) {
     throw Error(detail::concat("report: -o must name a writable file (got \"", *output, "\")"));
   }
-  std::cout << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";
+  args.out() << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";
   return 0;
 }
 

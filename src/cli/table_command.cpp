@@ -88,6 +88,7 @@ int run_table(Args& args) {
     precision = *parsed;
   }
   const RopeSpec& spec = select_spec(loaded, layer_type);
+  if (args.parse_only()) return 0;
 
   int64_t max_position = 0;
   for (int64_t p : positions) max_position = std::max(max_position, p);
@@ -132,22 +133,21 @@ int run_table(Args& args) {
       out.end_array();
     }
     out.end_object();
-    std::cout << out.str() << "\n";
+    args.out() << out.str() << "\n";
     return 0;
   }
-  std::cout << spec.name << ": " << to_string(precision) << " table, attention_scaling "
-            << detail::shortest(table->attention_scaling()) << ", " << spec.rotary_dim << " values per row ("
-            << to_string(spec.style) << " layout), float32 printed with 9 significant digits\n";
+  args.out() << spec.name << ": " << to_string(precision) << " table, attention_scaling "
+             << detail::shortest(table->attention_scaling()) << ", " << spec.rotary_dim << " values per row ("
+             << to_string(spec.style) << " layout), float32 printed with 9 significant digits\n";
   for (int64_t p : positions) {
     table->row(p, c.data(), s.data());
     for (int which = 0; which < 2; ++which) {
       const std::vector<float> row = expand_row(which == 0 ? c.data() : s.data(), pairs, spec.style);
-      std::printf("%s[%lld]", which == 0 ? "cos" : "sin", static_cast<long long>(p));
-      for (float v : row) std::printf(" %.9g", static_cast<double>(v));
-      std::printf("\n");
+      args.out() << format_line("%s[%lld]", which == 0 ? "cos" : "sin", static_cast<long long>(p));
+      for (float v : row) args.out() << format_line(" %.9g", static_cast<double>(v));
+      args.out() << "\n";
     }
   }
-  std::fflush(stdout);
   return 0;
 }
 

@@ -24,25 +24,26 @@ int run_verify_golden(Args& args) {
   const std::optional<std::string> directory = args.positional();
   args.finish();
   if (!directory) throw UsageError("verify-golden: DIR is required (e.g. ../shared/golden)");
+  if (args.parse_only()) return 0;
   const std::vector<GoldenCaseResult> results = verify_golden_dir(*directory);
   int passed = 0;
   int failed = 0;
   for (const GoldenCaseResult& r : results) {
     (r.passed ? passed : failed) += 1;
-    std::cout << (r.passed ? "PASS " : "FAIL ") << r.file << " (" << (r.kind.empty() ? "?" : r.kind) << ", "
-              << r.checks.size() << " checks)";
-    if (!r.error.empty()) std::cout << ": " << r.error;
+    args.out() << (r.passed ? "PASS " : "FAIL ") << r.file << " (" << (r.kind.empty() ? "?" : r.kind) << ", "
+               << r.checks.size() << " checks)";
+    if (!r.error.empty()) args.out() << ": " << r.error;
     for (const GoldenCheck& c : r.checks) {
-      if (!c.passed) std::cout << "\n    failed: " << c.name << ": " << c.detail;
+      if (!c.passed) args.out() << "\n    failed: " << c.name << ": " << c.detail;
     }
-    std::cout << "\n";
+    args.out() << "\n";
     if (verbose) {
       for (const GoldenCheck& c : r.checks) {
-        std::cout << "    " << (c.passed ? "ok   " : "FAIL ") << c.name << ": " << c.detail << "\n";
+        args.out() << "    " << (c.passed ? "ok   " : "FAIL ") << c.name << ": " << c.detail << "\n";
       }
     }
   }
-  std::cout << passed << " passed, " << failed << " failed\n";
+  args.out() << passed << " passed, " << failed << " failed\n";
   return failed == 0 && !results.empty() ? 0 : 1;
 }
 

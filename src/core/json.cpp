@@ -16,6 +16,9 @@
 // order mark is skipped and not counted in the columns of line 1, as editors show it.
 #include "rotary/json.hpp"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -617,8 +620,20 @@ Value Value::make_object(std::vector<Member> members, Location where) {
 
 // ---- parsing ----------------------------------------------------------------------------------
 
+namespace {
+
+[[noreturn]] void fail_too_long(std::string_view source_name, const ParseOptions& options, std::string_view size) {
+  throw ConfigError(concat(source_name, ": JSON text must be at most ", options.max_bytes,
+                           " bytes (ParseOptions::max_bytes; a config.json is a few kilobytes) (got ", size, ")"));
+}
+
+}  // namespace
+
 Value parse(std::string_view text, std::string_view source_name, std::vector<std::string>* warnings,
             const ParseOptions& options) {
+  if (static_cast<uint64_t>(text.size()) > static_cast<uint64_t>(std::max<int64_t>(options.max_bytes, 0))) {
+    fail_too_long(source_name, options, concat(text.size(), " bytes"));
+  }
   return Parser(text, source_name, warnings, options.max_depth).parse_document();
 }
 
@@ -633,12 +648,23 @@ Value parse_file(const std::string& path, std::vector<std::string>* warnings,
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
                                                         &std::fclose);
   if (!file) throw cannot_read(errno);
+  // A regular file too long is rejected by its size, unread; anything else (a pipe, /dev/zero)
+  // is read at most one byte past the limit.
+  const auto limit = static_cast<size_t>(std::max<int64_t>(options.max_bytes, 0));
+  struct stat status {};
+  if (::fstat(::fileno(file.get()), &status) == 0 && S_ISREG(status.st_mode) &&
+      static_cast<uint64_t>(status.st_size) > limit) {
+    fail_too_long(path, options, concat(status.st_size, " bytes"));
+  }
   std::string text;
   char buffer[1 << 14];
   size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, got);
+  while (text.size() <= limit && (got = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
+    text.append(buffer, got);
+  }
   // A directory opens fine on Linux; the first read fails with EISDIR.
   if (std::ferror(file.get())) throw cannot_read(errno != 0 ? errno : EIO);
+  if (text.size() > limit) fail_too_long(path, options, concat("more than ", limit, " bytes"));
   file.reset();
   return parse(text, path, warnings, options);
 }

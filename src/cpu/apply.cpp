@@ -421,6 +421,8 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
       const int64_t s = thd ? t : t % axes.seq;
       for (int which = 0; which < (has_k ? 2 : 1); ++which) {
         const TensorPlan& p = which == 0 ? qp : kp;
+        // No heads: nothing to rotate, and the data may be null (no arithmetic on it then).
+        if (p.in_axes.heads == 0) continue;
         cpu::HeadsArgs args;
         args.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
         args.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.out_element_bytes;

@@ -29,6 +29,7 @@
 // rounded once on store: float32 by the IEEE conversion, bf16 / f16 by double_to_bf16 /
 // double_to_f16 (tensor.hpp: round to nearest even from the double itself; double -> float ->
 // bf16 would round twice).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -124,6 +125,8 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const NamedAxes k_axes = has_k ? named_axes(k) : NamedAxes{};
   const NamedAxes k_out_axes = has_k ? named_axes(k_out) : NamedAxes{};
   const int64_t tokens = q_axes.batch * q_axes.seq;
+  // No tokens: nothing to do (and a batch of 2^40 empty sequences must not become a list of 2^40).
+  if (tokens == 0) return;
 
   // The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
   // per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).
@@ -138,6 +141,29 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     }
   } else {
     for (int64_t b = 0; b < q_axes.batch; ++b) sequences.push_back({b * q_axes.seq, q_axes.seq, b, 0});
+  }
+  // Positions: per_token is stream-major [streams][tokens]; offsets give offset[n] + s; neither
+  // gives s (arange per sequence).
+  auto position_of = [&](size_t n, int64_t s, int stream) -> int64_t {
+    if (positions.per_token != nullptr) return positions.per_token[stream * tokens + sequences[n].first_token + s];
+    if (positions.sequence_offsets != nullptr) return positions.sequence_offsets[n] + s;
+    return s;
+  };
+  // A stored table whose rows are read (float32 values; HFCompat's row_f64 widens them) grows
+  // here, once, before anything is written: growth can fail (past TableOptions::max_bytes), and
+  // a call that throws must leave the outputs as they were.
+  const bool reads_stored_rows = table.storage() == Storage::Stored &&
+                                 (values == TableValues::TableFloat32 || table.precision() == Precision::HFCompat);
+  if (reads_stored_rows) {
+    int64_t max_position = -1;
+    for (size_t n = 0; n < sequences.size(); ++n) {
+      for (int64_t s = 0; s < sequences[n].length; ++s) {
+        for (int stream = 0; stream < streams; ++stream) {
+          max_position = std::max(max_position, position_of(n, s, stream));
+        }
+      }
+    }
+    table.reserve_positions(max_position + 1);
   }
 
   // xPos (flash-attn RotaryEmbedding, scale_base): zeta_i = (2i + 0.4 d) / (1.4 d),
@@ -162,25 +188,18 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   PairValues q_values{std::vector<double>(static_cast<size_t>(num_pairs)), std::vector<double>(static_cast<size_t>(num_pairs))};
   PairValues k_values = q_values;
   std::vector<int64_t> token_positions(static_cast<size_t>(streams));
-  int64_t head_dim_max = q_axes.dim;
-  if (has_k && k_axes.dim > head_dim_max) head_dim_max = k_axes.dim;
+  // Scratch for one head, of a tensor that has heads: one without heads may state any head_dim
+  // (its data is never read), 2^40 included.
+  int64_t head_dim_max = q_axes.heads > 0 ? q_axes.dim : 0;
+  if (has_k && k_axes.heads > 0 && k_axes.dim > head_dim_max) head_dim_max = k_axes.dim;
   std::vector<double> x(static_cast<size_t>(head_dim_max));
   std::vector<double> y(static_cast<size_t>(head_dim_max));
 
   for (size_t n = 0; n < sequences.size(); ++n) {
     const Sequence& sequence = sequences[n];
     for (int64_t s = 0; s < sequence.length; ++s) {
-      const int64_t token = sequence.first_token + s;
-
-      // Positions: per_token is stream-major [streams][tokens]; offsets give offset[n] + s;
-      // neither gives s (arange per sequence).
       for (int stream = 0; stream < streams; ++stream) {
-        int64_t position = s;
-        if (positions.per_token != nullptr) {
-          position = positions.per_token[stream * tokens + token];
-        } else if (positions.sequence_offsets != nullptr) {
-          position = positions.sequence_offsets[n] + s;
-        }
+        const int64_t position = position_of(n, s, stream);
         token_positions[static_cast<size_t>(stream)] = position;
         double* cos_out = &row_cos[static_cast<size_t>(stream * num_pairs)];
         double* sin_out = &row_sin[static_cast<size_t>(stream * num_pairs)];

@@ -1,0 +1,198 @@
+// fuzz/seed_corpus.cpp: writes the seed corpus of every fuzz target (fuzz/corpus/<target>/).
+//
+//   fuzz_seed_corpus OUT_DIR [GOLDEN_DIR]
+//
+// hf_config: every preset's config.json, the "config" of every ../shared/golden case, and
+//            hand-made texts (NaN / Infinity, duplicate keys, per-layer parameters, deep nesting).
+// npy:       np.save's bytes for every element type and a few shapes, the 2.0 / 3.0 headers,
+//            ml_dtypes' bfloat16 descr, and some broken files.
+// cli:       one command line per command with its usual flags (NUL-separated arguments).
+// apply_args: valid calls for every spec, layout and position source of fuzz/apply_case.hpp,
+//            and a few with edits that break one rule.
+// The files are small (the largest is a few kilobytes), so they are checked in; rerun after
+// changing a preset, the golden set or apply_case.hpp's grammar.
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "rotary/json.hpp"
+#include "rotary/npy.hpp"
+#include "rotary/presets.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string as_text(const std::vector<unsigned char>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+void hf_config_seeds(const fs::path& out, const fs::path& golden) {
+  for (const rotary::PresetInfo& info : rotary::list_presets()) {
+    write_file(out / ("preset_" + info.name + ".json"), std::string(rotary::preset_config_json(info.name)));
+  }
+  if (!golden.empty() && fs::is_directory(golden)) {
+    for (const auto& entry : fs::directory_iterator(golden)) {
+      if (entry.path().extension() != ".json") continue;
+      const rotary::json::Value root = rotary::json::parse_file(entry.path().string());
+      if (const rotary::json::Value* config = root.find("config")) {
+        write_file(out / ("golden_" + entry.path().stem().string() + ".json"), rotary::json::serialize(*config, true));
+      }
+    }
+  }
+  write_file(out / "nan_theta.json", R"({"head_dim": 64, "rope_theta": NaN, "max_position_embeddings": Infinity})");
+  write_file(out / "duplicate_keys.json", R"({"rope_theta": 10000, "rope_theta": 500000, "head_dim": 128})");
+  write_file(out / "text_config.json",
+             R"({"model_type": "qwen2_5_vl", "text_config": {"hidden_size": 3584, "num_attention_heads": 28,
+"rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}})");
+  write_file(out / "per_layer.json",
+             R"({"head_dim": 256, "layer_types": ["sliding_attention", "full_attention"], "rope_parameters":
+{"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})");
+  write_file(out / "escapes.json", "{\"model_type\": \"\\u00e9\\ud83d\\ude00\\n\", \"head_dim\": 1e2, \"x\": [-0, 0.5e-3]}");
+  write_file(out / "deep.json", std::string(600, '[') + std::string(600, ']'));
+}
+
+void npy_seeds(const fs::path& out) {
+  using rotary::npy::Array;
+  using rotary::npy::ElementType;
+  auto array = [](ElementType type, std::vector<int64_t> shape) {
+    Array a;
+    a.type = type;
+    a.shape = std::move(shape);
+    a.bytes.resize(static_cast<size_t>(a.size() * rotary::npy::element_size(type)));
+    for (size_t i = 0; i < a.bytes.size(); ++i) a.bytes[i] = static_cast<unsigned char>(0x3C + i % 3);
+    return a;
+  };
+  write_file(out / "f32_2x3.npy", as_text(rotary::npy::serialize(array(ElementType::Float32, {2, 3}))));
+  write_file(out / "f16_4.npy", as_text(rotary::npy::serialize(array(ElementType::Float16, {4}))));
+  write_file(out / "bf16_2x2.npy", as_text(rotary::npy::serialize(array(ElementType::BFloat16, {2, 2}))));
+  write_file(out / "f64_scalar.npy", as_text(rotary::npy::serialize(array(ElementType::Float64, {}))));
+  write_file(out / "i64_empty.npy", as_text(rotary::npy::serialize(array(ElementType::Int64, {0}))));
+  write_file(out / "f32_1x2x2x4.npy", as_text(rotary::npy::serialize(array(ElementType::Float32, {1, 2, 2, 4}))));
+  // Headers np.save does not write by default but NumPy reads.
+  auto with_header = [](int major, const std::string& header, const std::string& data) {
+    std::string file = "\x93NUMPY";
+    file += static_cast<char>(major);
+    file += '\0';
+    const size_t length = header.size();
+    for (int i = 0; i < (major == 1 ? 2 : 4); ++i) file += static_cast<char>((length >> (8 * i)) & 0xFF);
+    return file + header + data;
+  };
+  write_file(out / "v2_header.npy", with_header(2, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }\n", "abcd"));
+  write_file(out / "v3_header.npy", with_header(3, "{\"descr\": \"<i8\", \"fortran_order\": False, \"shape\": (1, 1)}\n",
+                                                std::string(8, '\1')));
+  write_file(out / "v2_bfloat16_descr.npy", with_header(1, "{'descr': '<V2', 'fortran_order': False, 'shape': (2,), }\n", "abcd"));
+  write_file(out / "native_order.npy", with_header(1, "{'descr': '=f8', 'fortran_order': False, 'shape': (1L,), }\n",
+                                                   std::string(8, '\0')));
+  write_file(out / "fortran.npy", with_header(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }\n", "abcd"));
+  write_file(out / "lying_shape.npy", with_header(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (9999999999,), }\n", "abcd"));
+  write_file(out / "truncated.npy", std::string("\x93NUMPY\x01\x00\x76\x00{'descr'", 17));
+}
+
+void cli_seeds(const fs::path& out) {
+  const std::vector<std::vector<std::string>> lines = {
+      {"presets", "--json"},
+      {"freqs", "--preset", "qwen2.5-7b-yarn", "--seq-len", "4097", "--json"},
+      {"freqs", "--config", "config.json"},
+      {"explain", "--preset", "llama-2-7b", "--context", "16384"},
+      {"explain", "--config=gemma.json", "--layer-type", "sliding_attention"},
+      {"table", "--preset", "llama-3.1-8b", "--positions", "0:4", "--precision", "hf"},
+      {"table", "--positions", "0,1,4096", "--seq-len=100", "--json"},
+      {"apply", "--preset", "llama-3.1-8b", "--q", "q.npy", "--k", "k.npy", "--layout", "bshd", "--offsets",
+       "offsets.npy", "--out-q", "q_rot.npy", "--out-k", "k_rot.npy", "--threads", "2"},
+      {"apply", "--q", "q.npy", "--layout", "thd", "--cu-seqlens", "cu.npy", "--out-q", "o.npy", "--direction",
+       "backward", "--rotary-offset", "8", "--style", "gptj", "--reference"},
+      {"verify-golden", "..", "--verbose"},
+      {"check", "--preset", "qwen2.5-7b-yarn", "--context", "65536", "--json"},
+      {"bench", "--quick", "--torch", "none", "--cases", "decode,prefill", "--dtypes", "bf16,f32", "--threads",
+       "1,2", "--repetitions", "3", "--target", "avx2"},
+      {"report", "--compare", "llama-2-7b,llama-3.1-8b", "-o", "r.html", "--context", "8192"},
+      {"report", "--config", "bad.json", "-o", "r.html"},
+      {"freqs", "--config", "big.json"},
+      {"--help"},
+      {"--version"},
+      {"table", "--help"},
+  };
+  int index = 0;
+  for (const std::vector<std::string>& line : lines) {
+    std::string bytes;
+    for (size_t i = 0; i < line.size(); ++i) bytes += (i ? std::string(1, '\0') : std::string()) + line[i];
+    write_file(out / ("cmd_" + std::to_string(index++) + "_" + line[0]), bytes);
+  }
+}
+
+// The byte grammar of fuzz/apply_case.hpp, decode_apply_case: header, positions, edits.
+void apply_args_seeds(const fs::path& out) {
+  int index = 0;
+  auto emit = [&](const std::vector<uint8_t>& bytes) {
+    write_file(out / ("call_" + std::to_string(index++)), std::string(bytes.begin(), bytes.end()));
+  };
+  for (uint8_t spec = 0; spec < 8; ++spec) {
+    for (uint8_t layout = 0; layout < 4; ++layout) {
+      for (uint8_t source = 0; source < 3; ++source) {
+        const bool thd = layout == 3;
+        const uint8_t batch = 2, seq = 5;
+        // spec, precision, storage, fixed, seq_len, layout, dtypes q k q_out k_out
+        std::vector<uint8_t> bytes = {spec, static_cast<uint8_t>(source % 2), static_cast<uint8_t>(spec % 2),
+                                      static_cast<uint8_t>(layout % 2 ? 3 : 0), 0, layout,
+                                      static_cast<uint8_t>(spec % 3), static_cast<uint8_t>(layout % 3), 0, 0};
+        // batch, seq, heads_q, heads_k, extra_q, extra_k, flags (k, q in place, ...), rotary_offset, scale
+        bytes.insert(bytes.end(), {batch, seq, 4, 2, static_cast<uint8_t>(source * 2), 2,
+                                   static_cast<uint8_t>(1 | (spec % 2 ? 2 : 0) | (layout == 1 ? 8 : 0)), 0,
+                                   static_cast<uint8_t>(source % 4)});
+        if (thd) bytes.insert(bytes.end(), {1, 2});  // two sequences, split at token 2
+        bytes.push_back(source);
+        const int64_t tokens = thd ? seq : batch * seq;
+        const int64_t streams = spec == 3 || spec == 4 ? 3 : (spec == 5 ? 2 : 1);
+        const int64_t values = source == 1 ? tokens * streams : (source == 2 ? (thd ? 2 : batch) : 0);
+        for (int64_t i = 0; i < values; ++i) bytes.push_back(static_cast<uint8_t>(3 * i + 1));
+        bytes.push_back(0);  // no edits
+        emit(bytes);
+      }
+    }
+  }
+  // Edits: (kind, target, value mode, value...). Mode 2 picks apply_case.hpp's special values.
+  const std::vector<uint8_t> base = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 5, 4, 2, 0, 0, 1, 0, 0, 1};
+  auto with_edits = [&](std::vector<uint8_t> edits) {
+    std::vector<uint8_t> bytes = base;
+    for (int i = 0; i < 10; ++i) bytes.push_back(static_cast<uint8_t>(i));  // 2 x 5 positions
+    bytes.push_back(static_cast<uint8_t>(edits.size() / 4));
+    bytes.insert(bytes.end(), edits.begin(), edits.end());
+    emit(bytes);
+  };
+  with_edits({0, 0 | (1 << 2), 2, 9});        // q shape[1] = INT64_MAX
+  with_edits({1, 2 | (2 << 2), 2, 2});         // q_out stride[2] = -1
+  with_edits({1, 2 | (3 << 2), 2, 0});         // q_out stride[3] = 0
+  with_edits({16, 2 | (0 << 2), 1, 0});        // q_out aliases q (in place)
+  with_edits({17, 2 | (0 << 2), 1, 3});        // q_out = q shifted by 3 elements
+  with_edits({8, 5, 2, 6});                    // per_token[5] = kMaxPosition
+  with_edits({7, 0, 2, 8});                    // per_token_count = 2^32
+  with_edits({13, 0, 2, 9});                   // rotary_offset = INT64_MAX
+  with_edits({3, 1, 1, 5, 4, 0, 1, 3});        // k dtype invalid, q layout thd
+  with_edits({0, 0, 2, 13, 0, 1 << 2, 2, 13}); // q shape[0] = shape[1] = ~sqrt(2^63)
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argc > 3) {
+    std::cerr << "usage: fuzz_seed_corpus OUT_DIR [GOLDEN_DIR]\n";
+    return 2;
+  }
+  const fs::path out = argv[1];
+  const fs::path golden = argc > 2 ? fs::path(argv[2]) : fs::path();
+  hf_config_seeds(out / "hf_config", golden);
+  npy_seeds(out / "npy");
+  cli_seeds(out / "cli");
+  apply_args_seeds(out / "apply_args");
+  std::cout << "seed corpus written to " << out.string() << "\n";
+  return 0;
+}

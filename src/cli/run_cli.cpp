@@ -1,0 +1,89 @@
+// src/cli/run_cli.cpp: the `rotary` command line: dispatch to one file per subcommand.
+//
+// Exit codes: 0 success, 2 any error (bad arguments, invalid config, unreadable file), with
+// "rotary: error: <message>" on err. Warnings go to err as "rotary: warning: <message>".
+#include "run_cli.hpp"
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "rotary/error.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: rotary <command> [options]\n"
+    "\n"
+    "Rotary Position Embedding (RoPE): frequencies, tables and kernels for every variant.\n"
+    "\n"
+    "commands:\n"
+    "  presets   list the built-in model presets\n"
+    "  freqs     print inv_freq and attention scaling of a preset or config.json\n"
+    "  explain   explain, for a person, what a model's RoPE does to each pair\n"
+    "  table     print cos/sin table rows (exact, or Hugging Face's float32 numerics)\n"
+    "  apply     rotate q and k read from .npy files, write the results as .npy\n"
+    "  verify-golden DIR   check rotary against Hugging Face golden vectors\n"
+    "  check     run RoPE's property checks (norm, relative position, decay, pairing); exit 1 on a violation\n"
+    "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
+    "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
+    "\n"
+    "Each command takes --help. A command given neither --preset nor --config uses the default\n"
+    "preset, llama-3.1-8b.\n";
+
+struct Command {
+  const char* name;
+  int (*run)(rotary::cli::Args&);
+  const char* const* help;
+};
+
+const Command kCommands[] = {
+    {"presets", rotary::cli::run_presets, &rotary::cli::kPresetsHelp},
+    {"freqs", rotary::cli::run_freqs, &rotary::cli::kFreqsHelp},
+    {"explain", rotary::cli::run_explain, &rotary::cli::kExplainHelp},
+    {"table", rotary::cli::run_table, &rotary::cli::kTableHelp},
+    {"apply", rotary::cli::run_apply, &rotary::cli::kApplyHelp},
+    {"verify-golden", rotary::cli::run_verify_golden, &rotary::cli::kVerifyGoldenHelp},
+    {"check", rotary::cli::run_check, &rotary::cli::kCheckHelp},
+    {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
+    {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
+};
+
+}  // namespace
+
+namespace rotary::cli {
+
+int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err, Effects effects) {
+  if (tokens.empty() || tokens[0] == "--help" || tokens[0] == "-h" || tokens[0] == "help") {
+    out << kUsage;
+    return tokens.empty() ? 2 : 0;
+  }
+  if (tokens[0] == "--version") {
+    out << "rotary 0.1.0\n";
+    return 0;
+  }
+  for (const Command& command : kCommands) {
+    if (tokens[0] != command.name) continue;
+    const std::vector<std::string> rest(tokens.begin() + 1, tokens.end());
+    for (const std::string& token : rest) {
+      if (token == "--help" || token == "-h") {
+        out << *command.help;
+        return 0;
+      }
+    }
+    try {
+      Args args(command.name, rest, out, err, effects);
+      return command.run(args);
+    } catch (const std::exception& e) {
+      out.flush();
+      err << "rotary: error: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  err << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, "
+         "report (got \"" << tokens[0] << "\"); see rotary --help\n";
+  return 2;
+}
+
+}  // namespace rotary::cli

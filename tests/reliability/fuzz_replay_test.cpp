@@ -1,0 +1,124 @@
+// tests/reliability/fuzz_replay_test.cpp: every fuzz target's checks on its seed corpus
+// (fuzz/corpus/<target>/) and on the inputs that once crashed it (tests/reliability/
+// fuzz_crashes/<target>/), in the ordinary build and under `make sanitize`.
+//
+// The targets' functions are linked in from fuzz/*_fuzz.cpp (ROTARY_FUZZ_NO_MAIN): a property
+// that fails aborts this process, which fails the test and names the input on stderr. Each
+// crash file is also a regression test of its own below, stating the bug it found.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary::fuzz {
+int hf_config_one_input(const uint8_t* data, size_t size);
+int npy_one_input(const uint8_t* data, size_t size);
+int cli_one_input(const uint8_t* data, size_t size);
+int apply_args_one_input(const uint8_t* data, size_t size);
+}  // namespace rotary::fuzz
+
+#include "cli_sandbox.hpp"  // the CLI target's working directory
+
+namespace rotary {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<char> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs `one_input` on every file of the target's corpus and crash directories; returns how many.
+int replay(const std::string& target, int (*one_input)(const uint8_t*, size_t)) {
+  int count = 0;
+  for (const fs::path& dir : {fs::path(ROTARY_FUZZ_CORPUS_DIR) / target, fs::path(ROTARY_FUZZ_CRASH_DIR) / target}) {
+    if (!fs::is_directory(dir)) continue;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::vector<char> bytes = read_bytes(entry.path());
+      SCOPED_TRACE(entry.path().string());
+      one_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+      ++count;
+    }
+  }
+  return count;
+}
+
+TEST(FuzzReplay, HfConfigCorpus) { EXPECT_GT(replay("hf_config", fuzz::hf_config_one_input), 40); }
+TEST(FuzzReplay, NpyCorpus) { EXPECT_GT(replay("npy", fuzz::npy_one_input), 10); }
+TEST(FuzzReplay, ApplyArgsCorpus) { EXPECT_GT(replay("apply_args", fuzz::apply_args_one_input), 100); }
+TEST(FuzzReplay, CliCorpus) {
+  const fuzz::Sandbox sandbox;  // the files the corpus names, as the fuzz target has them
+  EXPECT_GT(replay("cli", fuzz::cli_one_input), 10);
+}
+
+// ---- the bugs the fuzzers found (their inputs are in fuzz_crashes/) --------------------------
+
+RopeSpec spec16() {
+  RopeSpec spec;
+  spec.name = "regression";
+  spec.head_dim = 16;
+  spec.rotary_dim = 16;
+  spec.theta_base = 10000.0;
+  return spec;
+}
+
+// fuzz_crashes/apply_args/null_data_offset_with_zero_heads: a tensor with no heads may have null
+// data; rotary::apply still stepped that null pointer to each token's row (undefined behaviour,
+// reported by UBSan). It now skips a tensor with no heads.
+TEST(FuzzRegression, ApplyDoesNotStepTheNullDataOfAHeadlessTensor) {
+  const CosSinTable table(spec16());
+  std::vector<float> k(3 * 2 * 16, 0.5f), k_out(k.size(), 0.0f);
+  const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {1, 3, 0, 16});
+  const TensorView kv = contiguous_view(k.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
+  const TensorView ko = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
+  apply(q, kv, q, ko, Positions{}, table);
+  EXPECT_EQ(k_out[0], 0.5f);       // token 0: the identity rotation
+  EXPECT_NE(k_out[16 * 2], 0.0f);  // token 1 was rotated too
+}
+
+// fuzz_crashes/apply_args/reference_allocates_per_empty_sequence: an empty call with batch 2^40
+// (seq 0) is valid, and reference::apply built a list of 2^40 empty sequences before finding
+// nothing to do (out of memory). It now returns at once when there are no tokens.
+TEST(FuzzRegression, ReferenceReturnsAtOnceForAHugeBatchOfEmptySequences) {
+  const CosSinTable table(spec16());
+  const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {int64_t{1} << 40, 0, 4, 16});
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+}
+
+// Found reading reference.cpp after the case above: a tensor without heads may state a head_dim of
+// 2^40, and reference::apply sized its one-head scratch by it (out of memory). It now sizes the
+// scratch by the tensors that have heads.
+TEST(FuzzRegression, ReferenceIgnoresTheHeadDimOfAHeadlessTensor) {
+  const CosSinTable table(spec16());
+  std::vector<float> k(3 * 2 * 16, 0.5f), k_out(k.size(), 0.0f);
+  const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {1, 3, 0, int64_t{1} << 40});
+  const TensorView kv = contiguous_view(k.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
+  const TensorView ko = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
+  EXPECT_NO_THROW(reference::apply(q, kv, q, ko, Positions{}, table));
+  EXPECT_NE(k_out[16 * 2], 0.0f);
+}
+
+// fuzz_crashes/apply_args/misaligned_float32_data: a float32 view at an odd address passed the
+// checks and was read as float* (misaligned loads: undefined behaviour, reported by UBSan). The
+// checks now name the address; the bad-input matrix has the case (ApplyMisalignedData).
+TEST(FuzzRegression, MisalignedDataIsAnErrorNamingTheAddress) {
+  const CosSinTable table(spec16());
+  std::vector<float> q(64, 0.5f);
+  const TensorView view =
+      contiguous_view(reinterpret_cast<unsigned char*>(q.data()) + 1, DType::F32, Layout::BSHD, {1, 1, 2, 16});
+  EXPECT_THROW(apply(view, TensorView{}, view, TensorView{}, Positions{}, table), Error);
+}
+
+}  // namespace
+}  // namespace rotary
