@@ -216,10 +216,15 @@ void ConfigReader::read_geometry() {
   }
 
   // Pairing convention. DeepSeek V2/V3 rotate interleaved pairs (HF: rope_interleave, default
-  // true for deepseek_v3); GPT-J uses interleaved pairs (its rotate_every_two).
+  // true for deepseek_v3); GPT-J uses interleaved pairs (its rotate_every_two); Cohere, Cohere 2
+  // and BLT too (modeling_cohere.py: repeat_interleave(freqs, 2) and a rotate_half over
+  // x[..., ::2] / x[..., 1::2]).
+  static constexpr std::string_view kInterleaved[] = {
+      "gptj", "deepseek_v2", "deepseek_v3", "cohere", "cohere2", "cohere2_moe", "blt", "blt_local_encoder",
+      "blt_local_decoder", "blt_global_transformer", "blt_patcher"};
   if (Field f = top("rope_interleave")) {
     style_ = boolean(f) ? Style::GPTJ : Style::NeoX;
-  } else if (model_type_ == "gptj" || model_type_ == "deepseek_v2" || model_type_ == "deepseek_v3") {
+  } else if (std::find(std::begin(kInterleaved), std::end(kInterleaved), model_type_) != std::end(kInterleaved)) {
     style_ = Style::GPTJ;
   }
 }

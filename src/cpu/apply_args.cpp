@@ -12,7 +12,8 @@
 //   - every view has a known dtype and layout, all four share q's layout, outputs have their
 //     input's shape, q and k agree on batch and seq (head counts and head dims may differ), and
 //     each head holds options.rotary_offset + rotary_dim elements;
-//   - shapes are >= 0, element counts and byte spans fit in int64, non-empty views have data;
+//   - shapes are >= 0, element counts and byte spans fit in int64, non-empty views have data,
+//     aligned to their element size;
 //   - strides are >= 0; no two elements of an output share an address (see check_output_strides
 //     for the exact, slightly conservative, rule);
 //   - an output and an input either are the same view (in place: same data, dtype and strides;
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "rotary/apply.hpp"
+#include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
@@ -191,6 +193,13 @@ CheckedView check_view(const char* name, const TensorView& view, bool may_be_abs
   }
   if (checked.elements > 0 && view.data == nullptr) {
     fail(name, " data must not be null for a non-empty tensor (got null data with shape ", shape_text(view), ")");
+  }
+  // Elements are read and written as their type (float*, uint16_t*, double*), which C++ and
+  // the kernels' scalar paths require aligned. NumPy can make unaligned arrays; torch does not.
+  const auto alignment = static_cast<uintptr_t>(dtype_size(view.dtype));
+  if (checked.elements > 0 && reinterpret_cast<uintptr_t>(view.data) % alignment != 0) {
+    fail(name, " data must be aligned to ", dtype_size(view.dtype), " bytes for ", to_string(view.dtype),
+         " (got address ", view.data, ")");
   }
   for (int axis = 0; axis < rank; ++axis) {
     if (view.stride_elems[axis] < 0) {
@@ -559,6 +568,49 @@ void check_apply_arguments(const TensorView& q, const TensorView& k, const Tenso
   check_disjoint(cq_out, ck_out);
 
   check_positions(cq, positions, table);
+}
+
+// apply_cos_sin (apply_cos_sin.hpp): one tensor and explicit cos/sin, checked with the same
+// view rules as apply().
+void check_cos_sin_arguments(const TensorView& x, const TensorView& out, const TensorView& cos,
+                             const TensorView& sin, const char* name) {
+  const std::string out_name = std::string(name) + "_out";
+  const CheckedView cx = check_view(name, x, false);
+  const CheckedView cout = check_view(out_name.c_str(), out, false);
+  const CheckedView ccos = check_view("cos", cos, false);
+  const CheckedView csin = check_view("sin", sin, false);
+  check_same_layout_and_shape(cx, cout, true);
+  for (const CheckedView* table : {&ccos, &csin}) {
+    const TensorView& view = *table->view;
+    if (view.layout != Layout::BSHD) {
+      fail(table->name, " layout must be bshd, shape (batch or 1, seq, 1, rotary_dim) (got ", to_string(view.layout),
+           ")");
+    }
+    const int64_t rotary_dim = view.shape[3];
+    if (view.shape[0] != cx.axes.batch && view.shape[0] != 1) {
+      fail(table->name, " shape[0] must be ", name, "'s batch ", cx.axes.batch, " or 1 (got shape ", shape_text(view),
+           ")");
+    }
+    if (view.shape[1] != cx.axes.seq) {
+      fail(table->name, " shape[1] must be ", name, "'s ", x.layout == Layout::THD ? "tokens " : "seq ", cx.axes.seq,
+           " (got shape ", shape_text(view), ")");
+    }
+    if (view.shape[2] != 1) fail(table->name, " shape[2] must be 1 (got shape ", shape_text(view), ")");
+    if (rotary_dim < 2 || rotary_dim % 2 != 0) {
+      fail(table->name, " shape[3] (rotary_dim) must be even and >= 2 (got ", rotary_dim, ")");
+    }
+    if (rotary_dim > cx.axes.dim) {
+      fail(table->name, " shape[3] (rotary_dim) must be <= ", name, "'s head_dim ", cx.axes.dim, " (got ", rotary_dim,
+           ")");
+    }
+  }
+  if (sin.shape != cos.shape) {
+    fail("sin shape must equal cos shape ", shape_text(cos), " (got ", shape_text(sin), ")");
+  }
+  check_output_strides(cout);
+  check_in_out(cx, cout);
+  check_disjoint(ccos, cout);
+  check_disjoint(csin, cout);
 }
 
 }  // namespace rotary
