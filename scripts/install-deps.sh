@@ -4,13 +4,15 @@
 #
 #   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock,
 #   Google Benchmark, Highway (libhwy-dev 1.0.3, the SIMD kernels), Chromium (the report's
-#   browser test, headless).
-#   Python packages (PyPI, into .venv): listed in scripts/requirements.txt; none are needed yet,
-#   so no virtual environment is created until that file lists something.
+#   browser test, headless), clang with libclang-rt-14-dev (libFuzzer and the sanitizer
+#   runtimes, for the fuzz targets in fuzz/).
+#   Python packages (PyPI, into .venv): listed in scripts/requirements.txt (torch, transformers,
+#   NumPy, pytest, matplotlib, and the build backend of the Python package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev chromium)
+apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev chromium
+              clang libclang-rt-14-dev)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -43,6 +45,12 @@ if [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirements"; then
   fi
   stamp=.venv/.requirements.stamp
   if [[ ! -f $stamp ]] || ! cmp -s "$requirements" "$stamp"; then
+    # torch first, alone and pinned (the CPU build on this machine's disk), so that nothing that
+    # depends on torch can pull another build of it.
+    torch_pin=$(grep -E '^torch==' "$requirements" || true)
+    if [[ -n $torch_pin ]]; then
+      .venv/bin/python -m pip install -q "$torch_pin"
+    fi
     .venv/bin/python -m pip install -q -r "$requirements"
     cp "$requirements" "$stamp"
   fi

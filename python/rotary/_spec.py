@@ -1,0 +1,217 @@
+"""rotary.Spec: what a model's RoPE is (include/rotary/spec.hpp), read from Hugging Face configs
+or presets, and its frequencies (include/rotary/frequencies.hpp)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _rotary
+from ._rotary import RotaryError
+
+
+@dataclass(frozen=True)
+class Frequencies:
+    """frequencies(spec, seq_len): inv_freq per pair (float64, computed in binary128 and rounded
+    once), the attention scaling that multiplies cos and sin, and per-pair diagnostics."""
+
+    inv_freq: np.ndarray
+    attention_scaling: float
+    attention_scaling_source: str
+    effective_theta_base: float
+    effective_factor: float
+    seq_len: int
+    wavelength_tokens: np.ndarray
+    factor_applied: np.ndarray
+    blend: np.ndarray
+    regime: tuple
+    longrope_factor_set: str
+
+
+def _doubles(raw: bytes) -> np.ndarray:
+    values = np.frombuffer(raw, dtype=np.float64).copy()
+    values.flags.writeable = False
+    return values
+
+
+# Fields Spec.replace() may change, and their types.
+_REPLACEABLE = {
+    "name": str,
+    "head_dim": int,
+    "rotary_dim": int,
+    "theta_base": float,
+    "style": str,
+    "max_position_embeddings": int,
+}
+
+
+class Spec:
+    """A model's RoPE: head and rotary dims, base, style (neox / gptj), scaling scheme.
+
+    Build one with Spec.preset(name), Spec.from_hf_config(dict | path | transformers config) or
+    Spec.from_json(text). Specs are immutable; replace() makes a changed copy.
+    """
+
+    __slots__ = ("_native", "warnings", "model_type", "layer_types", "_layer_specs", "_tables")
+
+    def __init__(self, native, *, warnings=(), model_type="", layer_types=(), layer_specs=()):
+        if not isinstance(native, _rotary.RopeSpec):
+            raise RotaryError(
+                "Spec: use Spec.preset(name), Spec.from_hf_config(config) or Spec.from_json(text) "
+                f"(got {type(native).__name__})"
+            )
+        self._native = native
+        self.warnings = tuple(warnings)
+        self.model_type = model_type
+        self.layer_types = tuple(layer_types)
+        self._layer_specs = dict(layer_specs)
+        self._tables = {}
+
+    # ---- construction ---------------------------------------------------------------------------
+    @classmethod
+    def _from_parsed(cls, parsed: dict) -> "Spec":
+        layer_specs = {
+            name: cls(native, model_type=parsed["model_type"]) for name, native in parsed["layer_type_specs"]
+        }
+        return cls(
+            parsed["spec"],
+            warnings=parsed["warnings"],
+            model_type=parsed["model_type"],
+            layer_types=parsed["layer_types"],
+            layer_specs=layer_specs,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "config.json") -> "Spec":
+        """A Hugging Face config.json's text (old rope_scaling or new rope_parameters form)."""
+        if not isinstance(text, str):
+            raise RotaryError(f"Spec.from_json: text must be a str (got {type(text).__name__})")
+        return cls._from_parsed(_rotary.parse_hf_config(text, source))
+
+    @classmethod
+    def from_hf_config(cls, config, *, layer_type: str | None = None) -> "Spec":
+        """From a config dict, a path to config.json (or its folder), or a transformers config
+        object (PretrainedConfig). layer_type picks a per-layer-type spec (Gemma 3: 'sliding_attention')."""
+        if isinstance(config, dict):
+            spec = cls.from_json(json.dumps(config, allow_nan=True, default=str), "config")
+        elif isinstance(config, (str, os.PathLike)):
+            path = os.fspath(config)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            spec = cls._from_parsed(_rotary.load_hf_config(path))
+        elif hasattr(config, "to_dict"):
+            source = type(config).__name__
+            spec = cls.from_json(json.dumps(config.to_dict(), allow_nan=True, default=str), source)
+        else:
+            raise RotaryError(
+                "Spec.from_hf_config: config must be a dict, a path or a transformers config "
+                f"(got {type(config).__name__})"
+            )
+        return spec.for_layer_type(layer_type) if layer_type is not None else spec
+
+    @classmethod
+    def preset(cls, name: str) -> "Spec":
+        """A built-in preset of a real model (rotary.presets() lists them)."""
+        if not isinstance(name, str):
+            raise RotaryError(f"Spec.preset: name must be a str (got {type(name).__name__})")
+        return cls._from_parsed(_rotary.preset(name))
+
+    @property
+    def layer_type_names(self) -> tuple:
+        """The layer types with their own RoPE parameters (Gemma 3: full_attention, sliding_attention)."""
+        return tuple(sorted(self._layer_specs))
+
+    def for_layer_type(self, layer_type: str) -> "Spec":
+        """The spec of one layer type of a model with per-layer-type RoPE (Gemma 3, Gemma 4)."""
+        if layer_type not in self._layer_specs:
+            known = ", ".join(sorted(self._layer_specs)) or "none"
+            raise RotaryError(f"layer_type must be one of the config's layer types ({known}) (got {layer_type!r})")
+        return self._layer_specs[layer_type]
+
+    def replace(self, **changes) -> "Spec":
+        """A copy with some fields changed (name, head_dim, rotary_dim, theta_base, style,
+        max_position_embeddings), validated."""
+        native = _rotary.RopeSpec(self._native)
+        for field, value in changes.items():
+            if field not in _REPLACEABLE:
+                raise RotaryError(
+                    f"Spec.replace: {field} is not a replaceable field ({', '.join(_REPLACEABLE)}) (got {field}={value!r})"
+                )
+            setattr(native, field, _REPLACEABLE[field](value))
+        native.validate()
+        return Spec(native, model_type=self.model_type)
+
+    # ---- fields ---------------------------------------------------------------------------------
+    name = property(lambda self: self._native.name)
+    head_dim = property(lambda self: self._native.head_dim)
+    rotary_dim = property(lambda self: self._native.rotary_dim)
+    num_pairs = property(lambda self: self._native.num_pairs)
+    theta_base = property(lambda self: self._native.theta_base)
+    style = property(lambda self: self._native.style, doc="'neox' (rotate_half) or 'gptj' (interleaved)")
+    rope_type = property(lambda self: self._native.rope_type, doc="Hugging Face's rope_type")
+    factor = property(lambda self: self._native.factor)
+    max_position_embeddings = property(lambda self: self._native.max_position_embeddings)
+    original_max_position_embeddings = property(lambda self: self._native.original_max_position_embeddings)
+    original_context = property(lambda self: self._native.original_context)
+    partial_rotary_factor = property(lambda self: self._native.partial_rotary_factor)
+    axes = property(lambda self: self._native.axes, doc="'single', 'mrope' or 'vision2d'")
+    mrope_section = property(lambda self: tuple(self._native.mrope_section))
+    xpos_scale_base = property(lambda self: self._native.xpos_scale_base)
+    num_attention_heads = property(lambda self: self._native.num_attention_heads)
+    num_key_value_heads = property(lambda self: self._native.num_key_value_heads)
+
+    @property
+    def position_streams(self) -> int:
+        """Positions per token: 1, 3 (M-RoPE t/h/w) or 2 (2-D vision row/column)."""
+        return self._native.position_streams()
+
+    @property
+    def pair_streams(self) -> tuple:
+        """Which position stream each pair reads (all 0 for single-stream specs)."""
+        return tuple(self._native.pair_streams())
+
+    def frequencies(self, seq_len: int | None = None) -> Frequencies:
+        """inv_freq (float64) and attention_scaling at seq_len (None: the construction-time values;
+        dynamic NTK and LongRoPE change with seq_len)."""
+        raw = self._native.frequencies(_int_arg("seq_len", seq_len or 0))
+        return Frequencies(
+            inv_freq=_doubles(raw["inv_freq"]),
+            attention_scaling=raw["attention_scaling"],
+            attention_scaling_source=raw["attention_scaling_source"],
+            effective_theta_base=raw["effective_theta_base"],
+            effective_factor=raw["effective_factor"],
+            seq_len=raw["seq_len"],
+            wavelength_tokens=_doubles(raw["wavelength_tokens"]),
+            factor_applied=_doubles(raw["factor_applied"]),
+            blend=_doubles(raw["blend"]),
+            regime=tuple(raw["regime"]),
+            longrope_factor_set=raw["longrope_factor_set"],
+        )
+
+    def table(self, precision: str = "exact"):
+        """This spec's shared, growing cos/sin table (one per precision, made on first use)."""
+        from ._table import Table
+
+        if precision not in self._tables:
+            self._tables[precision] = Table(self, precision)
+        return self._tables[precision]
+
+    def __repr__(self) -> str:
+        scaling = self.rope_type if self.factor is None else f"{self.rope_type} x{self.factor:g}"
+        return (
+            f"Spec(name={self.name!r}, head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
+            f"theta={self.theta_base:g}, style={self.style!r}, scaling={scaling!r})"
+        )
+
+
+def presets() -> list:
+    """The built-in presets: (name, summary, source) for each."""
+    return [tuple(row) for row in _rotary.list_presets()]
+
+
+def _int_arg(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise RotaryError(f"{name} must be an int (got {value!r})")
+    return int(value)

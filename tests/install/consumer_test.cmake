@@ -1,0 +1,16 @@
+# ctest Install.FindPackageConsumer: `cmake --install` into a fresh prefix, then configure, build
+# and run tests/install/consumer against it with find_package(rotary).
+#   -DBUILD_DIR=<rotary build dir> -DSOURCE_DIR=<tests/install/consumer> -DWORK_DIR=<scratch>
+file(REMOVE_RECURSE "${WORK_DIR}")
+foreach(step
+    "${CMAKE_COMMAND};--install;${BUILD_DIR};--prefix;${WORK_DIR}/prefix"
+    "${CMAKE_COMMAND};-S;${SOURCE_DIR};-B;${WORK_DIR}/build;-G;Ninja;-DCMAKE_BUILD_TYPE=Release;-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix"
+    "${CMAKE_COMMAND};--build;${WORK_DIR}/build"
+    "${WORK_DIR}/build/consumer"
+    "${WORK_DIR}/prefix/bin/rotary;presets")
+  execute_process(COMMAND ${step} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "step failed (${result}): ${step}\n${out}\n${err}")
+  endif()
+endforeach()
+message(STATUS "installed rotary consumed: ${out}")

@@ -1,0 +1,211 @@
+"""The PyTorch API: the rotary::apply_rotary custom op (autograd, torch.compile, every dtype and
+layout), its pure-torch twin for other devices, and the Hugging Face drop-in pieces.
+
+Tolerances: u = 2^-24; as in test_numpy_api.py, |kernel - exact| <= 2u M + one unit of the
+storage format at |exact| (float32: u |exact|), M <= 2 s max|x|, s = max(1, attention_scaling).
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import rotary  # noqa: E402
+import rotary.torch as rt  # noqa: E402
+
+U = 2.0**-24
+UNIT = {torch.float32: U, torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float64: 2.0**-53}
+
+
+def assert_kernel_close(got, exact, x, scaling=1.0):
+    m = 2.0 * max(1.0, scaling) * x.double().abs().max().item()
+    exact = exact.double()
+    bound = 2 * U * m + UNIT[got.dtype] * exact.abs() + 2.0**-133
+    err = (got.double() - exact).abs()
+    assert bool((err <= bound).all()), f"worst error / bound = {(err / bound).max().item():.3g}"
+
+
+def plain_torch_rope(x, cos, sin, unsqueeze_dim=1):
+    """Hugging Face's formulation: x * cos + rotate_half(x) * sin, in float64."""
+    x = x.double()
+    cos, sin = cos.double().unsqueeze(unsqueeze_dim), sin.double().unsqueeze(unsqueeze_dim)
+    return x * cos + rt.rotate_half(x) * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_equals_plain_torch_rotate_half_formulation(dtype):
+    torch.manual_seed(1)
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q = torch.randn(2, 32, 40, 128).to(dtype)  # bhsd, as in HF's attention
+    k = torch.randn(2, 8, 40, 128).to(dtype)
+    positions = torch.randint(0, 100000, (2, 40))
+    cos, sin = rotary.table(spec, positions.numpy())
+    cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
+    q_out, k_out = rt.apply_rotary(q, k, positions, spec, layout="bhsd")
+    assert q_out.dtype == dtype and q_out.shape == q.shape
+    assert_kernel_close(q_out, plain_torch_rope(q, cos, sin), q)
+    assert_kernel_close(k_out, plain_torch_rope(k, cos, sin), k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rotary_dim", [64, 16])
+def test_drop_in_apply_rotary_pos_emb_is_bit_identical_to_hf_expression(dtype, rotary_dim):
+    """rounding='like_torch' reproduces eager torch in q's dtype, forward and backward."""
+    torch.manual_seed(2)
+    q = torch.randn(2, 4, 17, 64).to(dtype).requires_grad_()
+    k = torch.randn(2, 2, 17, 64).to(dtype).requires_grad_()
+    cos = torch.randn(2, 17, rotary_dim).to(dtype)
+    sin = torch.randn(2, 17, rotary_dim).to(dtype)
+
+    def hf(x):  # modeling_phi3.apply_rotary_pos_emb for one tensor (partial rotary)
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+        return torch.cat([(x_rot * c) + (rt.rotate_half(x_rot) * s), x_pass], dim=-1)
+
+    ours_q, ours_k = rt.apply_rotary_pos_emb(q, k, cos, sin)
+    assert torch.equal(ours_q, hf(q)) and torch.equal(ours_k, hf(k))
+    grad = torch.randn_like(ours_q)
+    (g_ours,) = torch.autograd.grad(ours_q, q, grad)
+    (g_hf,) = torch.autograd.grad(hf(q), q, grad)
+    assert torch.equal(g_ours, g_hf)
+
+
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_gradcheck_float64(style, layout):
+    torch.manual_seed(3)
+    # YaRN: attention_scaling != 1, so the transpose is not the inverse; head_dim 16 keeps the
+    # numerical Jacobian small.
+    spec = rotary.Spec.preset("qwen2.5-7b-yarn").replace(style=style, head_dim=16, rotary_dim=16)
+    for trial in range(3):
+        b, s, hq, hk = 1 + trial % 2, 3 + trial, 2, 1
+        shape = (b, s, hq, spec.head_dim) if layout == "bshd" else (b, hq, s, spec.head_dim)
+        kshape = (b, s, hk, spec.head_dim) if layout == "bshd" else (b, hk, s, spec.head_dim)
+        q = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(kshape, dtype=torch.float64, requires_grad=True)
+        positions = torch.randint(0, 50000, (b, s))
+        assert torch.autograd.gradcheck(lambda a, c: rt.apply_rotary(a, c, positions, spec, layout=layout),
+                                        (q, k), eps=1e-6, atol=1e-7)
+
+
+def test_gradient_is_the_transposed_rotation_in_float32():
+    torch.manual_seed(4)
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q = torch.randn(1, 16, 4, 128, requires_grad=True)
+    k = torch.randn(1, 16, 2, 128, requires_grad=True)
+    q_out, k_out = rt.apply_rotary(q, k, None, spec)
+    gq, gk = torch.randn_like(q_out), torch.randn_like(k_out)
+    (q_out * gq).sum().add((k_out * gk).sum()).backward()
+    expect_q, expect_k = rt.apply_rotary(gq, gk, None, spec, direction="backward")
+    assert torch.equal(q.grad, expect_q) and torch.equal(k.grad, expect_k)
+
+
+CASES = [
+    dict(layout="bshd"),
+    dict(layout="bhsd", positions=True),
+    dict(layout="sbhd", offsets=True),
+    dict(layout="thd", cu_seqlens=True),
+    dict(layout="thd", cu_seqlens=True, offsets=True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}" for k in c.values() if k is not True) +
+                         "".join(f"-{k}" for k, v in c.items() if v is True))
+@pytest.mark.parametrize("preset", ["llama-3.1-8b", "gpt-j-6b", "gpt-neox-20b"])
+def test_pure_torch_backend_matches_the_kernel(case, preset):
+    torch.manual_seed(5)
+    spec = rotary.Spec.preset(preset)
+    layout = case["layout"]
+    b, s = (1, 23) if layout == "thd" else (2, 11)
+    dims = {"bshd": lambda h: (b, s, h, spec.head_dim), "bhsd": lambda h: (b, h, s, spec.head_dim),
+            "sbhd": lambda h: (s, b, h, spec.head_dim), "thd": lambda h: (s, h, spec.head_dim)}[layout]
+    q, k = torch.randn(dims(4)), torch.randn(dims(2))
+    kwargs = {"layout": layout}
+    if case.get("cu_seqlens"):
+        kwargs["cu_seqlens"] = torch.tensor([0, 5, 5, 23])
+    if case.get("offsets"):
+        kwargs["offsets"] = torch.randint(0, 10000, (3 if layout == "thd" else b,))
+    positions = torch.randint(0, 70000, (b, s)) if case.get("positions") else None
+    kernel = rt.apply_rotary(q, k, positions, spec, **kwargs)
+    pure = rt.apply_rotary(q, k, positions, spec, backend="torch", **kwargs)
+    # Both use the table's float32 C, S; the kernel may fuse one multiply-add: 2u M apart at most.
+    for a, b_, x in zip(kernel, pure, (q, k)):
+        m = 2.0 * x.abs().max().item()
+        assert (a.double() - b_.double()).abs().max().item() <= 2 * U * m
+
+
+def test_non_contiguous_inputs_and_in_place():
+    torch.manual_seed(6)
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    qkv = torch.randn(2, 9, 32 + 8 + 8, 128)  # a fused qkv projection, bshd
+    q, k = qkv[:, :, :32], qkv[:, :, 32:40]
+    assert not q.is_contiguous()
+    expect_q, expect_k = rt.apply_rotary(q.contiguous(), k.contiguous(), None, spec)
+    got_q, got_k = rt.apply_rotary(q, k, None, spec)
+    assert torch.equal(got_q, expect_q) and torch.equal(got_k, expect_k)
+    v_before = qkv[:, :, 40:].clone()
+    out_q, out_k = rt.apply_rotary(q, k, None, spec, inplace=True)
+    assert out_q is q and torch.equal(q, expect_q) and torch.equal(k, expect_k)
+    assert torch.equal(qkv[:, :, 40:], v_before)  # v untouched
+
+
+def test_torch_compile_fullgraph():
+    torch.manual_seed(7)
+    spec = rotary.Spec.preset("llama-3.1-8b")
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 4 * 128 + 2 * 128)
+
+        def forward(self, x, positions):
+            qk = self.proj(x)
+            q = qk[..., : 4 * 128].unflatten(-1, (4, 128))
+            k = qk[..., 4 * 128:].unflatten(-1, (2, 128))
+            q, k = rt.apply_rotary(q, k, positions, spec)
+            return (q.sum(-2) * k.sum(-2)).sum()
+
+    model = Attention()
+    x = torch.randn(2, 8, 64)
+    positions = torch.arange(8).repeat(2, 1) + 100
+    eager = model(x, positions)
+    eager.backward()
+    eager_grad = model.proj.weight.grad.clone()
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True)  # inductor, the default backend
+    out = compiled(x, positions)
+    out.backward()
+    # Inductor may reorder the sums around the op: float32 sums of ~10^3 terms, relative 1e-5.
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.proj.weight.grad, eager_grad, rtol=1e-5, atol=1e-5)
+    # The op's own output is the kernel's, bit for bit, inside the compiled graph.
+    q = torch.randn(2, 8, 4, 128)
+    k = torch.randn(2, 8, 2, 128)
+    compiled_op = torch.compile(lambda a, b: rt.apply_rotary(a, b, positions, spec), fullgraph=True)
+    got, expect = compiled_op(q, k), rt.apply_rotary(q, k, positions, spec)
+    assert torch.equal(got[0], expect[0]) and torch.equal(got[1], expect[1])
+
+
+def test_inplace_refuses_tensors_that_need_gradients():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q = torch.randn(1, 2, 2, 128, requires_grad=True)
+    k = torch.randn(1, 2, 2, 128)
+    with pytest.raises(rotary.RotaryError, match="inplace=True does not record gradients"):
+        rt.apply_rotary(q, k, None, spec, inplace=True)
+
+
+def test_rotary_embedding_matches_hf_dynamic_growth_and_reset():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=64,
+                                      rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    hf, ours = LlamaRotaryEmbedding(config), rt.RotaryEmbedding(config)
+    x = torch.randn(1, 4, 256)
+    for length in (16, 200, 300, 16, 500):  # below, growth, growth, reset, growth
+        position_ids = torch.arange(length)[None]
+        expect, got = hf(x, position_ids), ours(x, position_ids)
+        assert torch.equal(expect[0], got[0]) and torch.equal(expect[1], got[1]), length
+    exact = rt.RotaryEmbedding(config, precision="exact")
+    cos, _ = exact(x, torch.arange(500)[None])
+    ref, _ = hf(x, torch.arange(500)[None])
+    # HF's float32 angle p * inv_freq is off by up to ~p * 2^-23 rad: 500 * 1.2e-7 = 6e-5 here.
+    assert (cos - ref).abs().max().item() < 1e-4
