@@ -451,17 +451,22 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   };
 
   const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0));
+  cpu::parallel_rows(tokens, elements, rotate_range);
+}
+
+void cpu::parallel_rows(int64_t rows, int64_t elements, const std::function<void(int64_t, int64_t)>& range) {
+  if (rows <= 0) return;
   std::unique_lock<std::mutex> pool_lock(g_pool_mutex);
   ThreadPool& pool = pool_locked();
   const int64_t useful = std::max<int64_t>(1, std::min<int64_t>(pool.size(), elements / kMinElementsPerThread));
-  const int64_t chunks = std::min(useful, tokens);
+  const int64_t chunks = std::min(useful, rows);
   if (chunks <= 1) {
     pool_lock.unlock();
-    rotate_range(0, tokens);
+    range(0, rows);
     return;
   }
   // The pool runs one call at a time; concurrent callers wait for it.
-  pool.run(chunks, [&](int64_t chunk) { rotate_range(tokens * chunk / chunks, tokens * (chunk + 1) / chunks); });
+  pool.run(chunks, [&](int64_t chunk) { range(rows * chunk / chunks, rows * (chunk + 1) / chunks); });
 }
 
 }  // namespace rotary

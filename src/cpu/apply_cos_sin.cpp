@@ -6,8 +6,10 @@
 // rotate_every_two). Partial rotary as in modeling_phi3.py: the first cos.shape[-1] elements are
 // rotated, the rest pass through.
 //
-// A plain loop, float64 inside: this path exists for drop-in exactness (Rounding::LikeTorch is
-// bit-identical to eager PyTorch), not for speed; apply() is the fast path.
+// Plain loops that the compiler vectorizes (float32 math for LikeTorch, float64 for Once),
+// threaded over (batch, token) rows on apply()'s pool. This path exists for drop-in exactness
+// (Rounding::LikeTorch is bit-identical to eager PyTorch); apply(), which computes cos/sin
+// itself and reads q and k once, is the fast path.
 //
 // Why float64 reproduces torch's float32 / bf16 / f16 rounding exactly: a product of two values
 // of p-bit precision (p = 24, 8, 11) needs 2p <= 48 bits, so it is exact in double and rounding
@@ -16,13 +18,16 @@
 // rounding is innocuous for +, -, * at that margin: Figueroa, "When is double rounding
 // innocuous?", SIGNUM 1995). torch's bf16 / f16 add rounds through float32 first, which is
 // innocuous for the same reason (24 >= 2*11 + 2).
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/kernels.hpp"
 
 namespace rotary {
 
@@ -46,34 +51,85 @@ template <> struct Storage<DType::F32> {
   static float round(float v) { return v; }
   static float store_rounded(float v) { return v; }
 };
-// bf16 is the common case of the drop-in: its conversions are inlined here (the library's are
-// out of line). Round to nearest even on the bits, NaN kept a quiet NaN: c10::BFloat16's rule.
-inline uint16_t bf16_bits(float value) {
-  const auto bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+// bf16 is the common case of the drop-in: its rounding is written here without branches so that
+// the row loop vectorizes (the library's conversions are out of line). Round to nearest even on
+// the bits; a NaN stays a quiet NaN with its sign and high payload: c10::BFloat16's rule.
+// cond ? a : b with masks: a ternary over floating-point values can stay a branch (the
+// compiler may not speculate an operation that could raise an FP exception), which stops the
+// loop from vectorizing.
+inline uint32_t select(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
 }
-inline float bf16_value(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+inline uint32_t bf16_round_bits(float value) {
+  const auto bits = std::bit_cast<uint32_t>(value);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (bits | 0x00400000u) & 0xffff0000u;
+  return select((bits & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded);
+}
 
 template <> struct Storage<DType::BF16> {
   using Bits = uint16_t;
-  static float load(uint16_t v) { return bf16_value(v); }
+  static float load(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
   static uint16_t store(double v) { return double_to_bf16(v); }
-  static float round(float v) { return bf16_value(bf16_bits(v)); }
-  static uint16_t store_rounded(float v) { return bf16_bits(v); }  // v already representable
+  static float round(float v) { return std::bit_cast<float>(bf16_round_bits(v)); }
+  static uint16_t store_rounded(float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16); }
 };
+// binary16 the same way: decoding, the rounding onto the binary16 grid and the encoding of a
+// value already on it, without branches. Checked bit-identical to f16_to_float / float_to_f16
+// (src/core/tensor.cpp) over all 2^16 / 2^32 inputs when written (as were the bf16 ones above
+// against float_to_bf16); the Python tests compare the results with torch bit for bit.
+inline float f16_round(float value) {
+  const auto bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  // Normal results (>= 2^-14): round away 13 mantissa bits to nearest even, as for bf16.
+  const uint32_t normal = (magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & 0xffffe000u;
+  // Subnormal results are multiples of 2^-24: adding 0.5 (whose ulp is 2^-24) rounds to one,
+  // to nearest even, and subtracting it again is exact.
+  const uint32_t subnormal = std::bit_cast<uint32_t>((std::bit_cast<float>(magnitude) + 0.5f) - 0.5f);
+  const uint32_t quiet_nan = (magnitude | 0x00400000u) & 0x7fffe000u;
+  // 65520 and up (infinity included) round to infinity.
+  const uint32_t result = select(magnitude > 0x7f800000u, quiet_nan,
+                                 select(magnitude >= 0x477ff000u, 0x7f800000u,
+                                        select(magnitude >= 0x38800000u, normal, subnormal)));
+  return std::bit_cast<float>(sign | result);
+}
+inline float f16_decode(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  const uint32_t normal = ((exponent + (127u - 15u)) << 23) | (mantissa << 13);
+  const uint32_t special = 0x7f800000u | (mantissa << 13);  // infinity, NaN payload kept
+  const auto subnormal = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f);  // exact
+  const uint32_t result = select(exponent == 0x1fu, special, select(exponent == 0, subnormal, normal));
+  return std::bit_cast<float>(sign | result);
+}
+inline uint16_t f16_encode(float value) {  // value on the binary16 grid (f16_round's result)
+  const auto bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  const uint32_t special = 0x7c00u | ((magnitude >> 13) & 0x3ffu);  // infinity, NaN payload kept
+  const uint32_t normal = (magnitude >> 13) - ((127u - 15u) << 10);
+  const auto subnormal = static_cast<uint32_t>(static_cast<int32_t>(std::bit_cast<float>(magnitude) * 0x1p24f));
+  const uint32_t result = select(magnitude >= 0x7f800000u, special, select(magnitude >= 0x38800000u, normal, subnormal));
+  return static_cast<uint16_t>(sign | result);
+}
+
 template <> struct Storage<DType::F16> {
   using Bits = uint16_t;
-  static float load(uint16_t v) { return f16_to_float(v); }
+  static float load(uint16_t v) { return f16_decode(v); }
   static uint16_t store(double v) { return double_to_f16(v); }
-  static float round(float v) { return f16_to_float(float_to_f16(v)); }
-  static uint16_t store_rounded(float v) { return float_to_f16(v); }
+  static float round(float v) { return f16_round(v); }
+  static uint16_t store_rounded(float v) { return f16_encode(v); }
 };
 template <> struct Storage<DType::F64> {
   using Bits = double;
   static double load(double v) { return v; }
   static double store(double v) { return v; }
   static double round(double v) { return v; }
+  static double store_rounded(double v) { return v; }
 };
 
 double load_any(const void* data, DType dtype, int64_t offset) {
@@ -86,35 +142,72 @@ double load_any(const void* data, DType dtype, int64_t offset) {
   return 0.0;  // unreachable: checked
 }
 
+// The rotation as out[j] = x[j] c[j] + x[p(j)] t[j], one formula for both pairings and both
+// directions: p(j) is j's partner, and t[j] = sigma(j) s[j] forward (rotate(x)[j] =
+// sigma(j) x[p(j)]), -sigma(j) s[p(j)] backward (the transpose). Folding the sign into t changes
+// no bit: negation is exact and round-to-nearest-even is symmetric.
 struct RowPlan {
   int64_t rotary_dim = 0;
-  int64_t head_dim = 0;
-  std::vector<int64_t> partner;  // p(j)
-  std::vector<double> sign;      // sigma(j): rotate(x)[j] = sigma(j) x[p(j)]
-  bool backward = false;
+  std::vector<int64_t> sin_index;  // j forward, p(j) backward
+  std::vector<double> sign;        // sigma(j) forward, -sigma(j) backward
+  bool neox = true;                // p(j) = j +- R/2; else GPT-J's p(2i) = 2i + 1
 };
 
-// One head: x (input dtype D_in, any dim stride) -> out (D). LikeTorch: float math for float32 /
-// bf16 / f16 storage is torch's own arithmetic (products of two stored values are exact in
-// float32 for bf16 / f16; each op rounds to the storage type); Once: double math, one rounding.
+// The arithmetic type of a mode: LikeTorch computes in float32 as torch does for float32, bf16
+// and f16 storage (products of two stored values are exact in float32 for bf16 / f16; each op
+// rounds to the storage type); Once computes in double and rounds once on store.
 template <DType D, bool LikeTorch>
-void rotate_head(const RowPlan& plan, const double* c, const double* s, const float* cf, const float* sf,
-                 const double* head, typename Storage<D>::Bits* out, int64_t out_stride) {
+using Math = std::conditional_t<LikeTorch && D != DType::F64, float, double>;
+
+// The row loop below is compiled for AVX-512 and AVX2 as well and picked by the CPU at load time
+// (GCC function multiversioning): the three bf16 / f16 roundings per element of LikeTorch mode
+// are a dozen integer operations each, which 4-wide SSE2 made the bottleneck. Not with clang (the
+// fuzz build: clang 14 rejects target_clones with noinline) nor under ThreadSanitizer (its
+// instrumented ifunc resolver runs before the TSan runtime is up); the default code serves there.
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define ROTARY_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), noinline))
+#else
+#define ROTARY_ROW_CLONES
+#endif
+
+// One head (or half of one), from h (the head in Math precision) and hp (its partners) into
+// unit-stride out.
+template <DType D, bool LikeTorch>
+ROTARY_ROW_CLONES void rotate_head(int64_t r, const Math<D, LikeTorch>* __restrict h,
+                                   const Math<D, LikeTorch>* __restrict hp, const Math<D, LikeTorch>* __restrict c,
+                                   const Math<D, LikeTorch>* __restrict t, typename Storage<D>::Bits* __restrict out) {
   using S = Storage<D>;
-  const int64_t r = plan.rotary_dim;
-  for (int64_t j = 0; j < r; ++j) {
-    const size_t u = static_cast<size_t>(j);
-    const size_t p = static_cast<size_t>(plan.partner[u]);
-    // forward:  x[j] c[j] + sigma(j) x[p] s[j];   backward: g[j] c[j] - sigma(j) g[p] s[p]
-    const size_t sin_index = plan.backward ? p : u;
-    const double sign = plan.backward ? -plan.sign[u] : plan.sign[u];
-    if constexpr (LikeTorch && D != DType::F64) {
-      const float direct = S::round(static_cast<float>(head[u]) * cf[u]);
-      const float cross = static_cast<float>(sign) * S::round(static_cast<float>(head[p]) * sf[sin_index]);
-      out[j * out_stride] = S::store_rounded(S::round(direct + cross));
-    } else {
-      out[j * out_stride] = S::store(head[u] * c[u] + sign * head[p] * s[sin_index]);
+  if constexpr (LikeTorch && D != DType::F64) {
+    // torch: round(round(x * cos) + round(rotate_half(x) * sin)), each op in the storage type.
+    for (int64_t j = 0; j < r; ++j) out[j] = S::store_rounded(S::round(S::round(h[j] * c[j]) + S::round(hp[j] * t[j])));
+  } else {
+    for (int64_t j = 0; j < r; ++j) out[j] = S::store(h[j] * c[j] + hp[j] * t[j]);
+  }
+}
+
+// A unit-stride head of storage type D widened to M (f16's decoding vectorizes too).
+template <DType D, typename M>
+ROTARY_ROW_CLONES void load_head(const typename Storage<D>::Bits* __restrict src, M* __restrict h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) h[j] = static_cast<M>(Storage<D>::load(src[j]));
+}
+
+// The same into out with any element stride.
+template <DType D, bool LikeTorch>
+void rotate_head(int64_t r, const Math<D, LikeTorch>* __restrict h, const Math<D, LikeTorch>* __restrict hp,
+                 const Math<D, LikeTorch>* __restrict c, const Math<D, LikeTorch>* __restrict t,
+                 typename Storage<D>::Bits* __restrict out, int64_t out_stride) {
+  using S = Storage<D>;
+  if (out_stride == 1) {  // the common case, as its own loop so that it vectorizes
+    rotate_head<D, LikeTorch>(r, h, hp, c, t, out);
+    return;
+  }
+  if constexpr (LikeTorch && D != DType::F64) {
+    // torch: round(round(x * cos) + round(rotate_half(x) * sin)), each op in the storage type.
+    for (int64_t j = 0; j < r; ++j) {
+      out[j * out_stride] = S::store_rounded(S::round(S::round(h[j] * c[j]) + S::round(hp[j] * t[j])));
     }
+  } else {
+    for (int64_t j = 0; j < r; ++j) out[j * out_stride] = S::store(h[j] * c[j] + hp[j] * t[j]);
   }
 }
 
@@ -122,48 +215,93 @@ template <DType D, bool LikeTorch>
 void rotate_all(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
                 const RowPlan& plan) {
   using Bits = typename Storage<D>::Bits;
+  using M = Math<D, LikeTorch>;
   const NamedAxes in = named_axes(x);
   const NamedAxes to = named_axes(out);
   const int64_t r = plan.rotary_dim;
   const int64_t cos_batch_stride = cos.shape[0] == 1 ? 0 : cos.stride_elems[0];
   const int64_t sin_batch_stride = sin.shape[0] == 1 ? 0 : sin.stride_elems[0];
-  std::vector<double> c(static_cast<size_t>(r)), s(static_cast<size_t>(r));
-  std::vector<float> cf(static_cast<size_t>(r)), sf(static_cast<size_t>(r));
-  std::vector<double> head(static_cast<size_t>(in.dim));
   auto* out_data = static_cast<Bits*>(out.data);
-  for (int64_t b = 0; b < in.batch; ++b) {
-    for (int64_t t = 0; t < in.seq; ++t) {
-      for (int64_t j = 0; j < r; ++j) {
-        const size_t u = static_cast<size_t>(j);
-        c[u] = load_any(cos.data, cos.dtype, b * cos_batch_stride + t * cos.stride_elems[1] + j * cos.stride_elems[3]);
-        s[u] = load_any(sin.data, sin.dtype, b * sin_batch_stride + t * sin.stride_elems[1] + j * sin.stride_elems[3]);
-        cf[u] = static_cast<float>(c[u]);
-        sf[u] = static_cast<float>(s[u]);
-      }
-      for (int64_t h = 0; h < in.heads; ++h) {
-        const int64_t in_base = b * in.stride_batch + t * in.stride_seq + h * in.stride_heads;
-        const int64_t out_base = b * to.stride_batch + t * to.stride_seq + h * to.stride_heads;
-        // The whole head is read before any of it is written: in place is safe.
-        if (x.dtype == D) {
-          const auto* row = static_cast<const Bits*>(x.data) + in_base;
-          for (int64_t j = 0; j < in.dim; ++j) {
-            head[static_cast<size_t>(j)] = Storage<D>::load(row[j * in.stride_dim]);
-          }
-        } else {
-          for (int64_t j = 0; j < in.dim; ++j) {
-            head[static_cast<size_t>(j)] = load_any(x.data, x.dtype, in_base + j * in.stride_dim);
-          }
+  const bool direct_load = x.dtype == D && in.stride_dim == 1;
+
+  // Rows are (batch, token) pairs; each thread takes a contiguous range of them and works through
+  // it in tiles of kTile rows: the tile's cos and t rows are converted once, then its heads are
+  // visited in memory order. Head-major tensors (BHSD, Hugging Face's q.transpose(1, 2) made
+  // contiguous) go head by head over the tile's tokens, so that each head's rows are one
+  // contiguous stream; token-major ones (BSHD, SBHD, THD) go token by token.
+  constexpr int64_t kTile = 32;
+  const bool head_major = in.stride_heads > in.stride_seq;
+  auto rotate_rows = [&](int64_t first, int64_t last) {
+    const auto width = static_cast<size_t>(r);
+    std::vector<M> c(kTile * width), t(kTile * width);
+    std::vector<double> s_row(width);
+    std::vector<M> h(static_cast<size_t>(in.dim)), hp(width);
+    auto rotate_one = [&](int64_t row, int64_t head, const M* c_row, const M* t_row) {
+      const int64_t b = row / in.seq;
+      const int64_t tok = row % in.seq;
+      const int64_t in_base = b * in.stride_batch + tok * in.stride_seq + head * in.stride_heads;
+      const int64_t out_base = b * to.stride_batch + tok * to.stride_seq + head * to.stride_heads;
+      // The whole head is read before any of it is written: in place is safe.
+      if (direct_load) {
+        load_head<D, M>(static_cast<const Bits*>(x.data) + in_base, h.data(), in.dim);
+      } else {
+        for (int64_t j = 0; j < in.dim; ++j) {
+          h[static_cast<size_t>(j)] = static_cast<M>(load_any(x.data, x.dtype, in_base + j * in.stride_dim));
         }
-        rotate_head<D, LikeTorch>(plan, c.data(), s.data(), cf.data(), sf.data(), head.data(), out_data + out_base,
-                                  to.stride_dim);
-        if (out.data != x.data || to.stride_dim != in.stride_dim || out_base != in_base) {
-          for (int64_t j = r; j < in.dim; ++j) {
-            out_data[out_base + j * to.stride_dim] = Storage<D>::store(head[static_cast<size_t>(j)]);
-          }
+      }
+      // The partners: for NeoX the other half, so each half is one contiguous call; for GPT-J
+      // the pair-swapped head.
+      Bits* dest = out_data + out_base;
+      const int64_t stride = to.stride_dim;
+      if (plan.neox) {
+        const int64_t half = r / 2;
+        rotate_head<D, LikeTorch>(half, h.data(), h.data() + half, c_row, t_row, dest, stride);
+        rotate_head<D, LikeTorch>(half, h.data() + half, h.data(), c_row + half, t_row + half, dest + half * stride,
+                                  stride);
+      } else {
+        for (size_t u = 0; u < width; u += 2) {
+          hp[u] = h[u + 1];
+          hp[u + 1] = h[u];
+        }
+        rotate_head<D, LikeTorch>(r, h.data(), hp.data(), c_row, t_row, dest, stride);
+      }
+      if (out.data != x.data || to.stride_dim != in.stride_dim || out_base != in_base) {
+        for (int64_t j = r; j < in.dim; ++j) {
+          out_data[out_base + j * to.stride_dim] = Storage<D>::store(h[static_cast<size_t>(j)]);
+        }
+      }
+    };
+    for (int64_t tile = first; tile < last; tile += kTile) {
+      const int64_t tile_rows = std::min(kTile, last - tile);
+      for (int64_t i = 0; i < tile_rows; ++i) {
+        const int64_t b = (tile + i) / in.seq;
+        const int64_t tok = (tile + i) % in.seq;
+        M* c_row = c.data() + static_cast<size_t>(i) * width;
+        M* t_row = t.data() + static_cast<size_t>(i) * width;
+        for (int64_t j = 0; j < r; ++j) {
+          c_row[j] = static_cast<M>(load_any(cos.data, cos.dtype,
+                                             b * cos_batch_stride + tok * cos.stride_elems[1] + j * cos.stride_elems[3]));
+          s_row[static_cast<size_t>(j)] =
+              load_any(sin.data, sin.dtype, b * sin_batch_stride + tok * sin.stride_elems[1] + j * sin.stride_elems[3]);
+        }
+        for (size_t u = 0; u < width; ++u) {
+          t_row[u] = static_cast<M>(plan.sign[u] * s_row[static_cast<size_t>(plan.sin_index[u])]);
+        }
+      }
+      auto tile_row = [&](int64_t i) { return static_cast<size_t>(i) * width; };
+      if (head_major) {
+        for (int64_t head = 0; head < in.heads; ++head) {
+          for (int64_t i = 0; i < tile_rows; ++i) rotate_one(tile + i, head, &c[tile_row(i)], &t[tile_row(i)]);
+        }
+      } else {
+        for (int64_t i = 0; i < tile_rows; ++i) {
+          for (int64_t head = 0; head < in.heads; ++head) rotate_one(tile + i, head, &c[tile_row(i)], &t[tile_row(i)]);
         }
       }
     }
-  }
+  };
+  const int64_t rows = in.batch * in.seq;
+  cpu::parallel_rows(rows, rows * in.heads * in.dim, rotate_rows);
 }
 
 template <DType D>
@@ -197,13 +335,15 @@ void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView&
   if (in.batch == 0 || in.seq == 0 || in.heads == 0 || in.dim == 0) return;
   RowPlan plan;
   plan.rotary_dim = cos.shape[3];
-  plan.head_dim = in.dim;
-  plan.backward = direction == Direction::Backward;
+  const bool backward = direction == Direction::Backward;
+  plan.neox = style == Style::NeoX;
   const int64_t half = plan.rotary_dim / 2;
   for (int64_t j = 0; j < plan.rotary_dim; ++j) {
     const bool first = style == Style::NeoX ? j < half : j % 2 == 0;
-    plan.partner.push_back(style == Style::NeoX ? (first ? j + half : j - half) : (first ? j + 1 : j - 1));
-    plan.sign.push_back(first ? -1.0 : 1.0);
+    const int64_t partner = style == Style::NeoX ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
+    const double sigma = first ? -1.0 : 1.0;
+    plan.sin_index.push_back(backward ? partner : j);
+    plan.sign.push_back(backward ? -sigma : sigma);
   }
   switch (out.dtype) {
     case DType::F32: rotate_all<DType::F32>(x, out, cos, sin, plan, rounding); break;

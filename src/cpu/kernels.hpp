@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "rotary/tensor.hpp"
 
@@ -40,5 +41,11 @@ struct HeadsArgs {
 
 // Rotates one token's heads with the current target's kernel for `dtype`.
 void rotate_heads(DType dtype, const HeadsArgs& args);
+
+// Runs range(begin, end) over [0, rows) split into contiguous chunks on the shared pool
+// (set_num_threads), one chunk per useful thread; `elements` (the call's total element count)
+// decides how many threads are worth waking, with the same threshold as apply(). Calls from
+// several threads take turns on the pool. Exceptions from range propagate to the caller.
+void parallel_rows(int64_t rows, int64_t elements, const std::function<void(int64_t, int64_t)>& range);
 
 }  // namespace rotary::cpu

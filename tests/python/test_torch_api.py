@@ -68,6 +68,51 @@ def test_drop_in_apply_rotary_pos_emb_is_bit_identical_to_hf_expression(dtype, r
     assert torch.equal(g_ours, g_hf)
 
 
+def _wide_range(shape, dtype, generator):
+    """Magnitudes from 1e-22 (1e-9 for float16) to 1e6, plus inf and NaN: products and sums that
+    land on subnormals, overflow to infinity and carry NaN exercise every branch of the roundings."""
+    low = -9.0 if dtype == torch.float16 else -22.0
+    magnitude = torch.pow(10.0, torch.empty(shape).uniform_(low, 6, generator=generator))
+    x = (torch.randn(shape, generator=generator) * magnitude).to(dtype)
+    flat = x.view(-1)
+    flat[::97] = float("inf")
+    flat[5::101] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+def test_drop_in_bit_identical_on_extreme_values_strided_and_both_styles(dtype, style):
+    """like_torch equals torch's eager expression bit for bit (NaN where torch has NaN) on values
+    that reach subnormals, infinity and NaN, for rotate_half and GPT-J's rotate_every_two, with
+    q a non-contiguous view (HF's q.view(b, s, h, d).transpose(1, 2)), forward and backward."""
+    g = torch.Generator().manual_seed(11)
+    q = _wide_range((2, 37, 6, 64), dtype, g).transpose(1, 2).requires_grad_()  # [b, h, s, d], strided
+    k = _wide_range((2, 2, 37, 64), dtype, g).requires_grad_()
+    cos = _wide_range((2, 37, 64), dtype, g)
+    sin = _wide_range((2, 37, 64), dtype, g)
+
+    def rotate(x):
+        if style == "neox":
+            return rt.rotate_half(x)
+        pairs = x.unflatten(-1, (-1, 2))  # transformers' rotate_every_two (modeling_gptj)
+        return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+    def hf(x):
+        return (x * cos.unsqueeze(1)) + (rotate(x) * sin.unsqueeze(1))
+
+    def same(a, b):
+        return torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0)) and \
+            torch.equal(a.isnan(), b.isnan())
+
+    ours_q, ours_k = rt.apply_rotary_pos_emb(q, k, cos, sin, style=style)
+    assert same(ours_q, hf(q)) and same(ours_k, hf(k))
+    grad = _wide_range(tuple(ours_q.shape), dtype, g)
+    (g_ours,) = torch.autograd.grad(ours_q, q, grad)
+    (g_hf,) = torch.autograd.grad(hf(q), q, grad)
+    assert same(g_ours, g_hf)
+
+
 @pytest.mark.parametrize("style", ["neox", "gptj"])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 def test_gradcheck_float64(style, layout):
