@@ -318,7 +318,10 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const NamedAxes& axes = qp.in_axes;
   const bool thd = q.layout == Layout::THD;
   const int64_t tokens = axes.batch * axes.seq;
-  if (tokens == 0) return;
+  // Nothing to rotate: no tokens, or no elements in any token (q with 0 heads and no k, say).
+  // Return before the per-token loops below: 2^59 tokens of 0 heads are a valid, empty call.
+  const int64_t per_token = axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0);
+  if (tokens == 0 || per_token == 0) return;
   const int64_t num_pairs = table.num_pairs();
   const int streams = position_streams(spec);
   const std::vector<int> pair_stream = pair_streams(spec);

@@ -125,8 +125,10 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const NamedAxes k_axes = has_k ? named_axes(k) : NamedAxes{};
   const NamedAxes k_out_axes = has_k ? named_axes(k_out) : NamedAxes{};
   const int64_t tokens = q_axes.batch * q_axes.seq;
-  // No tokens: nothing to do (and a batch of 2^40 empty sequences must not become a list of 2^40).
-  if (tokens == 0) return;
+  // No tokens, or no elements in any token: nothing to do (and a batch of 2^40 empty sequences,
+  // or 2^59 tokens of 0 heads, must not become a loop or a list of that length).
+  const int64_t per_token = q_axes.heads * q_axes.dim + (has_k ? k_axes.heads * k_axes.dim : 0);
+  if (tokens == 0 || per_token == 0) return;
 
   // The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
   // per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).

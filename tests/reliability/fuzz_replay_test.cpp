@@ -96,6 +96,21 @@ TEST(FuzzRegression, ReferenceReturnsAtOnceForAHugeBatchOfEmptySequences) {
   EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
 }
 
+// fuzz_crashes/apply_args/huge_batch_of_zero_head_tokens (found by the brief fuzz run of a fresh
+// clone's `make test`, a 43 s timeout): q of shape (2^59, 0 heads, 1, 16), BHSD, and no k is a
+// valid empty call, but rotary::apply walked its 2^59 tokens to find the largest position before
+// noticing that no token has an element. Both apply paths now return first when no token has
+// any element.
+TEST(FuzzRegression, ApplyReturnsAtOnceForHugelyManyTokensWithoutElements) {
+  const CosSinTable table(spec16());
+  std::vector<float> q_data(16, 0.5f);
+  TensorView q = contiguous_view(q_data.data(), DType::F32, Layout::BHSD, {int64_t{1} << 59, 0, 1, 16});
+  q.stride_elems = {0, 16, 16, 1};
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_EQ(q_data[0], 0.5f);
+}
+
 // Found reading reference.cpp after the case above: a tensor without heads may state a head_dim of
 // 2^40, and reference::apply sized its one-head scratch by it (out of memory). It now sizes the
 // scratch by the tensors that have heads.
