@@ -53,6 +53,17 @@ HWY_INLINE VU32 F32ToBf16Bits(VF v) {
   return hn::ShiftRight<16>(hn::IfThenElse(is_nan, quiet_nan, rounded));
 }
 
+// float32 -> bfloat16 rounded to nearest even, left in the high 16 bits of each lane (the low
+// bits are garbage): F32ToBf16Bits without its final shift, for the split path below.
+HWY_INLINE VU32 F32ToBf16High(VF v) {
+  const DU32 du;
+  const VU32 bits = hn::BitCast(du, v);
+  const VU32 lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const VU32 rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
+  const auto is_nan = hn::RebindMask(du, hn::Ne(v, v));
+  return hn::IfThenElse(is_nan, hn::Or(bits, hn::Set(du, 0x00400000u)), rounded);
+}
+
 // IEEE binary16 bits (low 16 bits) -> float32, exact for every pattern (normals, subnormals,
 // zeros, infinities, NaN). Method of Maratyszcza's FP16 library (fp16_ieee_to_fp32_value): a
 // normal is rebuilt by moving exponent and mantissa into place and rescaling by 2^-112 (which
@@ -257,17 +268,63 @@ HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
 
 // ---- one head ---------------------------------------------------------------------------------
 
+// The split cos/sin rows of bf16 NeoX (RotateHead): cos at [0, num_pairs), sin at
+// [kMaxSplitPairs, kMaxSplitPairs + num_pairs), both vector-aligned. Longer rows (head_dim above
+// 1024) take the ordinary path.
+constexpr int64_t kMaxSplitPairs = 512;
+
 // Rotates the rotated block of one head. in and out are element 0 of the head. kStream: the
 // caller checked that the NeoX halves of `out` are vector-aligned.
+//
+// bf16 NeoX takes 2N pairs per step first. `split` holds the caller's cos and sin rows with
+// each block of 2N values reordered as its N even then N odd entries (sin negated for backward;
+// layout at kMaxSplitPairs). A vector of 2N bf16 loaded as N 32-bit lanes holds the even
+// elements in the low halves and the odd ones in the high halves, so one shift or one AND
+// widens each set to float32 in place, and one shift, one AND and one OR put the two rounded
+// sets back together. That replaces the widening and narrowing permutes (vpmovzxwd, vpmovdw),
+// which compete with the arithmetic for the same two vector ports on AVX-512.
 template <DType kType, bool kNeox, bool kBackward, bool kStream = false>
 HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t num_pairs, const float* cos_row,
-                           const float* sin_row) {
+                           const float* sin_row, const float* split = nullptr) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
   if constexpr (kNeox) {
     const int64_t first = offset;              // a_i at first + i
     const int64_t second = offset + num_pairs;  // c_i at second + i
+    if constexpr (kType == DType::BF16) {
+      if (split != nullptr) {
+        const DU32 du;
+        const VU32 high_half = hn::Set(du, 0xFFFF0000u);
+        const auto* in16 = static_cast<const uint16_t*>(in);
+        auto* out16 = static_cast<uint16_t*>(out);
+        for (; i + 2 * N <= num_pairs; i += 2 * N) {
+          const VF c_even = hn::Load(df, split + i);
+          const VF c_odd = hn::Load(df, split + i + N);
+          const VF s_even = hn::Load(df, split + kMaxSplitPairs + i);
+          const VF s_odd = hn::Load(df, split + kMaxSplitPairs + i + N);
+          const VU32 a_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i));
+          const VU32 b_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i));
+          const VF a_even = hn::BitCast(df, hn::ShiftLeft<16>(a_bits));
+          const VF a_odd = hn::BitCast(df, hn::And(a_bits, high_half));
+          const VF b_even = hn::BitCast(df, hn::ShiftLeft<16>(b_bits));
+          const VF b_odd = hn::BitCast(df, hn::And(b_bits, high_half));
+          const VU32 a_even_out = F32ToBf16High(hn::MulSub(a_even, c_even, hn::Mul(b_even, s_even)));
+          const VU32 a_odd_out = F32ToBf16High(hn::MulSub(a_odd, c_odd, hn::Mul(b_odd, s_odd)));
+          const VU32 b_even_out = F32ToBf16High(hn::MulAdd(b_even, c_even, hn::Mul(a_even, s_even)));
+          const VU32 b_odd_out = F32ToBf16High(hn::MulAdd(b_odd, c_odd, hn::Mul(a_odd, s_odd)));
+          const VU32 a_out = hn::Or(hn::ShiftRight<16>(a_even_out), hn::And(a_odd_out, high_half));
+          const VU32 b_out = hn::Or(hn::ShiftRight<16>(b_even_out), hn::And(b_odd_out, high_half));
+          if constexpr (kStream) {
+            hn::Stream(a_out, du, reinterpret_cast<uint32_t*>(out16 + first + i));
+            hn::Stream(b_out, du, reinterpret_cast<uint32_t*>(out16 + second + i));
+          } else {
+            hn::StoreU(a_out, du, reinterpret_cast<uint32_t*>(out16 + first + i));
+            hn::StoreU(b_out, du, reinterpret_cast<uint32_t*>(out16 + second + i));
+          }
+        }
+      }
+    }
     for (; i + N <= num_pairs; i += N) {
       const VF c = hn::LoadU(df, cos_row + i);
       const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
@@ -318,7 +375,30 @@ void RotateHeadsImpl(const HeadsArgs& args) {
   const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
   // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
   // block vector-aligned in every head.
-  const auto vector_bytes = static_cast<uintptr_t>(hn::Lanes(DF()) * kElementBytes);
+  // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHead (below),
+  // whose streamed vectors are twice as wide.
+  constexpr bool kSplit = kType == DType::BF16 && kNeox;
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float split_rows[kSplit ? 2 * kMaxSplitPairs : 1];
+  const float* split = nullptr;
+  if (kSplit && args.num_pairs <= kMaxSplitPairs && args.num_pairs >= 2 * N) {
+    for (int64_t i = 0; i + 2 * N <= args.num_pairs; i += 2 * N) {
+      VF c_even, c_odd, s_even, s_odd;
+      hn::LoadInterleaved2(df, args.cos + i, c_even, c_odd);
+      hn::LoadInterleaved2(df, args.sin + i, s_even, s_odd);
+      if (kBackward) {
+        s_even = hn::Neg(s_even);
+        s_odd = hn::Neg(s_odd);
+      }
+      hn::Store(c_even, df, split_rows + i);
+      hn::Store(c_odd, df, split_rows + i + N);
+      hn::Store(s_even, df, split_rows + kMaxSplitPairs + i);
+      hn::Store(s_odd, df, split_rows + kMaxSplitPairs + i + N);
+    }
+    split = split_rows;
+  }
+  const auto vector_bytes = static_cast<uintptr_t>(N * kElementBytes * (kSplit ? 2 : 1));
   const bool stream = kNeox && CanStream<kType>() && args.stream_stores;
   bool streamed = false;
   for (int64_t h = 0; h < args.num_heads; ++h) {
@@ -328,10 +408,11 @@ void RotateHeadsImpl(const HeadsArgs& args) {
     const auto second = first + static_cast<uintptr_t>(args.num_pairs * kElementBytes);
     if (stream && first % vector_bytes == 0 && second % vector_bytes == 0) {
       RotateHead<kType, kNeox, kBackward, true>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos,
-                                                 args.sin);
+                                                 args.sin, split);
       streamed = true;
     } else {
-      RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin);
+      RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin,
+                                          split);
     }
     // Out of place: the elements outside the rotated block are copied (usually none).
     if (args.copy_passthrough && args.rotary_offset > 0) {

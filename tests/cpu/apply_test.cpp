@@ -1215,6 +1215,12 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
   cases[1].config = plain_config(cases[1].family, Layout::BSHD, 1, 4096, 16, 4, 128, DType::BF16);
   cases[1].config.options.rotary_offset = 32;
   cases[1].config.offsets = {rng.uniform(0, 7000)};
+  // f16, 2048 tokens x 32 heads x 128 (16 MiB): the F16C conversions of the AVX2 / AVX3 targets
+  // streamed, against the integer conversions of the others and the reference.
+  cases.push_back({});
+  cases[2].family = family_of(text_spec(128, Style::NeoX));
+  cases[2].config = plain_config(cases[2].family, Layout::BSHD, 1, 2048, 32, 8, 128, DType::F16);
+  cases[2].config.offsets = {rng.uniform(0, 9000)};
   for (size_t i = 0; i < cases.size(); ++i) {
     Config& c = cases[i].config;
     c.family = &cases[i].family;
