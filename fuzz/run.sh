@@ -9,6 +9,7 @@
 # past 2 GB stops that target: its input is kept in BUILD_DIR/artifacts/<target>/, the end of
 # its log is printed, the other targets still run and the script exits 1. Logs:
 # BUILD_DIR/logs/<target>.log; one summary line per target (executions, coverage, corpus).
+# Environment: FUZZ_SEED (see below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,10 @@ for target in "$@"; do
   options=(-max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1
            -artifact_prefix="$artifacts/")
   if [[ -f fuzz/$target.dict ]]; then options+=(-dict="$PWD/fuzz/$target.dict"); fi
+  # FUZZ_SEED fixes libFuzzer's random seed (make fuzz-brief: the same mutations on every CI run,
+  # so that CI checks what local runs checked instead of gambling on new inputs); unset or 0,
+  # libFuzzer draws one (make fuzz: the long runs explore).
+  if [[ -n ${FUZZ_SEED:-} && ${FUZZ_SEED} != 0 ]]; then options+=(-seed="$FUZZ_SEED"); fi
   if "$binary" "${options[@]}" "$corpus" "$PWD/fuzz/corpus/$target" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)
