@@ -121,6 +121,7 @@ HWY_INLINE VU32 F32ToF16Bits(VF v) {
 // float_to_f16) convert binary16 in one instruction each, where the integer code above takes a
 // dozen. Both give the same bits for every non-NaN value (tests/cpu: every target against the
 // reference, and the exhaustive conversion tests).
+#undef ROTARY_HAVE_F16C  // this file is compiled once per target (foreach_target)
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
 #define ROTARY_HAVE_F16C 1
 #else
