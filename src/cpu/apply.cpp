@@ -320,8 +320,10 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const int64_t tokens = axes.batch * axes.seq;
   // Nothing to rotate: no tokens, or no elements in any token (q with 0 heads and no k, say).
   // Return before the per-token loops below: 2^59 tokens of 0 heads are a valid, empty call.
-  const int64_t per_token = axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0);
-  if (tokens == 0 || per_token == 0) return;
+  // (Tested without multiplying: with 0 tokens, heads x dim may overflow, and the checks allow it.)
+  const bool q_has_elements = axes.heads > 0 && axes.dim > 0;
+  const bool k_has_elements = has_k && kp.in_axes.heads > 0 && kp.in_axes.dim > 0;
+  if (tokens == 0 || !(q_has_elements || k_has_elements)) return;
   const int64_t num_pairs = table.num_pairs();
   const int streams = position_streams(spec);
   const std::vector<int> pair_stream = pair_streams(spec);

@@ -127,8 +127,10 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const int64_t tokens = q_axes.batch * q_axes.seq;
   // No tokens, or no elements in any token: nothing to do (and a batch of 2^40 empty sequences,
   // or 2^59 tokens of 0 heads, must not become a loop or a list of that length).
-  const int64_t per_token = q_axes.heads * q_axes.dim + (has_k ? k_axes.heads * k_axes.dim : 0);
-  if (tokens == 0 || per_token == 0) return;
+  // (Tested without multiplying: with 0 tokens, heads x dim may overflow, and the checks allow it.)
+  const bool q_has_elements = q_axes.heads > 0 && q_axes.dim > 0;
+  const bool k_has_elements = has_k && k_axes.heads > 0 && k_axes.dim > 0;
+  if (tokens == 0 || !(q_has_elements || k_has_elements)) return;
 
   // The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
   // per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).

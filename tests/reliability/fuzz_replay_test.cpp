@@ -113,6 +113,18 @@ TEST(FuzzRegression, ApplyReturnsAtOnceForHugelyManyTokensWithoutElements) {
   EXPECT_EQ(q_data[0], 0.5f);
 }
 
+// fuzz_crashes/apply_args/zero_tokens_heads_times_dim_overflows (the one-hour run, found in
+// 40 minutes): the fix just above first computed heads x dim per token for every call, and a
+// call with no tokens may state heads and dim whose product overflows int64 (the checks allow
+// it: there is nothing to index). UBSan reported the signed overflow. The test for "no element
+// in any token" now compares with zero instead of multiplying.
+TEST(FuzzRegression, EmptyCallsDoNotMultiplyHeadsByDim) {
+  const CosSinTable table(spec16());
+  const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {0, 1, int64_t{1} << 62, 16});
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+}
+
 // Found reading reference.cpp after the case above: a tensor without heads may state a head_dim of
 // 2^40, and reference::apply sized its one-head scratch by it (out of memory). It now sizes the
 // scratch by the tensors that have heads.
