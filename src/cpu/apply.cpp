@@ -453,6 +453,9 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         }
       }
     }
+    // Non-temporal stores are weakly ordered: fence them before this thread reports its rows
+    // done (parallel_rows' completion), once for all of them.
+    if (stream_outputs) cpu::flush_streamed_stores();
   };
 
   const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0));

@@ -36,11 +36,18 @@ struct HeadsArgs {
   bool copy_passthrough = false;  // out-of-place: copy the elements outside the rotated block
   // Large out-of-place calls: non-temporal stores where the output is vector-aligned (the
   // result is not read back soon, and streaming saves the read-for-ownership of each line).
+  // The caller must call flush_streamed_stores() before it reports its work done.
   bool stream_stores = false;
 };
 
 // Rotates one token's heads with the current target's kernel for `dtype`.
 void rotate_heads(DType dtype, const HeadsArgs& args);
+
+// Orders this thread's non-temporal stores before its later stores (x86: sfence), so that
+// whoever learns of the work through a later store (the pool's completion flag) sees the data.
+// Once per thread and call, not per token: an sfence waits for the write-combining buffers to
+// drain.
+void flush_streamed_stores();
 
 // Runs range(begin, end) over [0, rows) split into contiguous chunks on the shared pool
 // (set_num_threads), one chunk per useful thread; `elements` (the call's total element count)

@@ -54,14 +54,32 @@ HWY_INLINE VU32 F32ToBf16Bits(VF v) {
 }
 
 // float32 -> bfloat16 rounded to nearest even, left in the high 16 bits of each lane (the low
-// bits are garbage): F32ToBf16Bits without its final shift, for the split path below.
+// bits are garbage), for the split path below: F32ToBf16Bits without its final shift and without
+// its NaN test and blend (4 operations instead of 7). Exact for every non-NaN value: the carry of a
+// rounding up reaches at most the exponent (the largest finite float rounds to infinity,
+// infinity stays infinity). A NaN comes out right when its low 16 bits are zero, as they are for
+// every NaN of the bf16 kernel: IEEE 754 arithmetic returns either the default NaN (x86:
+// 0xFFC00000, Arm: 0x7FC00000) or one of its NaN operands, quieted, and the operands are bf16
+// inputs (low bits zero) or table values, which are never NaN. Only a float32 NaN with a payload
+// in its low bits could carry into the sign bit; F32ToBf16Bits takes any float.
 HWY_INLINE VU32 F32ToBf16High(VF v) {
   const DU32 du;
   const VU32 bits = hn::BitCast(du, v);
   const VU32 lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const VU32 rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
-  const auto is_nan = hn::RebindMask(du, hn::Ne(v, v));
-  return hn::IfThenElse(is_nan, hn::Or(bits, hn::Set(du, 0x00400000u)), rounded);
+  return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
+}
+
+// Two vectors of rounded bf16 in the high halves of their lanes (F32ToBf16High) -> one vector
+// with `even`'s in the low halves and `odd`'s in the high halves: the even ones moved down, then
+// one 16-bit blend (OddEven). HWY_SCALAR has no 16-bit view of a 32-bit lane: shift, mask, OR.
+HWY_INLINE VU32 JoinBf16Halves(VU32 even, VU32 odd) {
+  const DU32 du;
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Or(hn::ShiftRight<16>(even), hn::And(odd, hn::Set(du, 0xFFFF0000u)));
+#else
+  const hn::Repartition<uint16_t, DU32> du16;
+  return hn::BitCast(du, hn::OddEven(hn::BitCast(du16, odd), hn::BitCast(du16, hn::ShiftRight<16>(even))));
+#endif
 }
 
 // IEEE binary16 bits (low 16 bits) -> float32, exact for every pattern (normals, subnormals,
@@ -281,7 +299,7 @@ constexpr int64_t kMaxSplitPairs = 512;
 // each block of 2N values reordered as its N even then N odd entries (sin negated for backward;
 // layout at kMaxSplitPairs). A vector of 2N bf16 loaded as N 32-bit lanes holds the even
 // elements in the low halves and the odd ones in the high halves, so one shift or one AND
-// widens each set to float32 in place, and one shift, one AND and one OR put the two rounded
+// widens each set to float32 in place, and one shift and one 16-bit blend put the two rounded
 // sets back together. That replaces the widening and narrowing permutes (vpmovzxwd, vpmovdw),
 // which compete with the arithmetic for the same two vector ports on AVX-512.
 template <DType kType, bool kNeox, bool kBackward, bool kStream = false>
@@ -310,12 +328,18 @@ HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t nu
           const VF a_odd = hn::BitCast(df, hn::And(a_bits, high_half));
           const VF b_even = hn::BitCast(df, hn::ShiftLeft<16>(b_bits));
           const VF b_odd = hn::BitCast(df, hn::And(b_bits, high_half));
-          const VU32 a_even_out = F32ToBf16High(hn::MulSub(a_even, c_even, hn::Mul(b_even, s_even)));
-          const VU32 a_odd_out = F32ToBf16High(hn::MulSub(a_odd, c_odd, hn::Mul(b_odd, s_odd)));
-          const VU32 b_even_out = F32ToBf16High(hn::MulAdd(b_even, c_even, hn::Mul(a_even, s_even)));
-          const VU32 b_odd_out = F32ToBf16High(hn::MulAdd(b_odd, c_odd, hn::Mul(a_odd, s_odd)));
-          const VU32 a_out = hn::Or(hn::ShiftRight<16>(a_even_out), hn::And(a_odd_out, high_half));
-          const VU32 b_out = hn::Or(hn::ShiftRight<16>(b_even_out), hn::And(b_odd_out, high_half));
+          const VF a_even_f = hn::MulSub(a_even, c_even, hn::Mul(b_even, s_even));
+          const VF a_odd_f = hn::MulSub(a_odd, c_odd, hn::Mul(b_odd, s_odd));
+          const VF b_even_f = hn::MulAdd(b_even, c_even, hn::Mul(a_even, s_even));
+          const VF b_odd_f = hn::MulAdd(b_odd, c_odd, hn::Mul(a_odd, s_odd));
+          // No NaN test before rounding (see F32ToBf16High): every NaN here has zero low
+          // 16 bits, so adding at most 0x8000 cannot carry out of them.
+          const VU32 a_even_out = F32ToBf16High(a_even_f);
+          const VU32 a_odd_out = F32ToBf16High(a_odd_f);
+          const VU32 b_even_out = F32ToBf16High(b_even_f);
+          const VU32 b_odd_out = F32ToBf16High(b_odd_f);
+          const VU32 a_out = JoinBf16Halves(a_even_out, a_odd_out);
+          const VU32 b_out = JoinBf16Halves(b_even_out, b_odd_out);
           if constexpr (kStream) {
             hn::Stream(a_out, du, reinterpret_cast<uint32_t*>(out16 + first + i));
             hn::Stream(b_out, du, reinterpret_cast<uint32_t*>(out16 + second + i));
@@ -401,7 +425,6 @@ void RotateHeadsImpl(const HeadsArgs& args) {
   }
   const auto vector_bytes = static_cast<uintptr_t>(N * kElementBytes * (kSplit ? 2 : 1));
   const bool stream = kNeox && CanStream<kType>() && args.stream_stores;
-  bool streamed = false;
   for (int64_t h = 0; h < args.num_heads; ++h) {
     const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
     unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
@@ -410,7 +433,6 @@ void RotateHeadsImpl(const HeadsArgs& args) {
     if (stream && first % vector_bytes == 0 && second % vector_bytes == 0) {
       RotateHead<kType, kNeox, kBackward, true>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos,
                                                  args.sin, split);
-      streamed = true;
     } else {
       RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin,
                                           split);
@@ -424,8 +446,8 @@ void RotateHeadsImpl(const HeadsArgs& args) {
                   static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
     }
   }
-  // Non-temporal stores are weakly ordered: fence them before this thread reports its work done.
-  if (streamed) hwy::FlushStream();
+  // Non-temporal stores are weakly ordered: the caller fences them once for all its tokens
+  // (flush_streamed_stores).
 }
 
 template <DType kType>
@@ -451,6 +473,8 @@ namespace rotary::cpu {
 HWY_EXPORT(RotateHeadsF32);
 HWY_EXPORT(RotateHeadsBF16);
 HWY_EXPORT(RotateHeadsF16);
+
+void flush_streamed_stores() { hwy::FlushStream(); }
 
 void rotate_heads(DType dtype, const HeadsArgs& args) {
   switch (dtype) {

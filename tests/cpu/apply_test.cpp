@@ -1501,6 +1501,51 @@ TEST(ApplyCpu, NanAndInfStayInTheirLanes) {
   }
 }
 
+// The bf16 NeoX kernel rounds without a NaN test (rotate_kernels.cpp, F32ToBf16High): correct
+// only because every NaN it meets has zero low 16 bits. Here NaNs with the largest payloads
+// (0x7FFF, 0xFFFF: a carry from the rounding would flip the sign or clear the exponent),
+// signalling NaNs and infinities go through the split path of every target (64 pairs, at least
+// 2N on all of them), with other lanes at magnitudes where a product overflows to infinity.
+TEST(ApplyCpu, Bf16NanPayloadsAndOverflowInTheSplitPath) {
+  const std::vector<std::string> targets = cpu_targets();
+  ASSERT_FALSE(targets.empty());
+  const std::vector<uint16_t> poisons = {0x7FFF, 0xFFFF, 0x7F81, 0xFF81, 0x7FC0, 0x7F80, 0xFF80};
+  for (const std::string& target : targets) {
+    const uint64_t seed = seed_of(target) + 35000;
+    SCOPED_TRACE("target " + target + ", seed " + std::to_string(seed));
+    const ForcedTarget forced(target);
+    Rng rng(seed);
+    for (const bool backward : {false, true}) {
+      const Family family = family_of(text_spec(128, Style::NeoX));
+      const CosSinTable table(family.spec, family.table_options);
+      Config c = plain_config(family, Layout::BSHD, 1, 6, 4, 2, 128, DType::BF16);
+      c.seed = rng.bits() % 1000000;
+      c.in_place = rng.coin();
+      c.options.direction = backward ? Direction::Backward : Direction::Forward;
+      c.source = Source::PerToken;
+      c.per_token = {0, 1, 3, 1000, 4000, 4095};
+      plan_tensors(c, &rng);
+      SCOPED_TRACE(c.describe());
+      Buffers initial = make_buffers(c);
+      unsigned char* q = initial[static_cast<size_t>(c.q.buffer)].data();
+      for (int n = 0; n < 24; ++n) {
+        const int64_t s = rng.uniform(0, 5), h = rng.uniform(0, 3), d = rng.uniform(0, 127);
+        const uint16_t bits = poisons[static_cast<size_t>(n) % poisons.size()];
+        std::memcpy(q + c.q.index(0, s, h, d) * 2, &bits, 2);
+      }
+      // Large finite values (the largest bf16, 0x7F7F, and its negative): a*C - c*S may
+      // overflow float32 to an infinity, which the rounding must keep.
+      for (int n = 0; n < 8; ++n) {
+        const int64_t s = rng.uniform(0, 5), h = rng.uniform(0, 3), d = rng.uniform(0, 127);
+        const uint16_t bits = n % 2 == 0 ? 0x7F7F : 0xFF7F;
+        std::memcpy(q + c.q.index(0, s, h, d) * 2, &bits, 2);
+      }
+      const std::string problems = run_and_check(c, table, &initial);
+      EXPECT_TRUE(problems.empty()) << problems;
+    }
+  }
+}
+
 // A decode step (1 token, 32 heads) with 2 threads: correct, and the same bytes as 1 thread.
 TEST(ApplyCpu, DecodeCallRunsOnTheCallingThread) {
   const SavedThreadCount saved;
