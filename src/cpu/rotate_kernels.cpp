@@ -42,26 +42,15 @@ using VU32 = hn::Vec<DU32>;
 // bfloat16 bits (low 16 bits of each lane) -> float32: the bf16 value is the top half of a float.
 HWY_INLINE VF Bf16BitsToF32(VU32 bits) { return hn::BitCast(DF(), hn::ShiftLeft<16>(bits)); }
 
-// float32 -> bfloat16 bits (low 16 bits), round to nearest even; NaN stays a quiet NaN.
-HWY_INLINE VU32 F32ToBf16Bits(VF v) {
-  const DU32 du;
-  const VU32 bits = hn::BitCast(du, v);
-  const VU32 lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const VU32 rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
-  const VU32 quiet_nan = hn::Or(bits, hn::Set(du, 0x00400000u));
-  const auto is_nan = hn::RebindMask(du, hn::Ne(v, v));
-  return hn::ShiftRight<16>(hn::IfThenElse(is_nan, quiet_nan, rounded));
-}
-
 // float32 -> bfloat16 rounded to nearest even, left in the high 16 bits of each lane (the low
-// bits are garbage), for the split path below: F32ToBf16Bits without its final shift and without
-// its NaN test and blend (4 operations instead of 7). Exact for every non-NaN value: the carry of a
-// rounding up reaches at most the exponent (the largest finite float rounds to infinity,
-// infinity stays infinity). A NaN comes out right when its low 16 bits are zero, as they are for
-// every NaN of the bf16 kernel: IEEE 754 arithmetic returns either the default NaN (x86:
-// 0xFFC00000, Arm: 0x7FC00000) or one of its NaN operands, quieted, and the operands are bf16
-// inputs (low bits zero) or table values, which are never NaN. Only a float32 NaN with a payload
-// in its low bits could carry into the sign bit; F32ToBf16Bits takes any float.
+// bits are garbage): bits + 0x7FFF + (the lowest kept bit), 4 operations. No NaN test and blend
+// (3 more): exact for every non-NaN value, as the carry of a rounding up reaches at most the
+// exponent (the largest finite float rounds to infinity, infinity stays infinity), and for every
+// NaN whose low 16 bits are zero, as they are for every NaN these kernels round: IEEE 754
+// arithmetic returns either the default NaN (x86: 0xFFC00000, Arm: 0x7FC00000) or one of its
+// NaN operands, quieted, and the operands are bf16 inputs (low bits zero) or table values, which
+// are never NaN. Only a float32 NaN with a payload in its low bits could carry into the sign
+// bit; this is not a general float32 -> bf16 conversion (float_to_bf16 is).
 HWY_INLINE VU32 F32ToBf16High(VF v) {
   const DU32 du;
   const VU32 bits = hn::BitCast(du, v);
@@ -177,7 +166,7 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t index) {
     hn::StoreU(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
 #endif
   } else {
-    const VU32 bits = kType == DType::BF16 ? F32ToBf16Bits(v) : F32ToF16Bits(v);
+    const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
     hn::StoreU(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
   }
 }
@@ -200,7 +189,7 @@ HWY_INLINE void StreamF32(VF v, void* base, int64_t index) {
     hn::Stream(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
 #endif
   } else if constexpr (CanStream<kType>()) {
-    const VU32 bits = kType == DType::BF16 ? F32ToBf16Bits(v) : F32ToF16Bits(v);
+    const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
     hn::Stream(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
   } else {
     StoreF32<kType>(v, base, index);
@@ -241,23 +230,21 @@ HWY_INLINE void LoadPairsF32(const void* base, int64_t index, VF& a, VF& c) {
 template <DType kType>
 HWY_INLINE void StorePairsF32(VF a, VF c, void* base, int64_t index) {
   const DF df;
+  const DU32 du;
+  auto* lanes = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + index);
   if constexpr (kType == DType::F32) {
     hn::StoreInterleaved2(a, c, df, static_cast<float*>(base) + index);
+  } else if constexpr (kType == DType::BF16) {
+    hn::StoreU(JoinBf16Halves(F32ToBf16High(a), F32ToBf16High(c)), du, lanes);
   } else {
-    const DU32 du;
-    VU32 low, high;
 #if ROTARY_HAVE_F16C
-    if constexpr (kType == DType::F16) {
-      low = hn::PromoteTo(du, hn::BitCast(DU16(), hn::DemoteTo(DF16(), a)));
-      high = hn::PromoteTo(du, hn::BitCast(DU16(), hn::DemoteTo(DF16(), c)));
-    } else  // NOLINT: the else continues below
+    const VU32 low = hn::PromoteTo(du, hn::BitCast(DU16(), hn::DemoteTo(DF16(), a)));
+    const VU32 high = hn::PromoteTo(du, hn::BitCast(DU16(), hn::DemoteTo(DF16(), c)));
+#else
+    const VU32 low = F32ToF16Bits(a);
+    const VU32 high = F32ToF16Bits(c);
 #endif
-    {
-      low = kType == DType::BF16 ? F32ToBf16Bits(a) : F32ToF16Bits(a);
-      high = kType == DType::BF16 ? F32ToBf16Bits(c) : F32ToF16Bits(c);
-    }
-    hn::StoreU(hn::Or(low, hn::ShiftLeft<16>(high)), du,
-               reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + index));
+    hn::StoreU(hn::Or(low, hn::ShiftLeft<16>(high)), du, lanes);
   }
 }
 

@@ -1501,12 +1501,12 @@ TEST(ApplyCpu, NanAndInfStayInTheirLanes) {
   }
 }
 
-// The bf16 NeoX kernel rounds without a NaN test (rotate_kernels.cpp, F32ToBf16High): correct
-// only because every NaN it meets has zero low 16 bits. Here NaNs with the largest payloads
-// (0x7FFF, 0xFFFF: a carry from the rounding would flip the sign or clear the exponent),
-// signalling NaNs and infinities go through the split path of every target (64 pairs, at least
-// 2N on all of them), with other lanes at magnitudes where a product overflows to infinity.
-TEST(ApplyCpu, Bf16NanPayloadsAndOverflowInTheSplitPath) {
+// The bf16 kernels round without a NaN test (rotate_kernels.cpp, F32ToBf16High): correct only
+// because every NaN they meet has zero low 16 bits. Here NaNs with the largest payloads (0x7FFF,
+// 0xFFFF: a carry from the rounding would flip the sign or clear the exponent), signalling NaNs
+// and infinities go through both styles, NeoX's split path included on every target (64 pairs,
+// at least 2N on all of them), with other lanes at magnitudes where a product overflows.
+TEST(ApplyCpu, Bf16NanPayloadsAndOverflow) {
   const std::vector<std::string> targets = cpu_targets();
   ASSERT_FALSE(targets.empty());
   const std::vector<uint16_t> poisons = {0x7FFF, 0xFFFF, 0x7F81, 0xFF81, 0x7FC0, 0x7F80, 0xFF80};
@@ -1515,8 +1515,9 @@ TEST(ApplyCpu, Bf16NanPayloadsAndOverflowInTheSplitPath) {
     SCOPED_TRACE("target " + target + ", seed " + std::to_string(seed));
     const ForcedTarget forced(target);
     Rng rng(seed);
-    for (const bool backward : {false, true}) {
-      const Family family = family_of(text_spec(128, Style::NeoX));
+    for (const auto& [style, backward] : {std::pair{Style::NeoX, false}, std::pair{Style::NeoX, true},
+                                          std::pair{Style::GPTJ, false}, std::pair{Style::GPTJ, true}}) {
+      const Family family = family_of(text_spec(128, style));
       const CosSinTable table(family.spec, family.table_options);
       Config c = plain_config(family, Layout::BSHD, 1, 6, 4, 2, 128, DType::BF16);
       c.seed = rng.bits() % 1000000;
