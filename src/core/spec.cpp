@@ -1,11 +1,13 @@
 // src/core/spec.cpp: RopeSpec validation and the names of its enums.
 #include "rotary/spec.hpp"
 
+#include <cfloat>
 #include <cmath>
 #include <numeric>
 #include <string>
 
 #include "rotary/error.hpp"
+#include "rotary/frequencies.hpp"
 
 namespace rotary {
 
@@ -170,6 +172,43 @@ void validate(const RopeSpec& spec) {
   if (s.attention_factor.has_value() &&
       (s.type == ScalingType::Yarn || s.type == ScalingType::LongRope)) {
     check.finite_positive("attention_factor", *s.attention_factor);
+  }
+  // The attention scaling multiplies every float32 cos / sin entry, so it must be a normal
+  // float32: past FLT_MAX the table is infinite, below FLT_MIN it is zero or subnormal (a config
+  // with mscale 1e306 gave a table of inf: found by the one-hour hf_config fuzz run). Formulas as
+  // in frequencies() (docs/formulas.md, mscale).
+  const auto float32_scaling = [&](double value, auto&&... what) {
+    if (!(value >= FLT_MIN && value <= FLT_MAX)) {
+      check.fail(what..., " must give an attention scaling in float32's normal range [", FLT_MIN, ", ", FLT_MAX,
+                 "] (it multiplies the float32 cos/sin) (got ", value, ")");
+    }
+  };
+  if (s.type == ScalingType::Yarn || s.type == ScalingType::LongRope) {
+    const double factor = s.factor ? *s.factor
+                                   : static_cast<double>(spec.max_position_embeddings) /
+                                         static_cast<double>(spec.original_context());
+    if (s.attention_factor) {
+      float32_scaling(*s.attention_factor, "attention_factor");
+    } else if (s.type == ScalingType::Yarn && s.mscale && s.mscale_all_dim && *s.mscale != 0.0 &&
+               *s.mscale_all_dim != 0.0) {
+      // Each term is the YaRN temperature factor sqrt(1/t) = 0.1 k ln s + 1: positive.
+      const double numerator = yarn_mscale(factor, *s.mscale);
+      const double denominator = yarn_mscale(factor, *s.mscale_all_dim);
+      if (!(numerator > 0.0)) {
+        check.fail("mscale must make 0.1*mscale*ln(factor)+1 > 0 (factor ", factor, ") (got mscale ", *s.mscale,
+                   ": ", numerator, ")");
+      }
+      if (!(denominator > 0.0)) {
+        check.fail("mscale_all_dim must make 0.1*mscale_all_dim*ln(factor)+1 > 0 (factor ", factor,
+                   ") (got mscale_all_dim ", *s.mscale_all_dim, ": ", denominator, ")");
+      }
+      float32_scaling(numerator / denominator, "mscale ", *s.mscale, " and mscale_all_dim ", *s.mscale_all_dim);
+    } else if (s.type == ScalingType::LongRope && factor > 1.0 && spec.original_context() <= 1) {
+      // sqrt(1 + ln s / ln L0): ln 1 = 0 (HF raises ZeroDivisionError).
+      check.fail("original_max_position_embeddings must be > 1 for LongRoPE's attention scaling "
+                 "sqrt(1 + ln(factor)/ln(original_max_position_embeddings)) (got ",
+                 spec.original_context(), ")");
+    }
   }
 
   if (spec.xpos) check.finite_positive("xpos.scale_base", spec.xpos->scale_base);

@@ -513,6 +513,26 @@ std::vector<MatrixCase> matrix() {
       "config.json:2: rope_scaling.attention_factor must be a finite number > 0 (got -inf)",
       config_case(R"({"head_dim": 128, "rope_theta": 10000, "max_position_embeddings": 4096, "rope_scaling":
 {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 1024, "attention_factor": -Infinity}})"));
+  // The attention scaling multiplies the float32 cos/sin: it must be a normal float32 (the
+  // first case is the one-hour hf_config fuzz run's finding, a table of inf).
+  add("ConfigYarnMscaleOverflowsFloat32", "config", "yarn mscale 1e306, mscale_all_dim 2",
+      "mscale 1e+306 and mscale_all_dim 2 must give an attention scaling in float32's normal range "
+      "[1.1754943508222875e-38, 3.4028234663852886e+38] (it multiplies the float32 cos/sin) (got 2.1227590241037106e+305)",
+      config_case(R"({"head_dim": 64, "rope_theta": 10000, "max_position_embeddings": 163840, "rope_scaling":
+{"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1e306, "mscale_all_dim": 2}})"));
+  add("ConfigYarnNegativeMscale", "config", "yarn mscale -100 (temperature factor < 0)",
+      "mscale must make 0.1*mscale*ln(factor)+1 > 0 (factor 40) (got mscale -100: -35.88879454113936)",
+      config_case(R"({"head_dim": 64, "rope_theta": 10000, "max_position_embeddings": 163840, "rope_scaling":
+{"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": -100, "mscale_all_dim": 1}})"));
+  add("ConfigAttentionFactorUnderflowsFloat32", "config", "yarn attention_factor 1e-40",
+      "attention_factor must give an attention scaling in float32's normal range",
+      config_case(R"({"head_dim": 64, "rope_theta": 10000, "max_position_embeddings": 8192, "rope_scaling":
+{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 4096, "attention_factor": 1e-40}})"));
+  add("ConfigLongRopeOriginalContextOne", "config", "longrope original_max_position_embeddings 1 (ln 1 = 0)",
+      "original_max_position_embeddings must be > 1 for LongRoPE's attention scaling "
+      "sqrt(1 + ln(factor)/ln(original_max_position_embeddings)) (got 1)",
+      config_case(R"({"head_dim": 4, "rope_theta": 10000, "max_position_embeddings": 4096, "rope_scaling":
+{"rope_type": "longrope", "original_max_position_embeddings": 1, "short_factor": [1, 1], "long_factor": [2, 2]}})"));
   add("ConfigOddHeadDim", "config", "head_dim 7", "config.json: rotary_dim (from head_dim) must be even and > 0 (got 7; head_dim 7",
       config_case(R"({"head_dim": 7, "rope_theta": 10000})"));
   add("ConfigZeroHeadDim", "config", "head_dim 0", "head_dim must be a positive integer (got 0)",

@@ -7,6 +7,7 @@
 // crash file is also a regression test of its own below, stating the bug it found.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -113,8 +114,8 @@ TEST(FuzzRegression, ApplyReturnsAtOnceForHugelyManyTokensWithoutElements) {
   EXPECT_EQ(q_data[0], 0.5f);
 }
 
-// fuzz_crashes/apply_args/zero_tokens_heads_times_dim_overflows (the one-hour run, found in
-// 40 minutes): the fix just above first computed heads x dim per token for every call, and a
+// fuzz_crashes/apply_args/zero_tokens_heads_times_dim_overflows (the first one-hour
+// apply_args run): the fix just above first computed heads x dim per token for every call, and a
 // call with no tokens may state heads and dim whose product overflows int64 (the checks allow
 // it: there is nothing to index). UBSan reported the signed overflow. The test for "no element
 // in any token" now compares with zero instead of multiplying.
@@ -147,6 +148,25 @@ TEST(FuzzRegression, MisalignedDataIsAnErrorNamingTheAddress) {
   const TensorView view =
       contiguous_view(reinterpret_cast<unsigned char*>(q.data()) + 1, DType::F32, Layout::BSHD, {1, 1, 2, 16});
   EXPECT_THROW(apply(view, TensorView{}, view, TensorView{}, Positions{}, table), Error);
+}
+
+// fuzz_crashes/hf_config/yarn_mscale_1e306_makes_an_infinite_table (the one-hour hf_config
+// run, after 5 minutes): a DeepSeek-style YaRN config with mscale 1e306 passed validation (every
+// field finite), and its attention scaling, 2.1e305, is finite in double but not in float32: the
+// table's rows were inf. validate() now requires the scaling to be a normal float32 and each
+// YaRN temperature term 0.1 k ln s + 1 to be positive.
+TEST(FuzzRegression, AttentionScalingMustBeANormalFloat32) {
+  RopeSpec spec = spec16();
+  spec.max_position_embeddings = 163840;
+  spec.scaling.type = ScalingType::Yarn;
+  spec.scaling.factor = 40.0;
+  spec.scaling.original_max_position_embeddings = 4096;
+  spec.scaling.mscale_all_dim = 2.0;
+  spec.scaling.mscale = 1e306;
+  EXPECT_THROW(CosSinTable{spec}, ConfigError);
+  spec.scaling.mscale = 1e30;  // 2.1e29: large, but a float32
+  const CosSinTable table(spec);
+  EXPECT_TRUE(std::isfinite(table.attention_scaling()));
 }
 
 }  // namespace
