@@ -319,6 +319,12 @@ Timing time_calls(Call&& call, int repetitions, double min_repetition_ms = 2.0) 
 // (call, reference, call, reference, ...), so that both medians see the same machine: on a
 // shared 2-core machine another process's load comes and goes within seconds, and a reference
 // measured at another moment would move the ratio by more than the kernels' differences.
+//
+// Each timed repetition follows one untimed run of the same operation, so that each is timed
+// in its own steady state rather than in the state the other left: a RoPE call timed right after
+// an 84 MB streaming copy ran 10-15% slower than back to back (so did a plain loop of loads,
+// FMAs and streaming stores; docs/performance.md), which made the ratio depend on the order of
+// the pair.
 struct PairedTiming {
   Timing call;
   Timing reference;
@@ -330,7 +336,9 @@ PairedTiming time_paired(Call&& call, Reference&& reference, int repetitions, do
   std::vector<double> call_ms;
   std::vector<double> reference_ms;
   for (int r = 0; r < std::max(repetitions, 1); ++r) {
+    call();
     call_ms.push_back(detail::time_repetition(call, calls));
+    reference();
     reference_ms.push_back(detail::time_repetition(reference, reference_calls));
   }
   return {detail::summarize(std::move(call_ms), calls), detail::summarize(std::move(reference_ms), reference_calls)};

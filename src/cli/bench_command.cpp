@@ -10,7 +10,9 @@
 // stream is timed in alternation with the row's own repetitions (bench::time_paired): on this
 // shared 2-core machine other processes' load comes and goes (memcpy alone measured 8.5 to 15.5
 // GB/s in runs minutes apart), and a stream timed at another moment would move the ratios by as
-// much. The copy rows at the top are the same streams timed on their own.
+// much. Each timed repetition of either follows an untimed run of the same operation, so that
+// neither is timed in the cache and memory state the other left. The copy rows at the top are
+// the same streams timed on their own.
 //
 // Shapes are Llama-3-8B's (head_dim 128, q 32 heads, k 8 heads; issue 5):
 //   prefill       BSHD, batch 1, 4096 tokens, positions 0..4095
@@ -80,9 +82,10 @@ const char* const kBenchHelp =
     "Bytes per call = (q + k elements) x element size x 2 (read once, written once). ratio = the\n"
     "row's GB/s / base_GB/s, the GB/s of the stream of the same dtype and thread count (in-place\n"
     "rows: copy_inplace; others: copy), timed in alternation with the row's own repetitions so\n"
-    "that both see the same machine load (PyTorch rows: the copy rows). Time: one warm-up call,\n"
-    "then the median of N repetitions of wall time; calls under 2 ms are repeated back to back\n"
-    "within a repetition and the time is per call. The cos/sin table (llama-3.1-8b, exact,\n"
+    "that both see the same machine load (PyTorch rows: the copy rows); each timed repetition of\n"
+    "either follows one untimed run of the same operation. Time: one warm-up call, then the\n"
+    "median of N repetitions of wall time; calls under 2 ms are repeated back to back within a\n"
+    "repetition and the time is per call. The cos/sin table (llama-3.1-8b, exact,\n"
     "stored) is built once beforehand, outside every timed call. The last lines say how much CPU\n"
     "other processes took during the run: above 5% the figures are not to be trusted.\n"
     "\n"
@@ -776,7 +779,7 @@ int run_bench(Args& args) {
     args.out() << format_line(
         "# bytes = (q + k elements) x element size x 2; ratio = GB/s / base_GB/s, the stream of the same dtype and"
         " threads over q + k of prefill (in-place rows: copy_inplace, others: copy), timed in alternation with the"
-        " row's repetitions (torch rows: the copy rows above)\n");
+        " row's repetitions, each after an untimed run of the same operation (torch rows: the copy rows above)\n");
     args.out() << format_line(
         "# decode uses 40 q heads (the issue's 50 us decode target); GB/s of decode and varlen come largely"
         " from cache\n");
