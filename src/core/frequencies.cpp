@@ -211,11 +211,14 @@ Frequencies compute_frequencies(const RopeSpec& spec, int64_t seq_len, std::vect
       // HF _compute_dynamic_ntk_parameters:
       //   L = max(seq_len, Lmax);  base' = base * ((s * L / Lmax) - (s - 1)) ^ (d / (d - 2)).
       // At L = Lmax the bracket is exactly 1, so short sequences keep the original frequencies
-      // (HF dynamic_rope_update restores them when a sequence shrinks below Lmax).
+      // (HF dynamic_rope_update restores them when a sequence shrinks below Lmax). Evaluated as
+      // 1 + s (L - Lmax) / Lmax, the same value without the cancellation of s L / Lmax - (s - 1):
+      // with s = 2.8e44 that difference was 0 even in binary128, and every inv_freq inf (found by
+      // the one-hour hf_config fuzz run; HF's double arithmetic does the same).
       const Real lmax = static_cast<Real>(spec.max_position_embeddings);
       const Real length = std::max(static_cast<Real>(seq_len), lmax);
       const Real factor = *s.factor;
-      const Real growth = factor * length / lmax - (factor - 1);
+      const Real growth = 1 + factor * (length - lmax) / lmax;
       const Real new_base = base * ext_pow(growth, static_cast<Real>(dim) / static_cast<Real>(dim - 2));
       for (int64_t i = 0; i < num_pairs; ++i) theta[i] = default_theta(new_base, i, dim);
       out.effective_theta_base = static_cast<double>(new_base);

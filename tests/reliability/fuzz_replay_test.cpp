@@ -17,6 +17,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/frequencies.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 
@@ -72,6 +73,12 @@ RopeSpec spec16() {
   spec.head_dim = 16;
   spec.rotary_dim = 16;
   spec.theta_base = 10000.0;
+  return spec;
+}
+
+RopeSpec spec16_with_dim(int64_t dim) {
+  RopeSpec spec = spec16();
+  spec.head_dim = spec.rotary_dim = dim;
   return spec;
 }
 
@@ -167,6 +174,25 @@ TEST(FuzzRegression, AttentionScalingMustBeANormalFloat32) {
   spec.scaling.mscale = 1e30;  // 2.1e29: large, but a float32
   const CosSinTable table(spec);
   EXPECT_TRUE(std::isfinite(table.attention_scaling()));
+}
+
+// fuzz_crashes/hf_config/dynamic_factor_2e44_cancels_to_base_zero (the second one-hour hf_config
+// run, after 51 minutes): dynamic NTK's bracket s L / Lmax - (s - 1) is exactly 1 at L = Lmax,
+// but with s = 2.8e44 it cancelled to 0 even in binary128, so the new base was 0 and every
+// inv_freq but the first was inf. It is now evaluated as 1 + s (L - Lmax) / Lmax.
+TEST(FuzzRegression, DynamicNtkWithAHugeFactorKeepsFiniteFrequencies) {
+  RopeSpec spec = spec16();
+  spec.head_dim = spec.rotary_dim = 28;
+  spec.max_position_embeddings = 9638400;
+  spec.scaling.type = ScalingType::Dynamic;
+  spec.scaling.factor = 2.7777777777777778e44;
+  const Frequencies at_max = frequencies(spec, 0);
+  const Frequencies unscaled = frequencies(spec16_with_dim(28), 0);
+  ASSERT_EQ(at_max.inv_freq.size(), 14u);
+  EXPECT_EQ(at_max.inv_freq, unscaled.inv_freq);  // the bracket is exactly 1 at L = Lmax
+  const Frequencies longer = frequencies(spec, 2 * spec.max_position_embeddings);
+  for (const double f : longer.inv_freq) EXPECT_TRUE(std::isfinite(f) && f >= 0.0) << f;
+  EXPECT_LT(longer.inv_freq[1], unscaled.inv_freq[1]);
 }
 
 }  // namespace
