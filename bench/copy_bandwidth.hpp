@@ -321,10 +321,10 @@ Timing time_calls(Call&& call, int repetitions, double min_repetition_ms = 2.0) 
 // measured at another moment would move the ratio by more than the kernels' differences.
 //
 // Each timed repetition follows one untimed run of the same operation, so that each is timed
-// in its own steady state rather than in the state the other left: a RoPE call timed right after
-// an 84 MB streaming copy ran 10-15% slower than back to back (so did a plain loop of loads,
-// FMAs and streaming stores; docs/performance.md), which made the ratio depend on the order of
-// the pair.
+// in its own steady state rather than in the cache and memory state the other left. (In one run
+// on a loaded machine a RoPE call, and a plain loop of loads, FMAs and streaming stores, ran
+// 10-15% slower right after an 84 MB streaming copy than back to back; on a quiet machine the
+// order made no measurable difference. docs/performance.md.)
 struct PairedTiming {
   Timing call;
   Timing reference;

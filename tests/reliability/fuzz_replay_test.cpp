@@ -177,7 +177,7 @@ TEST(FuzzRegression, AttentionScalingMustBeANormalFloat32) {
 }
 
 // fuzz_crashes/hf_config/dynamic_factor_2e44_cancels_to_base_zero (the second one-hour hf_config
-// run, after 51 minutes): dynamic NTK's bracket s L / Lmax - (s - 1) is exactly 1 at L = Lmax,
+// run, after about 50 minutes): dynamic NTK's bracket s L / Lmax - (s - 1) is exactly 1 at L = Lmax,
 // but with s = 2.8e44 it cancelled to 0 even in binary128, so the new base was 0 and every
 // inv_freq but the first was inf. It is now evaluated as 1 + s (L - Lmax) / Lmax.
 TEST(FuzzRegression, DynamicNtkWithAHugeFactorKeepsFiniteFrequencies) {
