@@ -5,6 +5,7 @@
 // The targets' functions are linked in from fuzz/*_fuzz.cpp (ROTARY_FUZZ_NO_MAIN): a property
 // that fails aborts this process, which fails the test and names the input on stderr. Each
 // crash file is also a regression test of its own below, stating the bug it found.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 
@@ -193,6 +195,19 @@ TEST(FuzzRegression, DynamicNtkWithAHugeFactorKeepsFiniteFrequencies) {
   const Frequencies longer = frequencies(spec, 2 * spec.max_position_embeddings);
   for (const double f : longer.inv_freq) EXPECT_TRUE(std::isfinite(f) && f >= 0.0) << f;
   EXPECT_LT(longer.inv_freq[1], unscaled.inv_freq[1]);
+}
+
+// fuzz_crashes/hf_config/head_dim_int64_max_converts_to_2_pow_63 (the third one-hour hf_config
+// run, after about 54 minutes): head_dim 9223372036854775807 times partial_rotary_factor 1 is
+// 2^63 as a double, and converting that back to int64 is undefined (UBSan). The reader now keeps
+// such a head_dim as is, and the error names it.
+TEST(FuzzRegression, HugeHeadDimIsAnErrorWithoutOverflow) {
+  try {
+    parse_hf_config(R"({"model_type": "gemma3", "text_config": {"head_dim": 9223372036854775807}})");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_THAT(error.what(), testing::HasSubstr("head_dim 9223372036854775807"));
+  }
 }
 
 }  // namespace
