@@ -118,6 +118,9 @@ struct RopeSpec {
   int64_t num_pairs() const { return rotary_dim / 2; }
   // The pretraining context: scaling.original_max_position_embeddings, else max_position_embeddings.
   int64_t original_context() const;
+  // The scaling factor s: scaling.factor, else for YaRN and LongRoPE (as HF)
+  // max_position_embeddings / original_context(), else 1.
+  double resolved_factor() const;
 };
 
 // Throws rotary::ConfigError naming the first invalid field and its value, e.g.

@@ -104,15 +104,6 @@ void classify_by_factor(Frequencies& out, double full_factor) {
   }
 }
 
-double resolved_factor(const RopeSpec& spec) {
-  if (spec.scaling.factor) return *spec.scaling.factor;
-  if (spec.scaling.type == ScalingType::Yarn || spec.scaling.type == ScalingType::LongRope) {
-    // HF: "if factor is None: factor = config.max_position_embeddings / original_max_position_embeddings"
-    return static_cast<double>(spec.max_position_embeddings) / static_cast<double>(spec.original_context());
-  }
-  return 1.0;
-}
-
 std::string fmt(double value) { return detail::shortest(value); }
 
 }  // namespace
@@ -176,7 +167,7 @@ Frequencies compute_frequencies(const RopeSpec& spec, int64_t seq_len, std::vect
   Frequencies out;
   out.seq_len = seq_len;
   out.effective_theta_base = spec.theta_base;
-  out.effective_factor = resolved_factor(spec);
+  out.effective_factor = spec.resolved_factor();
   out.attention_scaling = 1.0;
   out.attention_scaling_source = "1 (" + std::string(to_string(s.type)) + " does not scale attention)";
 

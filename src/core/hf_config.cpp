@@ -530,8 +530,8 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
   }
   // HF: dim = int(head_dim * partial_rotary_factor) (truncation). A head_dim within 512 of
   // INT64_MAX becomes 2^63 as a double, which does not convert back (undefined behaviour, found
-  // by the one-hour hf_config fuzz run): such a head_dim keeps itself here, and validate()
-  // rejects it by name (head_dim must be in [2, 65536]).
+  // by the one-hour hf_config fuzz run): such a head_dim keeps itself here, and the rotary_dim
+  // check below rejects it, naming head_dim and its value.
   const double scaled_dim = static_cast<double>(head_dim) * spec.partial_rotary_factor;
   spec.rotary_dim = proportional || !(scaled_dim < 0x1p63) ? head_dim : static_cast<int64_t>(scaled_dim);
   const Field rotary_dim = top("rotary_dim");

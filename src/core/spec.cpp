@@ -45,6 +45,15 @@ bool uses_original_context(ScalingType type) {
 
 }  // namespace
 
+double RopeSpec::resolved_factor() const {
+  if (scaling.factor) return *scaling.factor;
+  if (scaling.type == ScalingType::Yarn || scaling.type == ScalingType::LongRope) {
+    // HF: "if factor is None: factor = config.max_position_embeddings / original_max_position_embeddings"
+    return static_cast<double>(max_position_embeddings) / static_cast<double>(original_context());
+  }
+  return 1.0;
+}
+
 int64_t RopeSpec::original_context() const {
   return scaling.original_max_position_embeddings > 0 ? scaling.original_max_position_embeddings
                                                       : max_position_embeddings;
@@ -184,9 +193,7 @@ void validate(const RopeSpec& spec) {
     }
   };
   if (s.type == ScalingType::Yarn || s.type == ScalingType::LongRope) {
-    const double factor = s.factor ? *s.factor
-                                   : static_cast<double>(spec.max_position_embeddings) /
-                                         static_cast<double>(spec.original_context());
+    const double factor = spec.resolved_factor();
     if (s.attention_factor) {
       float32_scaling(*s.attention_factor, "attention_factor");
     } else if (s.type == ScalingType::Yarn && s.mscale && s.mscale_all_dim && *s.mscale != 0.0 &&
