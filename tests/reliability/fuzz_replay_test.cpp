@@ -183,8 +183,7 @@ TEST(FuzzRegression, AttentionScalingMustBeANormalFloat32) {
 // but with s = 2.8e44 it cancelled to 0 even in binary128, so the new base was 0 and every
 // inv_freq but the first was inf. It is now evaluated as 1 + s (L - Lmax) / Lmax.
 TEST(FuzzRegression, DynamicNtkWithAHugeFactorKeepsFiniteFrequencies) {
-  RopeSpec spec = spec16();
-  spec.head_dim = spec.rotary_dim = 28;
+  RopeSpec spec = spec16_with_dim(28);
   spec.max_position_embeddings = 9638400;
   spec.scaling.type = ScalingType::Dynamic;
   spec.scaling.factor = 2.7777777777777778e44;
