@@ -14,6 +14,7 @@
 // rotated values are those of the direct path, so in-place, out-of-place and strided calls
 // agree bit for bit. Pass-through elements are converted directly from input to output.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
@@ -156,6 +157,25 @@ constexpr int64_t kMinElementsPerThread = int64_t{1} << 19;
 // L2 of this machine class, so the output would be evicted before use anyway.
 constexpr int64_t kStreamOutputBytes = int64_t{16} << 20;
 
+// ---- head order -------------------------------------------------------------------------------
+
+std::atomic<int64_t> g_max_head_groups{0};  // 0: the default (below), decided at first use
+
+int64_t default_max_head_groups() {
+  if (const char* env = std::getenv("ROTARY_HEAD_GROUPS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 8) return n;
+    throw Error(detail::concat("ROTARY_HEAD_GROUPS must be an integer in [1, 8] (got \"", env, "\")"));
+  }
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  // Measured on one machine of each (kernels.hpp, head_groups; docs/performance.md).
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel")) return 4;
+#endif
+  return 1;
+}
+
 // ---- targets ----------------------------------------------------------------------------------
 
 std::mutex g_target_mutex;
@@ -262,6 +282,20 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
 
 }  // namespace
 
+int64_t cpu::max_head_groups() {
+  int64_t n = g_max_head_groups.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = default_max_head_groups();
+    g_max_head_groups.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+void cpu::set_max_head_groups(int64_t n) {
+  if (n < 0 || n > 8) throw Error(detail::concat("set_max_head_groups: n must be in [0, 8] (got ", n, ")"));
+  g_max_head_groups.store(n, std::memory_order_relaxed);
+}
+
 void set_num_threads(int n) {
   if (n < 1 || n > 256) throw Error(detail::concat("set_num_threads: n must be in [1, 256] (got ", n, ")"));
   std::lock_guard<std::mutex> lock(g_pool_mutex);
@@ -309,6 +343,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
            const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
   check_apply_arguments(q, k, q_out, k_out, positions, table, options);
   apply_forced_target_from_env();
+  const int64_t max_head_groups = cpu::max_head_groups();
   const bool direct[2] = {kernel_can_take(q, q_out), kernel_can_take(k, k_out)};
 
   const RopeSpec& spec = table.spec();
@@ -443,6 +478,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         args.backward = backward;
         args.copy_passthrough = !p.in_place;
         args.stream_stores = !p.in_place && stream_outputs;
+        args.max_head_groups = max_head_groups;
         if (direct[which]) {
           cpu::rotate_heads(p.dtype, args);
         } else {

@@ -38,10 +38,34 @@ struct HeadsArgs {
   // result is not read back soon, and streaming saves the read-for-ownership of each line).
   // The caller must call flush_streamed_stores() before it reports its work done.
   bool stream_stores = false;
+  int64_t max_head_groups = 1;  // head_groups()
 };
 
 // Rotates one token's heads with the current target's kernel for `dtype`.
 void rotate_heads(DType dtype, const HeadsArgs& args);
+
+// The order in which the kernels visit a token's heads: the heads split into `groups` contiguous
+// groups, visited as heads 0, H/g, 2H/g, ..., 1, H/g + 1, ... Heads are independent, so the order
+// changes no result, only which memory pages are in flight together. On the Intel machine of
+// 2026-11-23, groups a 4 KiB page apart let memory serve 4 streams at once and were up to 20%
+// faster (a copy in that order ran at 29 GB/s against 21-26 in head order); on the AMD EPYC
+// machine of 2026-11-24, the same order was 40% slower than head order (a 4-page copy ran at
+// 40-46 GB/s against 64-68 sequentially). docs/performance.md. `max_groups` comes from
+// max_head_groups(); `last_head_bytes` is the byte offset of the last head from the first (the
+// checks bounded it below 2^63).
+constexpr int64_t kPageBytes = 4096;
+inline int64_t head_groups(int64_t num_heads, int64_t last_head_bytes, int64_t max_groups) {
+  int64_t groups = last_head_bytes / kPageBytes + 1;
+  groups = groups < 1 ? 1 : (groups > max_groups ? max_groups : groups);
+  while (num_heads % groups != 0) --groups;
+  return groups;
+}
+
+// The most groups head_groups() may use: $ROTARY_HEAD_GROUPS (an integer in [1, 8]) if set, else
+// 4 on Intel CPUs and 1 (head order) elsewhere. set_max_head_groups(n) overrides it for the
+// process (tests), 0 restores the default. apply() reads it once per call.
+int64_t max_head_groups();
+void set_max_head_groups(int64_t n);
 
 // Orders this thread's non-temporal stores before its later stores (x86: sfence), so that
 // whoever learns of the work through a later store (the pool's completion flag) sees the data.

@@ -68,6 +68,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
 
 namespace rotary {
 namespace {
@@ -1548,35 +1549,46 @@ TEST(ApplyCpu, Bf16NanPayloadsAndOverflow) {
   }
 }
 
-// The kernels visit a token's heads in an interleaved order when they span more than a page
-// (rotate_kernels.cpp, RotateHeadsImpl: up to 4 groups a page apart). Head counts that give 4, 3,
-// 2 and 1 groups (24 heads x 128 f32: 4; 7 heads x 256: 2 does not divide 7, so 1; 6 heads x
-// 256: 2; 24 x 128 bf16: 2) on every target, against the reference.
+// The kernels visit a token's heads in an interleaved order when they span more than a page and
+// the CPU is one where that is faster (kernels.hpp, head_groups: up to 4 groups a page apart on
+// Intel, head order elsewhere). Both orders are run on every machine here, on every target,
+// against the reference: with at most 4 groups, head counts that give 4, 3, 2 and 1 groups
+// (24 heads x 128 f32: 4; 7 heads x 256: 2 does not divide 7, so 1; 6 heads x 256: 2; 24 x 128
+// bf16: 2), and with at most 1 (head order).
 TEST(ApplyCpu, InterleavedHeadOrderMatchesTheReference) {
   const std::vector<std::string> targets = cpu_targets();
   ASSERT_FALSE(targets.empty());
-  for (const std::string& target : targets) {
-    const uint64_t seed = seed_of(target) + 36000;
-    SCOPED_TRACE("target " + target + ", seed " + std::to_string(seed));
-    const ForcedTarget forced(target);
-    Rng rng(seed);
-    for (const auto& [q_heads, k_heads, dim] :
-         {std::tuple{24, 8, 128}, std::tuple{7, 6, 256}, std::tuple{12, 4, 256}, std::tuple{40, 8, 128}}) {
-      for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-        const Family family = family_of(text_spec(dim, rng.coin() ? Style::NeoX : Style::GPTJ));
-        const CosSinTable table(family.spec, family.table_options);
-        Config c = plain_config(family, Layout::BSHD, 1, 3, q_heads, k_heads, dim, dtype);
-        c.seed = rng.bits() % 1000000;
-        c.in_place = rng.coin();
-        c.source = Source::PerToken;
-        c.per_token = {0, 17, 3000};
-        plan_tensors(c, &rng);
-        SCOPED_TRACE(c.describe());
-        const std::string problems = run_and_check(c, table);
-        EXPECT_TRUE(problems.empty()) << problems;
+  struct RestoreHeadGroups {
+    ~RestoreHeadGroups() { cpu::set_max_head_groups(0); }
+  } restore;
+  for (const int64_t max_groups : {4, 1}) {
+    cpu::set_max_head_groups(max_groups);
+    ASSERT_EQ(cpu::max_head_groups(), max_groups);
+    for (const std::string& target : targets) {
+      const uint64_t seed = seed_of(target) + 36000 + static_cast<uint64_t>(max_groups);
+      SCOPED_TRACE("target " + target + ", at most " + std::to_string(max_groups) + " head groups, seed " +
+                   std::to_string(seed));
+      const ForcedTarget forced(target);
+      Rng rng(seed);
+      for (const auto& [q_heads, k_heads, dim] :
+           {std::tuple{24, 8, 128}, std::tuple{7, 6, 256}, std::tuple{12, 4, 256}, std::tuple{40, 8, 128}}) {
+        for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+          const Family family = family_of(text_spec(dim, rng.coin() ? Style::NeoX : Style::GPTJ));
+          const CosSinTable table(family.spec, family.table_options);
+          Config c = plain_config(family, Layout::BSHD, 1, 3, q_heads, k_heads, dim, dtype);
+          c.seed = rng.bits() % 1000000;
+          c.in_place = rng.coin();
+          c.source = Source::PerToken;
+          c.per_token = {0, 17, 3000};
+          plan_tensors(c, &rng);
+          SCOPED_TRACE(c.describe());
+          const std::string problems = run_and_check(c, table);
+          EXPECT_TRUE(problems.empty()) << problems;
+        }
       }
     }
   }
+  EXPECT_THAT([] { cpu::set_max_head_groups(9); }, ThrowsMessage<Error>(HasSubstr("9")));
 }
 
 // A decode step (1 token, 32 heads) with 2 threads: correct, and the same bytes as 1 thread.
