@@ -2,21 +2,24 @@
 // rule of `rotary bench`. Header-only; shared by src/cli/bench_command.cpp and bench/*.cpp.
 //
 // RoPE reads q and k once and writes them once, so no kernel can beat a stream that moves the
-// same bytes. The streams, each over one buffer the size of the call's q + k:
-//   copy          src -> dst with non-temporal (streaming) stores, four pages at a time: the
-//                 floor for out-of-place calls. This is how glibc's memcpy copies buffers above
-//                 its x86_non_temporal_threshold (3/4 of the shared cache size it is told of).
-//                 On this VM the hypervisor reports a 260 MB L3, the threshold is 104 MB, and
-//                 a plain memcpy of the 84 MB prefill buffer uses ordinary stores that pay a
-//                 read-for-ownership per line: 14 GB/s with 1 thread, against 25-28 GB/s for
-//                 the streaming copy (and for memcpy under GLIBC_TUNABLES=
-//                 glibc.cpu.x86_non_temporal_threshold=0x100000), which is the "plain copy 28
-//                 GB/s" issue 5 quotes for this machine class. A kernel with streaming stores
-//                 beats the plain memcpy, so that would be no floor.
+// same bytes. The streams, each over one buffer the size of the call's q + k, in two access
+// patterns, because which is faster depends on the machine:
+//   copy          src -> dst with non-temporal (streaming) stores: the floor for out-of-place
+//                 calls. Either sequential, or four pages at a time (one 64-byte line from each of
+//                 four consecutive pages per step), as glibc's memcpy copies buffers above its
+//                 x86_non_temporal_threshold (3/4 of the shared cache size it is told of). On the
+//                 Intel machine of 2026-11-22/23 the four-page copy was the faster (25-29 GB/s with
+//                 1 thread against 20-27 sequentially), and glibc's memcpy of the 84 MB prefill
+//                 buffer, below its 104 MB threshold there, used ordinary stores that pay a
+//                 read-for-ownership per line (14 GB/s). On the AMD EPYC machine of 2026-11-24
+//                 the sequential copy was the faster (64-68 GB/s against 40-46).
 //   memcpy        glibc's memcpy as called, for reference.
 //   copy_inplace  x[i] = x[i] * 1.0000001f over one buffer: the floor for in-place calls. It
 //                 writes lines it has just read, so it needs no read-for-ownership of a
-//                 separate destination.
+//                 separate destination. Sequential, or four pages at a time.
+// `rotary bench` times both patterns of each stream and takes the faster as the floor
+// (Streams::choose_floor), so that a kernel's ratio is never taken against a pattern this
+// machine serves badly.
 // Each counts bytes = 2 x buffer size (every byte read once and written once), the rule the
 // kernels' GB/s use. With `threads` > 1 the buffer is cut into that many contiguous, 4 KiB
 // aligned parts; the calling thread streams the first, one std::thread each of the others
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <thread>
@@ -147,6 +151,30 @@ inline void stream_blocks_sse2(std::byte* dst, const std::byte* src, size_t byte
   }
 }
 
+// Sequential streaming copies of whole 64-byte lines (dst and src 64-byte aligned, bytes a
+// multiple of 64).
+__attribute__((target("avx512f"))) inline void stream_lines_avx512(std::byte* dst, const std::byte* src,
+                                                                    size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_load_si512(src + i));
+  }
+}
+
+__attribute__((target("avx2"))) inline void stream_lines_avx2(std::byte* dst, const std::byte* src, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) {
+    const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), low);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), high);
+  }
+}
+
+inline void stream_lines_sse2(std::byte* dst, const std::byte* src, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+}
+
 inline bool has_avx512f() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f");
@@ -171,21 +199,38 @@ inline const char* stream_isa() {
 #endif
 }
 
+// The two access patterns of the streams (see the top of this file).
+enum class Pattern { Sequential, FourPages };
+
+inline const char* to_string(Pattern pattern) {
+  return pattern == Pattern::Sequential ? "sequential" : "4 pages at a time";
+}
+
 // copy: `bytes` from src to dst (both 4 KiB aligned) with streaming stores.
-inline void copy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
+inline void copy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads,
+                        Pattern pattern = Pattern::FourPages) {
 #if defined(__x86_64__)
-  static const auto stream_blocks = [] {
+  using Copy = void (*)(std::byte*, const std::byte*, size_t);
+  static const Copy stream_blocks = [] {
     if (detail::has_avx512f()) return &detail::stream_blocks_avx512;
     if (detail::has_avx2()) return &detail::stream_blocks_avx2;
     return &detail::stream_blocks_sse2;
   }();
+  static const Copy stream_lines = [] {
+    if (detail::has_avx512f()) return &detail::stream_lines_avx512;
+    if (detail::has_avx2()) return &detail::stream_lines_avx2;
+    return &detail::stream_lines_sse2;
+  }();
+  const Copy stream = pattern == Pattern::Sequential ? stream_lines : stream_blocks;
+  const size_t unit = pattern == Pattern::Sequential ? 64 : detail::kBlockBytes;
   for_each_part(bytes, threads, [&](size_t begin, size_t end) {
-    const size_t whole = (end - begin) / detail::kBlockBytes * detail::kBlockBytes;
-    stream_blocks(dst + begin, src + begin, whole);
+    const size_t whole = (end - begin) / unit * unit;
+    stream(dst + begin, src + begin, whole);
     std::memcpy(dst + begin + whole, src + begin + whole, end - begin - whole);
     _mm_sfence();  // streaming stores are weakly ordered: complete them before the timer stops
   });
 #else
+  (void)pattern;
   memcpy_stream(dst, src, bytes, threads);
 #endif
 }
@@ -210,13 +255,39 @@ __attribute__((target_clones("avx512f", "avx2", "default"), noinline))
   for (size_t i = num_vectors * 16; i < count; ++i) x[i] *= 1.0000001f;
 }
 
+// x[i] *= 1.0000001f over whole 16 KiB blocks, one 64-byte line from each of four consecutive
+// pages per step (the in-place counterpart of stream_blocks_*).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+__attribute__((target_clones("avx512f", "avx2", "default"), noinline))
+#endif
+[[maybe_unused]] static void scale_in_place_4_pages(float* x, size_t count) {
+  constexpr size_t kPageFloats = 4096 / sizeof(float);
+  constexpr size_t kLineFloats = 64 / sizeof(float);
+  const size_t whole = count / (4 * kPageFloats) * (4 * kPageFloats);
+  for (size_t block = 0; block < whole; block += 4 * kPageFloats) {
+    for (size_t line = 0; line < kPageFloats; line += kLineFloats) {
+      for (size_t page = 0; page < 4; ++page) {
+        Float16Lanes* v = reinterpret_cast<Float16Lanes*>(x + block + page * kPageFloats + line);
+        *v *= 1.0000001f;
+      }
+    }
+  }
+  for (size_t i = whole; i < count; ++i) x[i] *= 1.0000001f;
+}
+
 }  // namespace detail
 
 // copy_inplace: the read-modify-write stream over `bytes` of `data` (4 KiB aligned, holding
 // floats that copy_inplace_init wrote).
-inline void copy_inplace_stream(std::byte* data, size_t bytes, int threads) {
+inline void copy_inplace_stream(std::byte* data, size_t bytes, int threads, Pattern pattern = Pattern::Sequential) {
   for_each_part(bytes, threads, [&](size_t begin, size_t end) {
-    detail::scale_in_place(reinterpret_cast<float*>(data + begin), (end - begin) / sizeof(float));
+    float* x = reinterpret_cast<float*>(data + begin);
+    const size_t count = (end - begin) / sizeof(float);
+    if (pattern == Pattern::Sequential) {
+      detail::scale_in_place(x, count);
+    } else {
+      detail::scale_in_place_4_pages(x, count);
+    }
   });
 }
 
@@ -226,28 +297,43 @@ inline void copy_inplace_init(std::byte* data, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); ++i) x[i] = 1.0f + static_cast<float>(i % 1021) / 1021.0f;
 }
 
-// The three streams on buffers allocated once, for any size up to max_bytes.
+// The three streams on buffers allocated once, for any size up to max_bytes. run() times the
+// floor of a kernel call: the pattern choose_floor() found faster for that kind of stream and
+// thread count (by default four pages for copy, sequential in place).
 class Streams {
  public:
   explicit Streams(size_t max_bytes) : src_(max_bytes), dst_(max_bytes), data_(max_bytes) {
     copy_inplace_init(src_.data(), max_bytes);  // a non-zero source: no zero-page shortcuts
     copy_inplace_init(data_.data(), max_bytes);
   }
-  void copy(size_t bytes, int threads) { copy_stream(dst_.data(), src_.data(), checked(bytes), threads); }
+  void copy(size_t bytes, int threads, Pattern pattern = Pattern::FourPages) {
+    copy_stream(dst_.data(), src_.data(), checked(bytes), threads, pattern);
+  }
   void memcpy(size_t bytes, int threads) { memcpy_stream(dst_.data(), src_.data(), checked(bytes), threads); }
-  void copy_inplace(size_t bytes, int threads) { copy_inplace_stream(data_.data(), checked(bytes), threads); }
-  // Either one: the floor of an in-place call or of an out-of-place one.
-  void run(bool in_place, size_t bytes, int threads) {
+  void copy_inplace(size_t bytes, int threads, Pattern pattern = Pattern::Sequential) {
+    copy_inplace_stream(data_.data(), checked(bytes), threads, pattern);
+  }
+  void stream(bool in_place, size_t bytes, int threads, Pattern pattern) {
     if (in_place) {
-      copy_inplace(bytes, threads);
+      copy_inplace(bytes, threads, pattern);
     } else {
-      copy(bytes, threads);
+      copy(bytes, threads, pattern);
     }
   }
+  void choose_floor(bool in_place, int threads, Pattern pattern) { floors_[key(in_place, threads)] = pattern; }
+  Pattern floor(bool in_place, int threads) const {
+    const auto found = floors_.find(key(in_place, threads));
+    if (found != floors_.end()) return found->second;
+    return in_place ? Pattern::Sequential : Pattern::FourPages;
+  }
+  // The floor of an in-place call or of an out-of-place one.
+  void run(bool in_place, size_t bytes, int threads) { stream(in_place, bytes, threads, floor(in_place, threads)); }
 
  private:
+  static int key(bool in_place, int threads) { return threads * 2 + (in_place ? 1 : 0); }
   size_t checked(size_t bytes) const { return std::min(bytes, src_.bytes()); }
   Buffer src_, dst_, data_;
+  std::map<int, Pattern> floors_;
 };
 
 // ---- timing -----------------------------------------------------------------------------------

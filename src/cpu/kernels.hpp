@@ -55,6 +55,7 @@ void rotate_heads(DType dtype, const HeadsArgs& args);
 // checks bounded it below 2^63).
 constexpr int64_t kPageBytes = 4096;
 inline int64_t head_groups(int64_t num_heads, int64_t last_head_bytes, int64_t max_groups) {
+  if (max_groups <= 1 || last_head_bytes < kPageBytes) return 1;  // no division on the common path
   int64_t groups = last_head_bytes / kPageBytes + 1;
   groups = groups < 1 ? 1 : (groups > max_groups ? max_groups : groups);
   while (num_heads % groups != 0) --groups;

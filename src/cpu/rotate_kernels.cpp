@@ -418,17 +418,26 @@ void RotateHeadsImpl(const HeadsArgs& args) {
   // so this cannot overflow; a single head may have any stride and is not multiplied.
   const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * args.in_head_stride * kElementBytes : 0;
   const int64_t groups = head_groups(args.num_heads, last_head_bytes, args.max_head_groups);
-  const int64_t heads_per_group = args.num_heads / groups;
+  const int64_t heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
   // The next head by addition, not division: the head index feeds the load addresses, and a
   // division per head (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24).
   const int64_t wrap = args.num_heads - 1;
+  // Whether every head's block is stream-aligned, decided once: the first head's is and the head
+  // stride keeps it so (the usual contiguous case). Otherwise each head is checked.
+  const auto block_address = [&](int64_t h) {
+    return reinterpret_cast<uintptr_t>(out + (h * args.out_head_stride + args.rotary_offset) * kElementBytes);
+  };
+  const auto half_bytes = static_cast<uintptr_t>(args.num_pairs * kElementBytes);
+  const bool all_aligned = stream && block_address(0) % vector_bytes == 0 && half_bytes % vector_bytes == 0 &&
+                           static_cast<uintptr_t>(args.out_head_stride * kElementBytes) % vector_bytes == 0;
+  const bool copy_before = args.copy_passthrough && args.rotary_offset > 0;
+  const bool copy_after = args.copy_passthrough && block_end < args.head_dim;
   for (int64_t j = 0, h = 0; j < args.num_heads;
        ++j, h = h + heads_per_group < args.num_heads ? h + heads_per_group : h + heads_per_group - wrap) {
     const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
     unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
-    const auto first = reinterpret_cast<uintptr_t>(head_out + args.rotary_offset * kElementBytes);
-    const auto second = first + static_cast<uintptr_t>(args.num_pairs * kElementBytes);
-    if (stream && first % vector_bytes == 0 && second % vector_bytes == 0) {
+    if (all_aligned ||
+        (stream && block_address(h) % vector_bytes == 0 && (block_address(h) + half_bytes) % vector_bytes == 0)) {
       RotateHead<kType, kNeox, kBackward, true>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos,
                                                  args.sin, split);
     } else {
@@ -436,10 +445,8 @@ void RotateHeadsImpl(const HeadsArgs& args) {
                                           split);
     }
     // Out of place: the elements outside the rotated block are copied (usually none).
-    if (args.copy_passthrough && args.rotary_offset > 0) {
-      std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
-    }
-    if (args.copy_passthrough && block_end < args.head_dim) {
+    if (copy_before) std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
+    if (copy_after) {
       std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
                   static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
     }
