@@ -273,15 +273,70 @@ HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
   }
 }
 
-// ---- one head ---------------------------------------------------------------------------------
+// ---- one step of the rotation ------------------------------------------------------------------
 
-// The split cos/sin rows of bf16 NeoX (RotateHead): cos at [0, num_pairs), sin at
+// Keeps a loaded vector in a register. Each input vector feeds two operations (a feeds a*C and
+// a*S), and GCC 12 folds the load into both as a memory operand, loading it twice: 10 loads per
+// step of two heads instead of 6, which made the loads, not the stores, the busiest port (AVX2
+// on AMD EPYC, perf annotate, 2026-11-25). An empty asm that claims to change the register
+// leaves the value alone and forces one load.
+HWY_INLINE VF InRegister(VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
+}
+
+// Per pair (a, c) and table values C, S: forward a' = a*C - c*S, c' = c*C + a*S; backward
+// a' = a*C + c*S, c' = c*C - a*S; each one FMA over one rounded product. Backward moves the sign
+// into the FMA instead of negating S: fma(c, C, -(a*S)) is fma(c, C, a*(-S)) bit for bit (the
+// product's rounding is symmetric), with one operation fewer.
+template <bool kBackward>
+HWY_INLINE void Rotate(VF a, VF c, VF cos, VF sin, VF& a_out, VF& c_out) {
+  if constexpr (kBackward) {
+    a_out = hn::MulAdd(a, cos, hn::Mul(c, sin));
+    c_out = hn::MulSub(c, cos, hn::Mul(a, sin));
+  } else {
+    a_out = hn::MulSub(a, cos, hn::Mul(c, sin));
+    c_out = hn::MulAdd(c, cos, hn::Mul(a, sin));
+  }
+}
+
+// The same for one pair in scalar code (the tails), with the same roundings.
+template <DType kType, bool kBackward>
+HWY_INLINE void RotateOne(const void* in, void* out, int64_t first, int64_t second, float cos, float sin) {
+  const float a = LoadOne<kType>(in, first);
+  const float c = LoadOne<kType>(in, second);
+  if constexpr (kBackward) {
+    StoreOne<kType>(std::fma(a, cos, c * sin), out, first);
+    StoreOne<kType>(std::fma(c, cos, -(a * sin)), out, second);
+  } else {
+    StoreOne<kType>(std::fma(a, cos, -(c * sin)), out, first);
+    StoreOne<kType>(std::fma(c, cos, a * sin), out, second);
+  }
+}
+
+template <DType kType, bool kStream>
+HWY_INLINE void StoreRotated(VF v, void* base, int64_t index) {
+  if constexpr (kStream) {
+    StreamF32<kType>(v, base, index);
+  } else {
+    StoreF32<kType>(v, base, index);
+  }
+}
+
+// ---- heads --------------------------------------------------------------------------------------
+
+// The split cos/sin rows of bf16 NeoX (RotateHeads): cos at [0, num_pairs), sin at
 // [kMaxSplitPairs, kMaxSplitPairs + num_pairs), both vector-aligned. Longer rows (head_dim above
 // 1024) take the ordinary path.
 constexpr int64_t kMaxSplitPairs = 512;
 
-// Rotates the rotated block of one head. in and out are element 0 of the head. kStream: the
-// caller checked that the NeoX halves of `out` are vector-aligned.
+// Rotates the rotated block of one head (in0 -> out0) or, with kTwo, of two heads at once (in1 ->
+// out1 as well): each cos/sin vector is loaded once for both, so a step of two heads takes 6 loads
+// and 4 stores where two steps of one take 8 and 4, and the per-head loop runs half as often
+// (decode-sized calls ran 10-25% faster in cache on AMD EPYC, 2026-11-25). in and out are element
+// 0 of a head. kStream: the caller checked that the NeoX halves of every out are vector-aligned.
 //
 // bf16 NeoX takes 2N pairs per step first. `split` holds the caller's cos and sin rows with
 // each block of 2N values reordered as its N even then N odd entries (sin negated for backward;
@@ -290,9 +345,9 @@ constexpr int64_t kMaxSplitPairs = 512;
 // widens each set to float32 in place, and one shift and one 16-bit blend put the two rounded
 // sets back together. That replaces the widening and narrowing permutes (vpmovzxwd, vpmovdw),
 // which compete with the arithmetic for the same two vector ports on AVX-512.
-template <DType kType, bool kNeox, bool kBackward, bool kStream = false>
-HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t num_pairs, const float* cos_row,
-                           const float* sin_row, const float* split = nullptr) {
+template <DType kType, bool kNeox, bool kBackward, bool kStream, bool kTwo>
+HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* out1, int64_t offset,
+                            int64_t num_pairs, const float* cos_row, const float* sin_row, const float* split) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
@@ -303,80 +358,111 @@ HWY_INLINE void RotateHead(const void* in, void* out, int64_t offset, int64_t nu
       if (split != nullptr) {
         const DU32 du;
         const VU32 high_half = hn::Set(du, 0xFFFF0000u);
-        const auto* in16 = static_cast<const uint16_t*>(in);
-        auto* out16 = static_cast<uint16_t*>(out);
-        for (; i + 2 * N <= num_pairs; i += 2 * N) {
-          const VF c_even = hn::Load(df, split + i);
-          const VF c_odd = hn::Load(df, split + i + N);
-          const VF s_even = hn::Load(df, split + kMaxSplitPairs + i);
-          const VF s_odd = hn::Load(df, split + kMaxSplitPairs + i + N);
+        // One head's 2N pairs: widen, rotate by the split rows (forward formula, sin already
+        // negated for backward), round, join, store.
+        const auto step = [&](const void* in, void* out, VF c_even, VF c_odd, VF s_even, VF s_odd) HWY_ATTR {
+          const auto* in16 = static_cast<const uint16_t*>(in);
+          auto* out16 = static_cast<uint16_t*>(out);
           const VU32 a_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i));
           const VU32 b_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i));
           const VF a_even = hn::BitCast(df, hn::ShiftLeft<16>(a_bits));
           const VF a_odd = hn::BitCast(df, hn::And(a_bits, high_half));
           const VF b_even = hn::BitCast(df, hn::ShiftLeft<16>(b_bits));
           const VF b_odd = hn::BitCast(df, hn::And(b_bits, high_half));
-          const VF a_even_f = hn::MulSub(a_even, c_even, hn::Mul(b_even, s_even));
-          const VF a_odd_f = hn::MulSub(a_odd, c_odd, hn::Mul(b_odd, s_odd));
-          const VF b_even_f = hn::MulAdd(b_even, c_even, hn::Mul(a_even, s_even));
-          const VF b_odd_f = hn::MulAdd(b_odd, c_odd, hn::Mul(a_odd, s_odd));
+          VF a_even_f, b_even_f, a_odd_f, b_odd_f;
+          Rotate<false>(a_even, b_even, c_even, s_even, a_even_f, b_even_f);
+          Rotate<false>(a_odd, b_odd, c_odd, s_odd, a_odd_f, b_odd_f);
           // No NaN test before rounding (see F32ToBf16High): every NaN here has zero low
           // 16 bits, so adding at most 0x8000 cannot carry out of them.
-          const VU32 a_even_out = F32ToBf16High(a_even_f);
-          const VU32 a_odd_out = F32ToBf16High(a_odd_f);
-          const VU32 b_even_out = F32ToBf16High(b_even_f);
-          const VU32 b_odd_out = F32ToBf16High(b_odd_f);
-          const VU32 a_out = JoinBf16Halves(a_even_out, a_odd_out);
-          const VU32 b_out = JoinBf16Halves(b_even_out, b_odd_out);
+          const VU32 a_out = JoinBf16Halves(F32ToBf16High(a_even_f), F32ToBf16High(a_odd_f));
+          const VU32 b_out = JoinBf16Halves(F32ToBf16High(b_even_f), F32ToBf16High(b_odd_f));
+          auto* a_dst = reinterpret_cast<uint32_t*>(out16 + first + i);
+          auto* b_dst = reinterpret_cast<uint32_t*>(out16 + second + i);
           if constexpr (kStream) {
-            hn::Stream(a_out, du, reinterpret_cast<uint32_t*>(out16 + first + i));
-            hn::Stream(b_out, du, reinterpret_cast<uint32_t*>(out16 + second + i));
+            hn::Stream(a_out, du, a_dst);
+            hn::Stream(b_out, du, b_dst);
           } else {
-            hn::StoreU(a_out, du, reinterpret_cast<uint32_t*>(out16 + first + i));
-            hn::StoreU(b_out, du, reinterpret_cast<uint32_t*>(out16 + second + i));
+            hn::StoreU(a_out, du, a_dst);
+            hn::StoreU(b_out, du, b_dst);
           }
+        };
+        for (; i + 2 * N <= num_pairs; i += 2 * N) {
+          const VF c_even = hn::Load(df, split + i);
+          const VF c_odd = hn::Load(df, split + i + N);
+          const VF s_even = hn::Load(df, split + kMaxSplitPairs + i);
+          const VF s_odd = hn::Load(df, split + kMaxSplitPairs + i + N);
+          step(in0, out0, c_even, c_odd, s_even, s_odd);
+          if constexpr (kTwo) step(in1, out1, c_even, c_odd, s_even, s_odd);
         }
       }
     }
     for (; i + N <= num_pairs; i += N) {
       const VF c = hn::LoadU(df, cos_row + i);
-      const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
-      const VF a = LoadF32<kType>(in, first + i);
-      const VF b = LoadF32<kType>(in, second + i);
-      const VF a_out = hn::MulSub(a, c, hn::Mul(b, s));
-      const VF b_out = hn::MulAdd(b, c, hn::Mul(a, s));
-      if constexpr (kStream) {
-        StreamF32<kType>(a_out, out, first + i);
-        StreamF32<kType>(b_out, out, second + i);
-      } else {
-        StoreF32<kType>(a_out, out, first + i);
-        StoreF32<kType>(b_out, out, second + i);
+      const VF s = hn::LoadU(df, sin_row + i);
+      VF a_out, b_out;
+      Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i)), InRegister(LoadF32<kType>(in0, second + i)), c, s,
+                        a_out, b_out);
+      StoreRotated<kType, kStream>(a_out, out0, first + i);
+      StoreRotated<kType, kStream>(b_out, out0, second + i);
+      if constexpr (kTwo) {
+        Rotate<kBackward>(InRegister(LoadF32<kType>(in1, first + i)), InRegister(LoadF32<kType>(in1, second + i)), c,
+                          s, a_out, b_out);
+        StoreRotated<kType, kStream>(a_out, out1, first + i);
+        StoreRotated<kType, kStream>(b_out, out1, second + i);
       }
     }
     for (; i < num_pairs; ++i) {
-      const float c = cos_row[i];
-      const float s = kBackward ? -sin_row[i] : sin_row[i];
-      const float a = LoadOne<kType>(in, first + i);
-      const float b = LoadOne<kType>(in, second + i);
-      StoreOne<kType>(std::fma(a, c, -(b * s)), out, first + i);
-      StoreOne<kType>(std::fma(b, c, a * s), out, second + i);
+      RotateOne<kType, kBackward>(in0, out0, first + i, second + i, cos_row[i], sin_row[i]);
+      if constexpr (kTwo) RotateOne<kType, kBackward>(in1, out1, first + i, second + i, cos_row[i], sin_row[i]);
     }
   } else {
     for (; i + N <= num_pairs; i += N) {
       const VF c = hn::LoadU(df, cos_row + i);
-      const VF s = kBackward ? hn::Neg(hn::LoadU(df, sin_row + i)) : hn::LoadU(df, sin_row + i);
-      VF a, b;
-      LoadPairsF32<kType>(in, offset + 2 * i, a, b);
-      StorePairsF32<kType>(hn::MulSub(a, c, hn::Mul(b, s)), hn::MulAdd(b, c, hn::Mul(a, s)), out, offset + 2 * i);
+      const VF s = hn::LoadU(df, sin_row + i);
+      VF a, b, a_out, b_out;
+      LoadPairsF32<kType>(in0, offset + 2 * i, a, b);
+      Rotate<kBackward>(a, b, c, s, a_out, b_out);
+      StorePairsF32<kType>(a_out, b_out, out0, offset + 2 * i);
+      if constexpr (kTwo) {
+        LoadPairsF32<kType>(in1, offset + 2 * i, a, b);
+        Rotate<kBackward>(a, b, c, s, a_out, b_out);
+        StorePairsF32<kType>(a_out, b_out, out1, offset + 2 * i);
+      }
     }
     for (; i < num_pairs; ++i) {
-      const float c = cos_row[i];
-      const float s = kBackward ? -sin_row[i] : sin_row[i];
-      const float a = LoadOne<kType>(in, offset + 2 * i);
-      const float b = LoadOne<kType>(in, offset + 2 * i + 1);
-      StoreOne<kType>(std::fma(a, c, -(b * s)), out, offset + 2 * i);
-      StoreOne<kType>(std::fma(b, c, a * s), out, offset + 2 * i + 1);
+      const int64_t first = offset + 2 * i;
+      RotateOne<kType, kBackward>(in0, out0, first, first + 1, cos_row[i], sin_row[i]);
+      if constexpr (kTwo) RotateOne<kType, kBackward>(in1, out1, first, first + 1, cos_row[i], sin_row[i]);
     }
+  }
+}
+
+// Rotates every head of a token, two at a time, in the order of head_groups() (kernels.hpp):
+// 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1, 0, 1, 2, ...). The next head comes by
+// addition, not division: the head index feeds the load addresses, and a division per head
+// (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24). Every decision that
+// is the same for all heads (streaming, the pairing, the dtype) is a template argument, so that
+// the loop over heads holds nothing but the two pointers' arithmetic.
+template <DType kType, bool kNeox, bool kBackward, bool kStream>
+HWY_NOINLINE void RotateAllHeads(const unsigned char* in, unsigned char* out, int64_t in_head_bytes,
+                                 int64_t out_head_bytes, int64_t num_heads, int64_t heads_per_group, int64_t offset,
+                                 int64_t num_pairs, const float* cos_row, const float* sin_row, const float* split) {
+  const int64_t wrap = num_heads - 1;
+  const auto next = [&](int64_t h) {
+    return h + heads_per_group < num_heads ? h + heads_per_group : h + heads_per_group - wrap;
+  };
+  int64_t j = 0;
+  int64_t h = 0;
+  for (; j + 2 <= num_heads; j += 2) {
+    const int64_t h1 = next(h);
+    RotateHeads<kType, kNeox, kBackward, kStream, true>(in + h * in_head_bytes, out + h * out_head_bytes,
+                                                        in + h1 * in_head_bytes, out + h1 * out_head_bytes, offset,
+                                                        num_pairs, cos_row, sin_row, split);
+    h = next(h1);
+  }
+  if (j < num_heads) {
+    RotateHeads<kType, kNeox, kBackward, kStream, false>(in + h * in_head_bytes, out + h * out_head_bytes, nullptr,
+                                                         nullptr, offset, num_pairs, cos_row, sin_row, split);
   }
 }
 
@@ -385,11 +471,8 @@ void RotateHeadsImpl(const HeadsArgs& args) {
   constexpr int64_t kElementBytes = kType == DType::F32 ? 4 : 2;
   const auto* in = static_cast<const unsigned char*>(args.in);
   auto* out = static_cast<unsigned char*>(args.out);
-  const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
-  // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
-  // block vector-aligned in every head.
-  // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHead (below),
-  // whose streamed vectors are twice as wide.
+  // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHeads, whose
+  // streamed vectors are twice as wide.
   constexpr bool kSplit = kType == DType::BF16 && kNeox;
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
@@ -411,42 +494,38 @@ void RotateHeadsImpl(const HeadsArgs& args) {
     }
     split = split_rows;
   }
+  const int64_t in_head_bytes = args.in_head_stride * kElementBytes;
+  const int64_t out_head_bytes = args.out_head_stride * kElementBytes;
+  // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
+  // block vector-aligned in every head: the first head's are, and the head stride keeps them so
+  // (the usual contiguous case). Otherwise this token is stored through the cache.
   const auto vector_bytes = static_cast<uintptr_t>(N * kElementBytes * (kSplit ? 2 : 1));
-  const bool stream = kNeox && CanStream<kType>() && args.stream_stores;
-  // Heads are visited in interleaved groups a page apart where that is faster (head_groups,
-  // kernels.hpp): 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... The last head's offset is one the checks bounded (strides >= 0, every offset < 2^63 bytes),
+  const auto block = reinterpret_cast<uintptr_t>(out + args.rotary_offset * kElementBytes);
+  const auto half_bytes = static_cast<uintptr_t>(args.num_pairs * kElementBytes);
+  const bool stream = kNeox && CanStream<kType>() && args.stream_stores && block % vector_bytes == 0 &&
+                      half_bytes % vector_bytes == 0 &&
+                      (args.num_heads == 1 || static_cast<uintptr_t>(out_head_bytes) % vector_bytes == 0);
+  // The last head's offset is one the checks bounded (strides >= 0, every offset < 2^63 bytes),
   // so this cannot overflow; a single head may have any stride and is not multiplied.
-  const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * args.in_head_stride * kElementBytes : 0;
+  const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * in_head_bytes : 0;
   const int64_t groups = head_groups(args.num_heads, last_head_bytes, args.max_head_groups);
   const int64_t heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
-  // The next head by addition, not division: the head index feeds the load addresses, and a
-  // division per head (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24).
-  const int64_t wrap = args.num_heads - 1;
-  // Whether every head's block is stream-aligned, decided once: the first head's is and the head
-  // stride keeps it so (the usual contiguous case). Otherwise each head is checked.
-  const auto block_address = [&](int64_t h) {
-    return reinterpret_cast<uintptr_t>(out + (h * args.out_head_stride + args.rotary_offset) * kElementBytes);
-  };
-  const auto half_bytes = static_cast<uintptr_t>(args.num_pairs * kElementBytes);
-  const bool all_aligned = stream && block_address(0) % vector_bytes == 0 && half_bytes % vector_bytes == 0 &&
-                           static_cast<uintptr_t>(args.out_head_stride * kElementBytes) % vector_bytes == 0;
-  const bool copy_before = args.copy_passthrough && args.rotary_offset > 0;
-  const bool copy_after = args.copy_passthrough && block_end < args.head_dim;
-  for (int64_t j = 0, h = 0; j < args.num_heads;
-       ++j, h = h + heads_per_group < args.num_heads ? h + heads_per_group : h + heads_per_group - wrap) {
-    const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
-    unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
-    if (all_aligned ||
-        (stream && block_address(h) % vector_bytes == 0 && (block_address(h) + half_bytes) % vector_bytes == 0)) {
-      RotateHead<kType, kNeox, kBackward, true>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos,
-                                                 args.sin, split);
-    } else {
-      RotateHead<kType, kNeox, kBackward>(head_in, head_out, args.rotary_offset, args.num_pairs, args.cos, args.sin,
-                                          split);
-    }
-    // Out of place: the elements outside the rotated block are copied (usually none).
-    if (copy_before) std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
-    if (copy_after) {
+  if (stream) {
+    RotateAllHeads<kType, kNeox, kBackward, true>(in, out, in_head_bytes, out_head_bytes, args.num_heads,
+                                                  heads_per_group, args.rotary_offset, args.num_pairs, args.cos,
+                                                  args.sin, split);
+  } else {
+    RotateAllHeads<kType, kNeox, kBackward, false>(in, out, in_head_bytes, out_head_bytes, args.num_heads,
+                                                   heads_per_group, args.rotary_offset, args.num_pairs, args.cos,
+                                                   args.sin, split);
+  }
+  // Out of place: the elements outside the rotated block are copied (usually none).
+  const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
+  if (args.copy_passthrough && (args.rotary_offset > 0 || block_end < args.head_dim)) {
+    for (int64_t h = 0; h < args.num_heads; ++h) {
+      const unsigned char* head_in = in + h * in_head_bytes;
+      unsigned char* head_out = out + h * out_head_bytes;
+      std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
       std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
                   static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
     }
