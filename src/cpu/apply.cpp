@@ -153,8 +153,10 @@ ThreadPool& pool_locked() {
 // threads than on 1 with the earlier 2^16 threshold.
 constexpr int64_t kMinElementsPerThread = int64_t{1} << 19;
 
-// Out-of-place outputs at least this large use non-temporal stores: several times the 2 MiB
-// L2 of this machine class, so the output would be evicted before use anyway.
+// Calls whose outputs are at least this large are bound by memory, not by the core: several
+// times a core's L2 (2 MiB on the Intel machine of this class, 512 KiB on the AMD one), so the
+// output would be evicted before use anyway. Out of place they use non-temporal stores, and the
+// kernels order the heads for memory (HeadsArgs::memory_bound).
 constexpr int64_t kStreamOutputBytes = int64_t{16} << 20;
 
 // ---- head order -------------------------------------------------------------------------------
@@ -405,6 +407,8 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.out_element_bytes +
                                          (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.out_element_bytes : 0));
   const bool stream_outputs = output_bytes >= kStreamOutputBytes;
+  // The same size decides whether the kernels order heads for memory (HeadsArgs::memory_bound).
+  const bool memory_bound = output_bytes >= kStreamOutputBytes;
   auto rotate_range = [&](int64_t first, int64_t last) {
     // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
     std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
@@ -459,34 +463,45 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
       }
       const int64_t b = thd ? 0 : t / axes.seq;
       const int64_t s = thd ? t : t % axes.seq;
+      // The kernels take q and k of a token in one call (they may interleave their heads); a
+      // tensor they cannot read directly goes through rotate_gathered on its own.
+      cpu::HeadsArgs args[2];
+      bool take[2] = {false, false};
       for (int which = 0; which < (has_k ? 2 : 1); ++which) {
         const TensorPlan& p = which == 0 ? qp : kp;
         // No heads: nothing to rotate, and the data may be null (no arithmetic on it then).
         if (p.in_axes.heads == 0) continue;
-        cpu::HeadsArgs args;
-        args.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
-        args.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.out_element_bytes;
-        args.in_head_stride = p.in_axes.stride_heads;
-        args.out_head_stride = p.out_axes.stride_heads;
-        args.num_heads = p.in_axes.heads;
-        args.head_dim = p.in_axes.dim;
-        args.rotary_offset = options.rotary_offset;
-        args.num_pairs = num_pairs;
-        args.cos = which == 0 ? q_cos : k_cos;
-        args.sin = which == 0 ? q_sin : k_sin;
-        args.neox = spec.style == Style::NeoX;
-        args.backward = backward;
-        args.copy_passthrough = !p.in_place;
-        args.stream_stores = !p.in_place && stream_outputs;
-        args.max_head_groups = max_head_groups;
+        cpu::HeadsArgs& a = args[which];
+        a.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
+        a.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.out_element_bytes;
+        a.in_head_stride = p.in_axes.stride_heads;
+        a.out_head_stride = p.out_axes.stride_heads;
+        a.num_heads = p.in_axes.heads;
+        a.head_dim = p.in_axes.dim;
+        a.rotary_offset = options.rotary_offset;
+        a.num_pairs = num_pairs;
+        a.cos = which == 0 ? q_cos : k_cos;
+        a.sin = which == 0 ? q_sin : k_sin;
+        a.neox = spec.style == Style::NeoX;
+        a.backward = backward;
+        a.copy_passthrough = !p.in_place;
+        a.stream_stores = !p.in_place && stream_outputs;
+        a.max_head_groups = max_head_groups;
+        a.memory_bound = memory_bound;
         if (direct[which]) {
-          cpu::rotate_heads(p.dtype, args);
+          take[which] = true;
         } else {
           const TensorView& in_view = which == 0 ? q : k;
           const TensorView& out_view = which == 0 ? q_out : k_out;
-          rotate_gathered(static_cast<const unsigned char*>(args.in), static_cast<unsigned char*>(args.out),
-                          p.in_axes, p.out_axes, in_view.dtype, out_view.dtype, p.in_place, args, gather.data());
+          rotate_gathered(static_cast<const unsigned char*>(a.in), static_cast<unsigned char*>(a.out), p.in_axes,
+                          p.out_axes, in_view.dtype, out_view.dtype, p.in_place, a, gather.data());
         }
+      }
+      if (take[0] && take[1] && qp.dtype == kp.dtype) {
+        cpu::rotate_token(qp.dtype, args[0], &args[1]);
+      } else {
+        if (take[0]) cpu::rotate_token(qp.dtype, args[0], nullptr);
+        if (take[1]) cpu::rotate_token(kp.dtype, args[1], nullptr);
       }
     }
     // Non-temporal stores are weakly ordered: fence them before this thread reports its rows

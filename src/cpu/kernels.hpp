@@ -39,10 +39,16 @@ struct HeadsArgs {
   // The caller must call flush_streamed_stores() before it reports its work done.
   bool stream_stores = false;
   int64_t max_head_groups = 1;  // head_groups()
+  // The call's tensors are much larger than the caches: rotate_token orders heads for memory
+  // (q and k interleaved), not for the load ports (see RotateTokenImpl).
+  bool memory_bound = false;
 };
 
 // Rotates one token's heads with the current target's kernel for `dtype`.
 void rotate_heads(DType dtype, const HeadsArgs& args);
+
+// One token's q heads and, if k is not null, its k heads (the same dtype, pairing and direction).
+void rotate_token(DType dtype, const HeadsArgs& q, const HeadsArgs* k);
 
 // The order in which the kernels visit a token's heads: the heads split into `groups` contiguous
 // groups, visited as heads 0, H/g, 2H/g, ..., 1, H/g + 1, ... Heads are independent, so the order

@@ -334,9 +334,10 @@ constexpr int64_t kMaxSplitPairs = 512;
 
 // Rotates the rotated block of one head (in0 -> out0) or, with kTwo, of two heads at once (in1 ->
 // out1 as well): each cos/sin vector is loaded once for both, so a step of two heads takes 6 loads
-// and 4 stores where two steps of one take 8 and 4, and the per-head loop runs half as often
-// (decode-sized calls ran 10-25% faster in cache on AMD EPYC, 2026-11-25). in and out are element
-// 0 of a head. kStream: the caller checked that the NeoX halves of every out are vector-aligned.
+// and 4 stores where two steps of one take 8 and 4. kWide (one head only): 2N pairs per step, the
+// two vectors of each half stored one after the other, so that a step writes whole 64-byte lines
+// (f32 from AVX2 up; RotateHeadRange says which form is used where). in and out are element 0 of a head.
+// kStream: the caller checked that the NeoX halves of every out are vector-aligned.
 //
 // bf16 NeoX takes 2N pairs per step first. `split` holds the caller's cos and sin rows with
 // each block of 2N values reordered as its N even then N odd entries (sin negated for backward;
@@ -345,7 +346,7 @@ constexpr int64_t kMaxSplitPairs = 512;
 // widens each set to float32 in place, and one shift and one 16-bit blend put the two rounded
 // sets back together. That replaces the widening and narrowing permutes (vpmovzxwd, vpmovdw),
 // which compete with the arithmetic for the same two vector ports on AVX-512.
-template <DType kType, bool kNeox, bool kBackward, bool kStream, bool kTwo>
+template <DType kType, bool kNeox, bool kBackward, bool kStream, bool kTwo, bool kWide = false>
 HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* out1, int64_t offset,
                             int64_t num_pairs, const float* cos_row, const float* sin_row, const float* split) {
   const DF df;
@@ -396,6 +397,23 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
         }
       }
     }
+    if constexpr (kWide && !kTwo) {
+      for (; i + 2 * N <= num_pairs; i += 2 * N) {
+        const VF c0 = hn::LoadU(df, cos_row + i);
+        const VF c1 = hn::LoadU(df, cos_row + i + N);
+        const VF s0 = hn::LoadU(df, sin_row + i);
+        const VF s1 = hn::LoadU(df, sin_row + i + N);
+        VF a0, b0, a1, b1;
+        Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i)), InRegister(LoadF32<kType>(in0, second + i)), c0,
+                          s0, a0, b0);
+        Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i + N)),
+                          InRegister(LoadF32<kType>(in0, second + i + N)), c1, s1, a1, b1);
+        StoreRotated<kType, kStream>(a0, out0, first + i);
+        StoreRotated<kType, kStream>(a1, out0, first + i + N);
+        StoreRotated<kType, kStream>(b0, out0, second + i);
+        StoreRotated<kType, kStream>(b1, out0, second + i + N);
+      }
+    }
     for (; i + N <= num_pairs; i += N) {
       const VF c = hn::LoadU(df, cos_row + i);
       const VF s = hn::LoadU(df, sin_row + i);
@@ -437,116 +455,208 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
   }
 }
 
-// Rotates every head of a token, two at a time, in the order of head_groups() (kernels.hpp):
-// 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1, 0, 1, 2, ...). The next head comes by
-// addition, not division: the head index feeds the load addresses, and a division per head
-// (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24). Every decision that
-// is the same for all heads (streaming, the pairing, the dtype) is a template argument, so that
-// the loop over heads holds nothing but the two pointers' arithmetic.
+// What RotateHeadRange needs of one tensor's heads in one token, decided once per call.
+struct HeadsPlan {
+  const unsigned char* in = nullptr;
+  unsigned char* out = nullptr;
+  int64_t in_head_bytes = 0;
+  int64_t out_head_bytes = 0;
+  int64_t num_heads = 0;
+  int64_t heads_per_group = 0;  // head_groups(): num_heads / groups
+  int64_t offset = 0;
+  int64_t num_pairs = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  const float* split = nullptr;  // bf16 NeoX: the split rows, or null
+  bool stream = false;
+};
+
+// Rotates the heads at visiting positions [j_begin, j_end) of a token, in the order of
+// head_groups() (kernels.hpp): 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1: 0, 1, 2, ...).
+// The next head comes by addition, not division: the head index feeds the load addresses, and a
+// division per head (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24).
+// Streaming and the pairing are template arguments, so that the loop over heads holds nothing
+// but the pointers' arithmetic.
+//
+// How many heads a step takes depends on where the time goes (AMD EPYC, 2026-11-25, alternating
+// runs; docs/performance.md):
+//   out of place: one head, 2N pairs per step, so that a step writes whole 64-byte lines and
+//     only two output lines are open at a time. Streamed, two heads per step (four lines open)
+//     ran at 0.82-0.86 of the copy stream on 2 threads where one head ran at 0.90-0.93; through
+//     the cache, decode ran in 110 us against 92.
+//   in place: two heads per step share each cos/sin load (RotateHeads, kTwo): decode 78 -> 64 us.
 template <DType kType, bool kNeox, bool kBackward, bool kStream>
-HWY_NOINLINE void RotateAllHeads(const unsigned char* in, unsigned char* out, int64_t in_head_bytes,
-                                 int64_t out_head_bytes, int64_t num_heads, int64_t heads_per_group, int64_t offset,
-                                 int64_t num_pairs, const float* cos_row, const float* sin_row, const float* split) {
+HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
+  const int64_t num_heads = p.num_heads;
+  const int64_t step = p.heads_per_group;
   const int64_t wrap = num_heads - 1;
-  const auto next = [&](int64_t h) {
-    return h + heads_per_group < num_heads ? h + heads_per_group : h + heads_per_group - wrap;
-  };
-  int64_t j = 0;
-  int64_t h = 0;
-  for (; j + 2 <= num_heads; j += 2) {
+  const auto next = [&](int64_t h) { return h + step < num_heads ? h + step : h + step - wrap; };
+  // Visiting position j_begin -> head index (one division per range, not per head).
+  const int64_t groups = num_heads / step;
+  int64_t h = groups == 1 ? j_begin : (j_begin % groups) * step + j_begin / groups;
+  int64_t j = j_begin;
+  const unsigned char* in = p.in;
+  unsigned char* out = p.out;
+  if (kStream || in != out) {
+    for (; j < j_end; ++j) {
+      RotateHeads<kType, kNeox, kBackward, kStream, false, true>(in + h * p.in_head_bytes, out + h * p.out_head_bytes,
+                                                                 nullptr, nullptr, p.offset, p.num_pairs, p.cos,
+                                                                 p.sin, p.split);
+      h = next(h);
+    }
+    return;
+  }
+  for (; j + 2 <= j_end; j += 2) {
     const int64_t h1 = next(h);
-    RotateHeads<kType, kNeox, kBackward, kStream, true>(in + h * in_head_bytes, out + h * out_head_bytes,
-                                                        in + h1 * in_head_bytes, out + h1 * out_head_bytes, offset,
-                                                        num_pairs, cos_row, sin_row, split);
+    RotateHeads<kType, kNeox, kBackward, kStream, true>(in + h * p.in_head_bytes, out + h * p.out_head_bytes,
+                                                        in + h1 * p.in_head_bytes, out + h1 * p.out_head_bytes,
+                                                        p.offset, p.num_pairs, p.cos, p.sin, p.split);
     h = next(h1);
   }
-  if (j < num_heads) {
-    RotateHeads<kType, kNeox, kBackward, kStream, false>(in + h * in_head_bytes, out + h * out_head_bytes, nullptr,
-                                                         nullptr, offset, num_pairs, cos_row, sin_row, split);
+  if (j < j_end) {
+    RotateHeads<kType, kNeox, kBackward, kStream, false>(in + h * p.in_head_bytes, out + h * p.out_head_bytes, nullptr,
+                                                         nullptr, p.offset, p.num_pairs, p.cos, p.sin, p.split);
   }
 }
 
 template <DType kType, bool kNeox, bool kBackward>
-void RotateHeadsImpl(const HeadsArgs& args) {
-  constexpr int64_t kElementBytes = kType == DType::F32 ? 4 : 2;
-  const auto* in = static_cast<const unsigned char*>(args.in);
-  auto* out = static_cast<unsigned char*>(args.out);
-  // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHeads, whose
-  // streamed vectors are twice as wide.
+HWY_INLINE void RotateRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
+  if (p.stream) {
+    RotateHeadRange<kType, kNeox, kBackward, true>(p, j_begin, j_end);
+  } else {
+    RotateHeadRange<kType, kNeox, kBackward, false>(p, j_begin, j_end);
+  }
+}
+
+// bf16 NeoX: cos and sin reordered once per call for the split path of RotateHeads, whose
+// streamed vectors are twice as wide. `split_rows` holds 2 * kMaxSplitPairs floats. Returns
+// split_rows, or null where the split path does not apply.
+template <DType kType, bool kNeox, bool kBackward>
+HWY_INLINE const float* SplitRows(const HeadsArgs& args, float* HWY_RESTRICT split_rows) {
   constexpr bool kSplit = kType == DType::BF16 && kNeox;
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
-  HWY_ALIGN float split_rows[kSplit ? 2 * kMaxSplitPairs : 1];
-  const float* split = nullptr;
-  if (kSplit && args.num_pairs <= kMaxSplitPairs && args.num_pairs >= 2 * N) {
-    for (int64_t i = 0; i + 2 * N <= args.num_pairs; i += 2 * N) {
-      VF c_even, c_odd, s_even, s_odd;
-      hn::LoadInterleaved2(df, args.cos + i, c_even, c_odd);
-      hn::LoadInterleaved2(df, args.sin + i, s_even, s_odd);
-      if (kBackward) {
-        s_even = hn::Neg(s_even);
-        s_odd = hn::Neg(s_odd);
-      }
-      hn::Store(c_even, df, split_rows + i);
-      hn::Store(c_odd, df, split_rows + i + N);
-      hn::Store(s_even, df, split_rows + kMaxSplitPairs + i);
-      hn::Store(s_odd, df, split_rows + kMaxSplitPairs + i + N);
+  if (!kSplit || args.num_pairs > kMaxSplitPairs || args.num_pairs < 2 * N) return nullptr;
+  for (int64_t i = 0; i + 2 * N <= args.num_pairs; i += 2 * N) {
+    VF c_even, c_odd, s_even, s_odd;
+    hn::LoadInterleaved2(df, args.cos + i, c_even, c_odd);
+    hn::LoadInterleaved2(df, args.sin + i, s_even, s_odd);
+    if (kBackward) {
+      s_even = hn::Neg(s_even);
+      s_odd = hn::Neg(s_odd);
     }
-    split = split_rows;
+    hn::Store(c_even, df, split_rows + i);
+    hn::Store(c_odd, df, split_rows + i + N);
+    hn::Store(s_even, df, split_rows + kMaxSplitPairs + i);
+    hn::Store(s_odd, df, split_rows + kMaxSplitPairs + i + N);
   }
-  const int64_t in_head_bytes = args.in_head_stride * kElementBytes;
-  const int64_t out_head_bytes = args.out_head_stride * kElementBytes;
+  return split_rows;
+}
+
+template <DType kType, bool kNeox>
+HeadsPlan PlanHeads(const HeadsArgs& args, const float* split) {
+  constexpr int64_t kElementBytes = kType == DType::F32 ? 4 : 2;
+  constexpr bool kSplit = kType == DType::BF16 && kNeox;
+  const auto N = static_cast<int64_t>(hn::Lanes(DF()));
+  HeadsPlan p;
+  p.in = static_cast<const unsigned char*>(args.in);
+  p.out = static_cast<unsigned char*>(args.out);
+  p.in_head_bytes = args.in_head_stride * kElementBytes;
+  p.out_head_bytes = args.out_head_stride * kElementBytes;
+  p.num_heads = args.num_heads;
+  p.offset = args.rotary_offset;
+  p.num_pairs = args.num_pairs;
+  p.cos = args.cos;
+  p.sin = args.sin;
+  p.split = split;
   // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
   // block vector-aligned in every head: the first head's are, and the head stride keeps them so
   // (the usual contiguous case). Otherwise this token is stored through the cache.
   const auto vector_bytes = static_cast<uintptr_t>(N * kElementBytes * (kSplit ? 2 : 1));
-  const auto block = reinterpret_cast<uintptr_t>(out + args.rotary_offset * kElementBytes);
+  const auto block = reinterpret_cast<uintptr_t>(p.out + args.rotary_offset * kElementBytes);
   const auto half_bytes = static_cast<uintptr_t>(args.num_pairs * kElementBytes);
-  const bool stream = kNeox && CanStream<kType>() && args.stream_stores && block % vector_bytes == 0 &&
-                      half_bytes % vector_bytes == 0 &&
-                      (args.num_heads == 1 || static_cast<uintptr_t>(out_head_bytes) % vector_bytes == 0);
+  p.stream = kNeox && CanStream<kType>() && args.stream_stores && block % vector_bytes == 0 &&
+             half_bytes % vector_bytes == 0 &&
+             (args.num_heads == 1 || static_cast<uintptr_t>(p.out_head_bytes) % vector_bytes == 0);
   // The last head's offset is one the checks bounded (strides >= 0, every offset < 2^63 bytes),
   // so this cannot overflow; a single head may have any stride and is not multiplied.
-  const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * in_head_bytes : 0;
+  const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * p.in_head_bytes : 0;
   const int64_t groups = head_groups(args.num_heads, last_head_bytes, args.max_head_groups);
-  const int64_t heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
-  if (stream) {
-    RotateAllHeads<kType, kNeox, kBackward, true>(in, out, in_head_bytes, out_head_bytes, args.num_heads,
-                                                  heads_per_group, args.rotary_offset, args.num_pairs, args.cos,
-                                                  args.sin, split);
-  } else {
-    RotateAllHeads<kType, kNeox, kBackward, false>(in, out, in_head_bytes, out_head_bytes, args.num_heads,
-                                                   heads_per_group, args.rotary_offset, args.num_pairs, args.cos,
-                                                   args.sin, split);
-  }
-  // Out of place: the elements outside the rotated block are copied (usually none).
+  p.heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
+  return p;
+}
+
+// Out of place: the elements outside the rotated block are copied (usually none).
+template <DType kType>
+void CopyPassthrough(const HeadsArgs& args) {
+  constexpr int64_t kElementBytes = kType == DType::F32 ? 4 : 2;
   const int64_t block_end = args.rotary_offset + 2 * args.num_pairs;
-  if (args.copy_passthrough && (args.rotary_offset > 0 || block_end < args.head_dim)) {
-    for (int64_t h = 0; h < args.num_heads; ++h) {
-      const unsigned char* head_in = in + h * in_head_bytes;
-      unsigned char* head_out = out + h * out_head_bytes;
-      std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
-      std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
-                  static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
+  if (!args.copy_passthrough || (args.rotary_offset == 0 && block_end == args.head_dim)) return;
+  const auto* in = static_cast<const unsigned char*>(args.in);
+  auto* out = static_cast<unsigned char*>(args.out);
+  for (int64_t h = 0; h < args.num_heads; ++h) {
+    const unsigned char* head_in = in + h * args.in_head_stride * kElementBytes;
+    unsigned char* head_out = out + h * args.out_head_stride * kElementBytes;
+    std::memcpy(head_out, head_in, static_cast<size_t>(args.rotary_offset * kElementBytes));
+    std::memcpy(head_out + block_end * kElementBytes, head_in + block_end * kElementBytes,
+                static_cast<size_t>((args.head_dim - block_end) * kElementBytes));
+  }
+}
+
+// One token: q's heads and, when k is given, k's heads.
+//
+// Calls much larger than the caches (HeadsArgs::memory_bound) interleave the two tensors' heads
+// as grouped-query attention pairs them: q heads [g r, (g + 1) r), then k head g (r = q heads /
+// k heads), so that the four streams (q and k, in and out) advance together instead of q's
+// 16 KiB row and then k's 4 KiB one. On AMD EPYC (2026-11-25) that took prefill f32 from 0.79-0.84
+// to 0.88-0.89 of the copy stream out of place on 1 thread, and in place from 0.90-0.92 to
+// 0.99-1.02; a plain copy in the same order was as fast as a sequential one, a copy of q's row
+// then k's 3% slower (docs/performance.md). In cache it is slower (decode 45 -> 57 us): more
+// single heads, fewer shared cos/sin loads. It applies where both tensors are visited in head
+// order, stream alike and share their cos/sin rows (not xPos); otherwise q, then k.
+template <DType kType, bool kNeox, bool kBackward>
+void RotateTokenImpl(const HeadsArgs& q, const HeadsArgs* k) {
+  HWY_ALIGN float split_rows[kType == DType::BF16 && kNeox ? 2 * kMaxSplitPairs : 1];
+  const float* q_split = SplitRows<kType, kNeox, kBackward>(q, split_rows);
+  const HeadsPlan qp = PlanHeads<kType, kNeox>(q, q_split);
+  const bool same_rows = k != nullptr && k->cos == q.cos && k->sin == q.sin;
+  if (same_rows && q.memory_bound && k->num_heads > 0 && q.num_heads % k->num_heads == 0) {
+    const HeadsPlan kp = PlanHeads<kType, kNeox>(*k, q_split);
+    if (kp.stream == qp.stream && qp.heads_per_group == qp.num_heads && kp.heads_per_group == kp.num_heads) {
+      const int64_t ratio = q.num_heads / k->num_heads;
+      for (int64_t g = 0; g < k->num_heads; ++g) {
+        RotateRange<kType, kNeox, kBackward>(qp, g * ratio, (g + 1) * ratio);
+        RotateRange<kType, kNeox, kBackward>(kp, g, g + 1);
+      }
+      CopyPassthrough<kType>(q);
+      CopyPassthrough<kType>(*k);
+      return;
     }
   }
+  RotateRange<kType, kNeox, kBackward>(qp, 0, qp.num_heads);
+  CopyPassthrough<kType>(q);
+  if (k == nullptr) return;
+  // q is done: its split rows may be overwritten by k's.
+  const float* k_split = same_rows ? q_split : SplitRows<kType, kNeox, kBackward>(*k, split_rows);
+  RotateRange<kType, kNeox, kBackward>(PlanHeads<kType, kNeox>(*k, k_split), 0, k->num_heads);
+  CopyPassthrough<kType>(*k);
   // Non-temporal stores are weakly ordered: the caller fences them once for all its tokens
   // (flush_streamed_stores).
 }
 
 template <DType kType>
-void RotateHeadsTyped(const HeadsArgs& args) {
-  if (args.neox) {
-    args.backward ? RotateHeadsImpl<kType, true, true>(args) : RotateHeadsImpl<kType, true, false>(args);
+void RotateTokenTyped(const HeadsArgs& q, const HeadsArgs* k) {
+  if (q.neox) {
+    q.backward ? RotateTokenImpl<kType, true, true>(q, k) : RotateTokenImpl<kType, true, false>(q, k);
   } else {
-    args.backward ? RotateHeadsImpl<kType, false, true>(args) : RotateHeadsImpl<kType, false, false>(args);
+    q.backward ? RotateTokenImpl<kType, false, true>(q, k) : RotateTokenImpl<kType, false, false>(q, k);
   }
 }
 
 // One concrete function per storage type, as HWY_EXPORT needs.
-void RotateHeadsF32(const HeadsArgs& args) { RotateHeadsTyped<DType::F32>(args); }
-void RotateHeadsBF16(const HeadsArgs& args) { RotateHeadsTyped<DType::BF16>(args); }
-void RotateHeadsF16(const HeadsArgs& args) { RotateHeadsTyped<DType::F16>(args); }
+void RotateTokenF32(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::F32>(q, k); }
+void RotateTokenBF16(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::BF16>(q, k); }
+void RotateTokenF16(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::F16>(q, k); }
 
 }  // namespace rotary::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -554,17 +664,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace rotary::cpu {
 
-HWY_EXPORT(RotateHeadsF32);
-HWY_EXPORT(RotateHeadsBF16);
-HWY_EXPORT(RotateHeadsF16);
+HWY_EXPORT(RotateTokenF32);
+HWY_EXPORT(RotateTokenBF16);
+HWY_EXPORT(RotateTokenF16);
 
 void flush_streamed_stores() { hwy::FlushStream(); }
 
-void rotate_heads(DType dtype, const HeadsArgs& args) {
+void rotate_heads(DType dtype, const HeadsArgs& args) { rotate_token(dtype, args, nullptr); }
+
+void rotate_token(DType dtype, const HeadsArgs& q, const HeadsArgs* k) {
   switch (dtype) {
-    case DType::F32: HWY_DYNAMIC_DISPATCH(RotateHeadsF32)(args); return;
-    case DType::BF16: HWY_DYNAMIC_DISPATCH(RotateHeadsBF16)(args); return;
-    case DType::F16: HWY_DYNAMIC_DISPATCH(RotateHeadsF16)(args); return;
+    case DType::F32: HWY_DYNAMIC_DISPATCH(RotateTokenF32)(q, k); return;
+    case DType::BF16: HWY_DYNAMIC_DISPATCH(RotateTokenBF16)(q, k); return;
+    case DType::F16: HWY_DYNAMIC_DISPATCH(RotateTokenF16)(q, k); return;
     case DType::F64: break;
   }
 }

@@ -1223,6 +1223,28 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
   cases[2].family = family_of(text_spec(128, Style::NeoX));
   cases[2].config = plain_config(cases[2].family, Layout::BSHD, 1, 2048, 32, 8, 128, DType::F16);
   cases[2].config.offsets = {rng.uniform(0, 9000)};
+  // Calls this large are memory-bound, and the kernels interleave q and k heads by GQA group
+  // (rotate_kernels.cpp, RotateTokenImpl). In place f32, q 12 / k 4 heads (3 q heads a group: a
+  // pair and a single), 17 MiB.
+  cases.push_back({});
+  cases[3].family = family_of(text_spec(128, Style::NeoX));
+  cases[3].config = plain_config(cases[3].family, Layout::BSHD, 2, 1100, 12, 4, 128, DType::F32);
+  cases[3].config.in_place = true;
+  cases[3].config.offsets = {rng.uniform(0, 5000), rng.uniform(0, 5000)};
+  // bf16 GPT-J (never streamed) out of place, q 10 / k 2 heads, head_dim 96 with rotary_dim 80
+  // (odd vector counts, scalar tails, pass-through copies), THD.
+  cases.push_back({});
+  cases[4].family = family_of(text_spec(80, Style::GPTJ));
+  cases[4].config = plain_config(cases[4].family, Layout::THD, 1, 9000, 10, 2, 96, DType::BF16);
+  cases[4].config.cu_seqlens = {0, 4000, 9000};
+  cases[4].config.offsets = {rng.uniform(0, 5000), rng.uniform(0, 5000)};
+  // xPos: q and k take different cos/sin rows, so no interleaving; f32 streamed, q 8 / k 8 heads.
+  cases.push_back({});
+  RopeSpec xpos = text_spec(128, Style::NeoX);
+  xpos.xpos = XPos{512.0};
+  cases[5].family = family_of(xpos);
+  cases[5].config = plain_config(cases[5].family, Layout::BSHD, 1, 2100, 8, 8, 128, DType::F32);
+  cases[5].config.offsets = {rng.uniform(0, 3000)};
   for (size_t i = 0; i < cases.size(); ++i) {
     Config& c = cases[i].config;
     c.family = &cases[i].family;
