@@ -806,7 +806,7 @@ int run_bench(Args& args) {
     for (int threads : options.threads) {
       StreamBandwidth& bandwidth = streams[{std::string(to_string(dtype)), threads}];
       const auto stream_row = [&](std::string name, bool in_place, const bench::Timing& timing, std::string shape,
-                                  const char* target) {
+                                  const char* isa) {
         Row row;
         row.name = std::move(name);
         row.workload = "prefill";
@@ -819,7 +819,7 @@ int run_bench(Args& args) {
         row.median_ms = timing.median_ms;
         row.min_ms = timing.min_ms;
         row.gb_per_s = bench::gb_per_s(row.bytes, timing.median_ms);
-        row.target = target;
+        row.target = isa;
         row.repetitions = timing.repetitions;
         row.calls_per_repetition = timing.calls_per_repetition;
         return row;

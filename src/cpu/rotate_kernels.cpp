@@ -469,6 +469,7 @@ struct HeadsPlan {
   const float* sin = nullptr;
   const float* split = nullptr;  // bf16 NeoX: the split rows, or null
   bool stream = false;
+  bool two_heads = false;  // RotateHeadRange: two heads per step (in place, in cache)
 };
 
 // Rotates the heads at visiting positions [j_begin, j_end) of a token, in the order of
@@ -480,11 +481,13 @@ struct HeadsPlan {
 //
 // How many heads a step takes depends on where the time goes (AMD EPYC, 2026-11-25, alternating
 // runs; docs/performance.md):
-//   out of place: one head, 2N pairs per step, so that a step writes whole 64-byte lines and
-//     only two output lines are open at a time. Streamed, two heads per step (four lines open)
-//     ran at 0.82-0.86 of the copy stream on 2 threads where one head ran at 0.90-0.93; through
-//     the cache, decode ran in 110 us against 92.
-//   in place: two heads per step share each cos/sin load (RotateHeads, kTwo): decode 78 -> 64 us.
+//   bound by memory (out of place, or a call larger than the caches): one head, 2N pairs per
+//     step, so that a step writes whole 64-byte lines and only two lines of each output are open
+//     at a time. Streamed, two heads per step (four lines open) ran at 0.82-0.86 of the copy
+//     stream on 2 threads where one head ran at 0.90-0.93; through the cache, decode out of place
+//     took 110 us against 92; a model of the in-place prefill ran at 27.9 GB/s against 29.4.
+//   in place in cache: two heads per step share each cos/sin load (RotateHeads, kTwo): the loads,
+//     not the stores, limit that case, and decode in place went from 78 to 64 us.
 template <DType kType, bool kNeox, bool kBackward, bool kStream>
 HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
   const int64_t num_heads = p.num_heads;
@@ -497,7 +500,7 @@ HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j
   int64_t j = j_begin;
   const unsigned char* in = p.in;
   unsigned char* out = p.out;
-  if (kStream || in != out) {
+  if (!p.two_heads) {
     for (; j < j_end; ++j) {
       RotateHeads<kType, kNeox, kBackward, kStream, false, true>(in + h * p.in_head_bytes, out + h * p.out_head_bytes,
                                                                  nullptr, nullptr, p.offset, p.num_pairs, p.cos,
@@ -583,6 +586,7 @@ HeadsPlan PlanHeads(const HeadsArgs& args, const float* split) {
   const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * p.in_head_bytes : 0;
   const int64_t groups = head_groups(args.num_heads, last_head_bytes, args.max_head_groups);
   p.heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
+  p.two_heads = p.in == p.out && !args.memory_bound;
   return p;
 }
 
