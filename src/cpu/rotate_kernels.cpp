@@ -399,10 +399,10 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
     }
     if constexpr (kWide && !kTwo) {
       for (; i + 2 * N <= num_pairs; i += 2 * N) {
-        const VF c0 = hn::LoadU(df, cos_row + i);
-        const VF c1 = hn::LoadU(df, cos_row + i + N);
-        const VF s0 = hn::LoadU(df, sin_row + i);
-        const VF s1 = hn::LoadU(df, sin_row + i + N);
+        const VF c0 = InRegister(hn::LoadU(df, cos_row + i));
+        const VF c1 = InRegister(hn::LoadU(df, cos_row + i + N));
+        const VF s0 = InRegister(hn::LoadU(df, sin_row + i));
+        const VF s1 = InRegister(hn::LoadU(df, sin_row + i + N));
         VF a0, b0, a1, b1;
         Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i)), InRegister(LoadF32<kType>(in0, second + i)), c0,
                           s0, a0, b0);
@@ -462,21 +462,22 @@ struct HeadsPlan {
   int64_t in_head_bytes = 0;
   int64_t out_head_bytes = 0;
   int64_t num_heads = 0;
-  int64_t heads_per_group = 0;  // head_groups(): num_heads / groups
+  int64_t groups = 1;           // head_groups()
+  int64_t heads_per_group = 0;  // num_heads / groups
   int64_t offset = 0;
   int64_t num_pairs = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
   const float* split = nullptr;  // bf16 NeoX: the split rows, or null
   bool stream = false;
-  bool two_heads = false;  // RotateHeadRange: two heads per step (in place, in cache)
+  bool two_heads = false;  // RotateHeadRange: two heads per step (in place, in cache; never streamed)
 };
 
 // Rotates the heads at visiting positions [j_begin, j_end) of a token, in the order of
 // head_groups() (kernels.hpp): 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1: 0, 1, 2, ...).
 // The next head comes by addition, not division: the head index feeds the load addresses, and a
 // division per head (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24).
-// Streaming and the pairing are template arguments, so that the loop over heads holds nothing
+// Streaming, the pairing and the heads per step are template arguments, so that the loop over heads holds nothing
 // but the pointers' arithmetic.
 //
 // How many heads a step takes depends on where the time goes (AMD EPYC, 2026-11-25, alternating
@@ -488,47 +489,48 @@ struct HeadsPlan {
 //     took 110 us against 92; a model of the in-place prefill ran at 27.9 GB/s against 29.4.
 //   in place in cache: two heads per step share each cos/sin load (RotateHeads, kTwo): the loads,
 //     not the stores, limit that case, and decode in place went from 78 to 64 us.
-template <DType kType, bool kNeox, bool kBackward, bool kStream>
+template <DType kType, bool kNeox, bool kBackward, bool kStream, bool kTwoHeads>
 HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
+  const unsigned char* in = p.in;
+  unsigned char* out = p.out;
+  const int64_t in_head_bytes = p.in_head_bytes;
+  const int64_t out_head_bytes = p.out_head_bytes;
+  const int64_t offset = p.offset;
+  const int64_t num_pairs = p.num_pairs;
+  const float* cos_row = p.cos;
+  const float* sin_row = p.sin;
+  const float* split = p.split;
   const int64_t num_heads = p.num_heads;
   const int64_t step = p.heads_per_group;
   const int64_t wrap = num_heads - 1;
   const auto next = [&](int64_t h) { return h + step < num_heads ? h + step : h + step - wrap; };
-  // Visiting position j_begin -> head index (one division per range, not per head).
-  const int64_t groups = num_heads / step;
-  int64_t h = groups == 1 ? j_begin : (j_begin % groups) * step + j_begin / groups;
+  // Visiting position j_begin -> head index (a division per range only with several groups).
+  int64_t h = p.groups == 1 ? j_begin : (j_begin % p.groups) * step + j_begin / p.groups;
   int64_t j = j_begin;
-  const unsigned char* in = p.in;
-  unsigned char* out = p.out;
-  if (!p.two_heads) {
-    for (; j < j_end; ++j) {
-      RotateHeads<kType, kNeox, kBackward, kStream, false, true>(in + h * p.in_head_bytes, out + h * p.out_head_bytes,
-                                                                 nullptr, nullptr, p.offset, p.num_pairs, p.cos,
-                                                                 p.sin, p.split);
-      h = next(h);
+  if constexpr (kTwoHeads) {
+    for (; j + 2 <= j_end; j += 2) {
+      const int64_t h1 = next(h);
+      RotateHeads<kType, kNeox, kBackward, kStream, true>(in + h * in_head_bytes, out + h * out_head_bytes,
+                                                          in + h1 * in_head_bytes, out + h1 * out_head_bytes, offset,
+                                                          num_pairs, cos_row, sin_row, split);
+      h = next(h1);
     }
-    return;
   }
-  for (; j + 2 <= j_end; j += 2) {
-    const int64_t h1 = next(h);
-    RotateHeads<kType, kNeox, kBackward, kStream, true>(in + h * p.in_head_bytes, out + h * p.out_head_bytes,
-                                                        in + h1 * p.in_head_bytes, out + h1 * p.out_head_bytes,
-                                                        p.offset, p.num_pairs, p.cos, p.sin, p.split);
-    h = next(h1);
-  }
-  if (j < j_end) {
-    RotateHeads<kType, kNeox, kBackward, kStream, false>(in + h * p.in_head_bytes, out + h * p.out_head_bytes, nullptr,
-                                                         nullptr, p.offset, p.num_pairs, p.cos, p.sin, p.split);
+  for (; j < j_end; ++j) {
+    RotateHeads<kType, kNeox, kBackward, kStream, false, !kTwoHeads>(in + h * in_head_bytes, out + h * out_head_bytes,
+                                                                     nullptr, nullptr, offset, num_pairs, cos_row,
+                                                                     sin_row, split);
+    h = next(h);
   }
 }
 
 template <DType kType, bool kNeox, bool kBackward>
 HWY_INLINE void RotateRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
-  if (p.stream) {
-    RotateHeadRange<kType, kNeox, kBackward, true>(p, j_begin, j_end);
-  } else {
-    RotateHeadRange<kType, kNeox, kBackward, false>(p, j_begin, j_end);
+  if constexpr (kNeox) {  // only NeoX streams
+    if (p.stream) return RotateHeadRange<kType, kNeox, kBackward, true, false>(p, j_begin, j_end);
   }
+  if (p.two_heads) return RotateHeadRange<kType, kNeox, kBackward, false, true>(p, j_begin, j_end);
+  RotateHeadRange<kType, kNeox, kBackward, false, false>(p, j_begin, j_end);
 }
 
 // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHeads, whose
@@ -585,6 +587,7 @@ HeadsPlan PlanHeads(const HeadsArgs& args, const float* split) {
   // so this cannot overflow; a single head may have any stride and is not multiplied.
   const int64_t last_head_bytes = args.num_heads > 1 ? (args.num_heads - 1) * p.in_head_bytes : 0;
   const int64_t groups = head_groups(args.num_heads, last_head_bytes, args.max_head_groups);
+  p.groups = groups;
   p.heads_per_group = groups == 1 ? args.num_heads : args.num_heads / groups;
   p.two_heads = p.in == p.out && !args.memory_bound;
   return p;
