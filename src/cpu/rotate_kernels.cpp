@@ -403,28 +403,34 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
         const VF c1 = InRegister(hn::LoadU(df, cos_row + i + N));
         const VF s0 = InRegister(hn::LoadU(df, sin_row + i));
         const VF s1 = InRegister(hn::LoadU(df, sin_row + i + N));
-        VF a0, b0, a1, b1;
-        Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i)), InRegister(LoadF32<kType>(in0, second + i)), c0,
-                          s0, a0, b0);
-        Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i + N)),
-                          InRegister(LoadF32<kType>(in0, second + i + N)), c1, s1, a1, b1);
-        StoreRotated<kType, kStream>(a0, out0, first + i);
-        StoreRotated<kType, kStream>(a1, out0, first + i + N);
-        StoreRotated<kType, kStream>(b0, out0, second + i);
-        StoreRotated<kType, kStream>(b1, out0, second + i + N);
+        // Loaded in memory order, each named: as call arguments GCC evaluates them right to left,
+        // which touched each head's second half before its first.
+        const VF a0 = InRegister(LoadF32<kType>(in0, first + i));
+        const VF a1 = InRegister(LoadF32<kType>(in0, first + i + N));
+        const VF b0 = InRegister(LoadF32<kType>(in0, second + i));
+        const VF b1 = InRegister(LoadF32<kType>(in0, second + i + N));
+        VF a0_out, b0_out, a1_out, b1_out;
+        Rotate<kBackward>(a0, b0, c0, s0, a0_out, b0_out);
+        Rotate<kBackward>(a1, b1, c1, s1, a1_out, b1_out);
+        StoreRotated<kType, kStream>(a0_out, out0, first + i);
+        StoreRotated<kType, kStream>(a1_out, out0, first + i + N);
+        StoreRotated<kType, kStream>(b0_out, out0, second + i);
+        StoreRotated<kType, kStream>(b1_out, out0, second + i + N);
       }
     }
     for (; i + N <= num_pairs; i += N) {
       const VF c = hn::LoadU(df, cos_row + i);
       const VF s = hn::LoadU(df, sin_row + i);
       VF a_out, b_out;
-      Rotate<kBackward>(InRegister(LoadF32<kType>(in0, first + i)), InRegister(LoadF32<kType>(in0, second + i)), c, s,
-                        a_out, b_out);
+      const VF a = InRegister(LoadF32<kType>(in0, first + i));
+      const VF b = InRegister(LoadF32<kType>(in0, second + i));
+      Rotate<kBackward>(a, b, c, s, a_out, b_out);
       StoreRotated<kType, kStream>(a_out, out0, first + i);
       StoreRotated<kType, kStream>(b_out, out0, second + i);
       if constexpr (kTwo) {
-        Rotate<kBackward>(InRegister(LoadF32<kType>(in1, first + i)), InRegister(LoadF32<kType>(in1, second + i)), c,
-                          s, a_out, b_out);
+        const VF a1 = InRegister(LoadF32<kType>(in1, first + i));
+        const VF b1 = InRegister(LoadF32<kType>(in1, second + i));
+        Rotate<kBackward>(a1, b1, c, s, a_out, b_out);
         StoreRotated<kType, kStream>(a_out, out1, first + i);
         StoreRotated<kType, kStream>(b_out, out1, second + i);
       }
@@ -500,6 +506,18 @@ HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j
   const float* cos_row = p.cos;
   const float* sin_row = p.sin;
   const float* split = p.split;
+  if (p.groups == 1 && !kTwoHeads) {
+    // Head order (every machine but Intel): the next head by a pointer increment, with as few
+    // live values as possible, since a memory-bound loop waits less the more loads the core can
+    // have in flight per instruction.
+    const unsigned char* head_in = in + j_begin * in_head_bytes;
+    unsigned char* head_out = out + j_begin * out_head_bytes;
+    for (int64_t j = j_begin; j < j_end; ++j, head_in += in_head_bytes, head_out += out_head_bytes) {
+      RotateHeads<kType, kNeox, kBackward, kStream, false, true>(head_in, head_out, nullptr, nullptr, offset, num_pairs,
+                                                                 cos_row, sin_row, split);
+    }
+    return;
+  }
   const int64_t num_heads = p.num_heads;
   const int64_t step = p.heads_per_group;
   const int64_t wrap = num_heads - 1;
