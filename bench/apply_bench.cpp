@@ -10,7 +10,8 @@
 //   BM_Copy / BM_Memcpy / BM_CopyInPlace  the streams of bench/copy_bandwidth.hpp over q + k of
 //                BM_Prefill: streaming-store copy (the out-of-place floor), glibc's memcpy (for
 //                reference: at this size it uses ordinary stores here, see copy_bandwidth.hpp),
-//                read-modify-write in place (the in-place floor)
+//                read-modify-write in place (the in-place floor); copy and in place each
+//                sequentially and four pages at a time (the faster is the floor)
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads, or std::threads for the
 // streams), in_place (output view == input view). Bytes processed per call = (q + k elements) x
 // element size x 2 (read once, written once), so bytes_per_second is the GB/s of `rotary bench`.
@@ -144,15 +145,22 @@ size_t prefill_bytes(DType dtype) {
   return static_cast<size_t>(kPrefillTokens * (kQHeads + kKvHeads) * kHeadDim * rotary::dtype_size(dtype));
 }
 
+// The streams take a fourth argument, the access pattern: 0 sequential, 1 four pages at a time
+// (copy_bandwidth.hpp; which is faster depends on the machine, and `rotary bench` takes the faster).
+rotary::bench::Pattern pattern_arg(const benchmark::State& state) {
+  return state.range(2) == 0 ? rotary::bench::Pattern::Sequential : rotary::bench::Pattern::FourPages;
+}
+
 void BM_Copy(benchmark::State& state) {
   const size_t bytes = prefill_bytes(dtype_arg(state));
   const int threads = static_cast<int>(state.range(1));
+  const rotary::bench::Pattern pattern = pattern_arg(state);
   rotary::bench::Buffer src(bytes);
   rotary::bench::Buffer dst(bytes);
   rotary::bench::copy_inplace_init(src.data(), bytes);
-  rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
+  rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads, pattern);  // warm-up
   for (auto _ : state) {
-    rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads);
+    rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads, pattern);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
@@ -176,11 +184,12 @@ void BM_Memcpy(benchmark::State& state) {
 void BM_CopyInPlace(benchmark::State& state) {
   const size_t bytes = prefill_bytes(dtype_arg(state));
   const int threads = static_cast<int>(state.range(1));
+  const rotary::bench::Pattern pattern = pattern_arg(state);
   rotary::bench::Buffer data(bytes);
   rotary::bench::copy_inplace_init(data.data(), bytes);
-  rotary::bench::copy_inplace_stream(data.data(), bytes, threads);  // warm-up
+  rotary::bench::copy_inplace_stream(data.data(), bytes, threads, pattern);  // warm-up
   for (auto _ : state) {
-    rotary::bench::copy_inplace_stream(data.data(), bytes, threads);
+    rotary::bench::copy_inplace_stream(data.data(), bytes, threads, pattern);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
@@ -203,9 +212,19 @@ void StreamArgs(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(BM_Copy)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+// dtype x threads x pattern (0 sequential, 1 four pages at a time).
+void PatternStreamArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads", "pattern"});
+  for (int64_t dtype : {0, 1}) {
+    for (int64_t threads : {1, 2}) {
+      for (int64_t pattern : {0, 1}) b->Args({dtype, threads, pattern});
+    }
+  }
+}
+
+BENCHMARK(BM_Copy)->Apply(PatternStreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memcpy)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_CopyInPlace)->Apply(StreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CopyInPlace)->Apply(PatternStreamArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Varlen)->Apply(KernelArgs)->UseRealTime()->Unit(benchmark::kMillisecond);

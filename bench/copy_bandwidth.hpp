@@ -351,6 +351,11 @@ inline void copy_inplace_init(std::byte* data, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); ++i) x[i] = 1.0f + static_cast<float>(i % 1021) / 1021.0f;
 }
 
+// Calls whose q + k are smaller than this are compared with streams of their own size, which
+// stay in the caches (Streams::run_cached). The kernels stream their outputs past the caches from
+// the same size up (apply.cpp, kStreamOutputBytes).
+constexpr int64_t kCachedStreamBytes = int64_t{16} << 20;
+
 // The three streams on buffers allocated once, for any size up to max_bytes. run() times the
 // floor of a kernel call: the pattern choose_floor() found faster for that kind of stream and
 // thread count (by default four pages for copy, sequential in place).
@@ -382,6 +387,19 @@ class Streams {
   }
   // The floor of an in-place call or of an out-of-place one.
   void run(bool in_place, size_t bytes, int threads) { stream(in_place, bytes, threads, floor(in_place, threads)); }
+  // The floor of a call small enough to stay in the caches (below kCachedStreamBytes, where the
+  // kernels store through the cache too): in place the read-modify-write stream, out of place
+  // glibc's memcpy, which copies such sizes with ordinary stores (a streaming copy would send
+  // them to memory). On the calling thread only, whatever the thread count: starting a thread
+  // costs more than such a copy (a 2-thread memcpy of 1.6 MB ran slower than a 1-thread one),
+  // and apply() keeps calls this small on the calling thread too (kMinElementsPerThread).
+  void run_cached(bool in_place, size_t bytes) {
+    if (in_place) {
+      copy_inplace(bytes, 1, Pattern::Sequential);
+    } else {
+      memcpy(bytes, 1);
+    }
+  }
 
  private:
   static int key(bool in_place, int threads) { return threads * 2 + (in_place ? 1 : 0); }

@@ -6,7 +6,8 @@
 // and thread count (bench/copy_bandwidth.hpp): out-of-place rows by "copy" (a streaming-store
 // copy: glibc's memcpy would use ordinary stores at this size here and run at half the speed, see
 // copy_bandwidth.hpp), in-place rows by "copy_inplace" (a read-modify-write stream), both over
-// q + k of the prefill case. The
+// q + k of the prefill case; a call that fits in the caches (decode) by a stream of its own
+// bytes, "cached_copy" (memcpy) or "cached_copy_inplace" (Streams::run_cached). The
 // stream is timed in alternation with the row's own repetitions (bench::time_paired): on this
 // shared 2-core machine other processes' load comes and goes (memcpy alone measured 8.5 to 15.5
 // GB/s in runs minutes apart), and a stream timed at another moment would move the ratios by as
@@ -77,12 +78,17 @@ const char* const kBenchHelp =
     "and bfloat16, out of place and in place, next to memory streams measured in the same run,\n"
     "each over a buffer the size of q + k of the prefill case: \"copy\" (a copy with streaming\n"
     "stores, as glibc's memcpy does for large buffers), \"memcpy\" (glibc's memcpy as called, for\n"
-    "reference) and \"copy_inplace\" (x[i] *= 1.0000001f in place).\n"
+    "reference) and \"copy_inplace\" (x[i] *= 1.0000001f in place). copy and copy_inplace are\n"
+    "each timed sequentially and four pages at a time (rows <stream>_sequential, <stream>_4pages);\n"
+    "the faster is this machine's floor.\n"
     "\n"
     "Bytes per call = (q + k elements) x element size x 2 (read once, written once). ratio = the\n"
     "row's GB/s / base_GB/s, the GB/s of the stream of the same dtype and thread count (in-place\n"
     "rows: copy_inplace; others: copy), timed in alternation with the row's own repetitions so\n"
-    "that both see the same machine load (PyTorch rows: the copy rows); each timed repetition of\n"
+    "that both see the same machine load (PyTorch rows: the copy rows). A call whose q + k fit in\n"
+    "the caches (under 16 MiB: decode) is compared with a stream of its own bytes on one thread,\n"
+    "in the caches as well: cached_copy (glibc's memcpy, ordinary stores) and cached_copy_inplace;\n"
+    "the row's baseline field names which. Each timed repetition of\n"
     "either follows one untimed run of the same operation. Time: one warm-up call, then the\n"
     "median of N repetitions of wall time; calls under 2 ms are repeated back to back within a\n"
     "repetition and the time is per call. The cos/sin table (llama-3.1-8b, exact,\n"
@@ -266,7 +272,9 @@ struct Row {
   // gb_per_s / baseline_gb_per_s; NaN (null in JSON) when no stream of this dtype and thread count
   // was measured.
   double ratio_to_copy = 0.0;
-  std::string baseline;  // "copy" or "copy_inplace": the stream ratio_to_copy divides by
+  // The stream ratio_to_copy divides by: "copy" or "copy_inplace" (over q + k of prefill), or for
+  // calls that fit in the caches "cached_copy" or "cached_copy_inplace" (over the call's own bytes).
+  std::string baseline;
   // That stream's GB/s: for kernel rows, measured in alternation with the row's own repetitions
   // (bench::time_paired); for PyTorch rows, the copy row of the same dtype and threads.
   double baseline_gb_per_s = 0.0;
@@ -781,8 +789,8 @@ int run_bench(Args& args) {
         " threads over q + k of prefill (in-place rows: copy_inplace, others: copy), timed in alternation with the"
         " row's repetitions, each after an untimed run of the same operation (torch rows: the copy rows above)\n");
     args.out() << format_line(
-        "# decode uses 40 q heads (the issue's 50 us decode target); GB/s of decode and varlen come largely"
-        " from cache\n");
+        "# decode uses 40 q heads (the issue's 50 us decode target); its q + k fit in the caches, so its base is a"
+        " stream of its own bytes on one thread (cached_copy: memcpy; cached_copy_inplace)\n");
     print_header(args.out());
   }
 
@@ -898,11 +906,25 @@ int run_bench(Args& args) {
           const TensorView& qo = in_place ? q_view : q_out_view;
           const TensorView& ko = in_place ? k_view : k_out_view;
           // Each repetition of the call is followed by one of its stream (same dtype and threads):
-          // the ratio compares the two under the same load.
-          const size_t reference_bytes = static_cast<size_t>(stream_bytes(dtype));
+          // the ratio compares the two under the same load. A call whose q + k fit in the caches
+          // (decode) is compared with a stream of its own bytes, also in the caches
+          // (bench::Streams::run_cached): alternating it with the 84 MB one slowed decode by a
+          // third, as that stream leaves the last-level cache full of dirty lines that the next
+          // ~15 calls write back (173 us right after it, 63 us fifteen calls later; AMD EPYC,
+          // 2026-11-25).
+          const int64_t call_bytes = (q_elements + k_elements) * element_bytes;
+          const bool cached = call_bytes < bench::kCachedStreamBytes;
+          const size_t reference_bytes = static_cast<size_t>(cached ? call_bytes : stream_bytes(dtype));
           const bench::PairedTiming paired = bench::time_paired(
               [&] { apply(q_view, k_view, qo, ko, positions, table); },
-              [&] { stream_buffers.run(in_place, reference_bytes, threads); }, repetitions);
+              [&] {
+                if (cached) {
+                  stream_buffers.run_cached(in_place, reference_bytes);
+                } else {
+                  stream_buffers.run(in_place, reference_bytes, threads);
+                }
+              },
+              repetitions);
           const bench::Timing& timing = paired.call;
           Row row;
           row.name = workload.name;
@@ -916,7 +938,7 @@ int run_bench(Args& args) {
           row.median_ms = timing.median_ms;
           row.min_ms = timing.min_ms;
           row.gb_per_s = bench::gb_per_s(row.bytes, timing.median_ms);
-          row.baseline = in_place ? "copy_inplace" : "copy";
+          row.baseline = cached ? (in_place ? "cached_copy_inplace" : "cached_copy") : (in_place ? "copy_inplace" : "copy");
           row.baseline_gb_per_s =
               bench::gb_per_s(2 * static_cast<int64_t>(reference_bytes), paired.reference.median_ms);
           row.ratio_to_copy = row.gb_per_s / row.baseline_gb_per_s;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <random>
@@ -341,6 +342,39 @@ TEST(Cli, HelpForEveryCommand) {
   }
   EXPECT_EQ(run("--help").exit_code, 0);
   EXPECT_EQ(run("").exit_code, 2);
+}
+
+// The structure of `rotary bench --json` on the smallest run, not its figures (timing belongs in
+// bench/): every row names its case and baseline, a cached call (decode) is compared with a stream
+// of its own bytes, and ratio_to_copy is gb_per_s / baseline_gb_per_s.
+TEST(Cli, BenchJsonRowsNameTheirCaseAndBaseline) {
+  const Result r = run("bench --json --quick --cases decode --dtypes float32 --threads 1 --repetitions 1 --torch none");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value rows = json::parse(r.out, "bench --json");
+  ASSERT_TRUE(rows.is_array());
+  std::map<std::string, int> cases;
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    ++cases[name];
+    EXPECT_EQ(row.find("dtype")->as_string(), "float32");
+    EXPECT_EQ(row.find("threads")->as_int64(), 1);
+    EXPECT_GT(row.find("median_ms")->as_double(), 0.0) << name;
+    EXPECT_GT(row.find("gb_per_s")->as_double(), 0.0) << name;
+    const double ratio = row.find("ratio_to_copy")->as_double();
+    const double baseline = row.find("baseline_gb_per_s")->as_double();
+    EXPECT_NEAR(ratio, row.find("gb_per_s")->as_double() / baseline, 1e-9 * ratio) << name;
+    if (name == "decode") {
+      const bool in_place = row.find("in_place")->as_bool();
+      EXPECT_EQ(row.find("baseline")->as_string(), in_place ? "cached_copy_inplace" : "cached_copy");
+      EXPECT_EQ(row.find("bytes")->as_int64(), 64 * (40 + 8) * 128 * 4 * 2);
+    }
+  }
+  EXPECT_EQ(cases["decode"], 2);  // out of place and in place
+  EXPECT_EQ(cases["copy"], 1);
+  EXPECT_EQ(cases["copy_inplace"], 1);
+  EXPECT_EQ(cases["memcpy"], 1);
+  EXPECT_EQ(cases["copy_sequential"], 1);
+  EXPECT_EQ(cases["copy_4pages"], 1);
 }
 
 }  // namespace
