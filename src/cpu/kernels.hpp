@@ -74,6 +74,12 @@ inline int64_t head_groups(int64_t num_heads, int64_t last_head_bytes, int64_t m
 int64_t max_head_groups();
 void set_max_head_groups(int64_t n);
 
+// For tests: the kernels' float32 -> bf16 rounding of two vectors at once (rotate_kernels.cpp,
+// RoundJoinBf16) over arrays with the current target: out[i] holds bf16(even[i]) in its low 16
+// bits and bf16(odd[i]) in its high 16 bits. Exact (nearest even) for every input but NaNs with
+// non-zero low 16 bits, which the kernels never produce.
+void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count);
+
 // Orders this thread's non-temporal stores before its later stores (x86: sfence), so that
 // whoever learns of the work through a later store (the pool's completion flag) sees the data.
 // Once per thread and call, not per token: an sfence waits for the write-combining buffers to

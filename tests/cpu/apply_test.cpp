@@ -1571,6 +1571,63 @@ TEST(ApplyCpu, Bf16NanPayloadsAndOverflow) {
   }
 }
 
+// The kernels' bf16 rounding of two vectors at once (rotate_kernels.cpp, RoundJoinBf16: the
+// rounding decision made in 16-bit lanes) against the scalar float_to_bf16, on every target, over
+// a dense sample of float32 bit patterns: every low half (0x0000-0xFFFF, which decides the
+// rounding: ties at 0x8000, the largest low half 0xFFFF) under 64 kept halves (both signs, odd and
+// even, zero, subnormal, the largest finite that rounds up to infinity, infinity, quiet NaN with
+// zero low bits, the only NaNs arithmetic hands the rounding) and random patterns up to 2^22 in
+// all; even and odd lanes get different patterns.
+TEST(ApplyCpu, Bf16RoundingOfTwoVectorsIsNearestEvenOnEveryTarget) {
+  std::vector<uint32_t> patterns;
+  const std::vector<uint32_t> kept = {0x0000, 0x0001, 0x0002, 0x007F, 0x0080, 0x0081, 0x3F80, 0x3F81, 0x3FFF,
+                                      0x4000, 0x7F7E, 0x7F7F, 0x7F80, 0x7FC0, 0x8000, 0x8001, 0xBF80, 0xBF81,
+                                      0xC000, 0xFF7F, 0xFF80, 0xFFC0, 0x1234, 0x4321, 0x7F00, 0x00FF, 0x8080,
+                                      0x8081, 0xFE01, 0x0100, 0x7FFF & 0x7F7F, 0x5555};
+  for (const uint32_t high : kept) {
+    for (uint32_t low = 0; low <= 0xFFFF; ++low) {
+      const uint32_t bits = (high << 16) | low;
+      const bool nan = (bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0;
+      // The kernels round only results of arithmetic: a NaN is then quiet, and its low 16 bits
+      // are zero (F32ToBf16High). float_to_bf16 would quiet a signalling one.
+      if (nan && (low != 0 || (bits & 0x00400000u) == 0)) continue;
+      patterns.push_back(bits);
+    }
+  }
+  Rng rng(36000);
+  while (patterns.size() < (size_t{1} << 22)) {
+    const auto bits = static_cast<uint32_t>(rng.bits());
+    const bool nan = (bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0;
+    patterns.push_back(nan ? (bits & 0xFFFF0000u) | 0x00400000u : bits);
+  }
+  const size_t n = patterns.size() / 2;
+  std::vector<float> even(n), odd(n);
+  std::memcpy(even.data(), patterns.data(), n * sizeof(float));
+  std::memcpy(odd.data(), patterns.data() + n, n * sizeof(float));
+  std::reverse(odd.begin(), odd.end());  // other neighbours than in `even`
+  std::vector<uint32_t> expected(n);
+  for (size_t i = 0; i < n; ++i) {
+    expected[i] = static_cast<uint32_t>(float_to_bf16(even[i])) | (static_cast<uint32_t>(float_to_bf16(odd[i])) << 16);
+  }
+  for (const std::string& target : cpu_targets()) {
+    SCOPED_TRACE("target " + target);
+    const ForcedTarget forced(target);
+    std::vector<uint32_t> out(n, 0xDEADBEEFu);
+    cpu::round_join_bf16(even.data(), odd.data(), out.data(), static_cast<int64_t>(n));
+    int64_t wrong = 0;
+    for (size_t i = 0; i < n && wrong < 5; ++i) {
+      if (out[i] != expected[i]) {
+        ++wrong;
+        uint32_t e = 0, o = 0;
+        std::memcpy(&e, &even[i], 4);
+        std::memcpy(&o, &odd[i], 4);
+        ADD_FAILURE() << std::hex << "even 0x" << e << ", odd 0x" << o << ": got 0x" << out[i] << ", want 0x"
+                      << expected[i];
+      }
+    }
+  }
+}
+
 // The kernels visit a token's heads in an interleaved order when they span more than a page and
 // the CPU is one where that is faster (kernels.hpp, head_groups: up to 4 groups a page apart on
 // Intel, head order elsewhere). Both orders are run on every machine here, on every target,
