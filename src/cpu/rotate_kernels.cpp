@@ -252,15 +252,51 @@ HWY_INLINE void LoadPairsF32(const void* base, int64_t index, VF& a, VF& c) {
   }
 }
 
+// GPT-J pairs can be streamed where the interleaving is done in registers: 16-bit types always
+// (the two halves join into one vector of 32-bit lanes), float32 on targets of one or two
+// 128-bit blocks (SSSE3, SSE4, AVX2: InterleaveLower/Upper, then the blocks put in order). AVX3
+// would need a permutation across four blocks; its float32 GPT-J stores go through the cache.
 template <DType kType>
+constexpr bool CanStreamPairs() {
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  return false;
+#else
+  return kType != DType::F32 || (HWY_ARCH_X86 && hn::MaxLanes(DF()) * sizeof(float) <= 32);
+#endif
+}
+
+template <DType kType, bool kStream = false>
 HWY_INLINE void StorePairsF32(VF a, VF c, void* base, int64_t index) {
   const DF df;
   const DU32 du;
   auto* lanes = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + index);
+  const auto store_lanes = [&](VU32 v) HWY_ATTR {
+    if constexpr (kStream && CanStreamPairs<kType>()) {
+      hn::Stream(v, du, lanes);
+    } else {
+      hn::StoreU(v, du, lanes);
+    }
+  };
   if constexpr (kType == DType::F32) {
-    hn::StoreInterleaved2(a, c, df, static_cast<float*>(base) + index);
+    float* out = static_cast<float*>(base) + index;
+    if constexpr (kStream && CanStreamPairs<kType>()) {
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+      const auto N = static_cast<int64_t>(hn::Lanes(df));
+      const VF lower = hn::InterleaveLower(df, a, c);  // a0 c0 a1 c1 | a4 c4 a5 c5 (per block)
+      const VF upper = hn::InterleaveUpper(df, a, c);  // a2 c2 a3 c3 | a6 c6 a7 c7
+      if constexpr (hn::MaxLanes(DF()) * sizeof(float) == 16) {
+        hn::Stream(lower, df, out);
+        hn::Stream(upper, df, out + N);
+      } else {
+        hn::Stream(hn::ConcatLowerLower(df, upper, lower), df, out);
+        hn::Stream(hn::ConcatUpperUpper(df, upper, lower), df, out + N);
+      }
+#endif
+    } else {
+      hn::StoreInterleaved2(a, c, df, out);
+    }
   } else if constexpr (kType == DType::BF16) {
-    hn::StoreU(RoundJoinBf16(a, c), du, lanes);
+    store_lanes(RoundJoinBf16(a, c));
   } else {
 #if ROTARY_HAVE_F16C
     const VU32 low = hn::PromoteTo(du, hn::BitCast(DU16(), hn::DemoteTo(DF16(), a)));
@@ -269,7 +305,7 @@ HWY_INLINE void StorePairsF32(VF a, VF c, void* base, int64_t index) {
     const VU32 low = F32ToF16Bits(a);
     const VU32 high = F32ToF16Bits(c);
 #endif
-    hn::StoreU(hn::Or(low, hn::ShiftLeft<16>(high)), du, lanes);
+    store_lanes(hn::Or(low, hn::ShiftLeft<16>(high)));
   }
 }
 
@@ -470,11 +506,11 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
       VF a, b, a_out, b_out;
       LoadPairsF32<kType>(in0, offset + 2 * i, a, b);
       Rotate<kBackward>(a, b, c, s, a_out, b_out);
-      StorePairsF32<kType>(a_out, b_out, out0, offset + 2 * i);
+      StorePairsF32<kType, kStream>(a_out, b_out, out0, offset + 2 * i);
       if constexpr (kTwo) {
         LoadPairsF32<kType>(in1, offset + 2 * i, a, b);
         Rotate<kBackward>(a, b, c, s, a_out, b_out);
-        StorePairsF32<kType>(a_out, b_out, out1, offset + 2 * i);
+        StorePairsF32<kType, kStream>(a_out, b_out, out1, offset + 2 * i);
       }
     }
     for (; i < num_pairs; ++i) {
@@ -568,7 +604,7 @@ HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j
 
 template <DType kType, bool kNeox, bool kBackward>
 HWY_INLINE void RotateRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
-  if constexpr (kNeox) {  // only NeoX streams
+  if constexpr (kNeox ? CanStream<kType>() : CanStreamPairs<kType>()) {
     if (p.stream) return RotateHeadRange<kType, kNeox, kBackward, true, false>(p, j_begin, j_end);
   }
   if (p.two_heads) return RotateHeadRange<kType, kNeox, kBackward, false, true>(p, j_begin, j_end);
@@ -616,14 +652,17 @@ HeadsPlan PlanHeads(const HeadsArgs& args, const float* split) {
   p.cos = args.cos;
   p.sin = args.sin;
   p.split = split;
-  // Streaming (NeoX only: GPT-J f32 stores through StoreInterleaved2) needs both halves of the
-  // block vector-aligned in every head: the first head's are, and the head stride keeps them so
-  // (the usual contiguous case). Otherwise this token is stored through the cache.
-  const auto vector_bytes = static_cast<uintptr_t>(N * kElementBytes * (kSplit ? 2 : 1));
+  // Streaming needs every streamed vector aligned in every head (NeoX: both halves of the block;
+  // GPT-J: the block): the first head's are, and the head stride keeps them so (the usual
+  // contiguous case). Otherwise this token is stored through the cache.
+  // GPT-J streams 2N elements per step, whole vectors of N 32-bit lanes (CanStreamPairs), from
+  // the block's start.
+  const auto vector_bytes = static_cast<uintptr_t>(kNeox ? N * kElementBytes * (kSplit ? 2 : 1) : N * 4);
   const auto block = reinterpret_cast<uintptr_t>(p.out + args.rotary_offset * kElementBytes);
   const auto half_bytes = static_cast<uintptr_t>(args.num_pairs * kElementBytes);
-  p.stream = kNeox && CanStream<kType>() && args.stream_stores && block % vector_bytes == 0 &&
-             half_bytes % vector_bytes == 0 &&
+  const bool can_stream = kNeox ? CanStream<kType>() : CanStreamPairs<kType>();
+  p.stream = can_stream && args.stream_stores && block % vector_bytes == 0 &&
+             (!kNeox || half_bytes % vector_bytes == 0) &&
              (args.num_heads == 1 || static_cast<uintptr_t>(p.out_head_bytes) % vector_bytes == 0);
   // The last head's offset is one the checks bounded (strides >= 0, every offset < 2^63 bytes),
   // so this cannot overflow; a single head may have any stride and is not multiplied.

@@ -1245,6 +1245,12 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
   cases[5].family = family_of(xpos);
   cases[5].config = plain_config(cases[5].family, Layout::BSHD, 1, 2100, 8, 8, 128, DType::F32);
   cases[5].config.offsets = {rng.uniform(0, 3000)};
+  // f32 GPT-J streamed (interleaved in registers on SSSE3/SSE4/AVX2, StoreInterleaved2 through
+  // the cache on the others), q 16 / k 4 heads, 21 MB.
+  cases.push_back({});
+  cases[6].family = family_of(text_spec(128, Style::GPTJ));
+  cases[6].config = plain_config(cases[6].family, Layout::BSHD, 1, 2048, 16, 4, 128, DType::F32);
+  cases[6].config.offsets = {rng.uniform(0, 9000)};
   for (size_t i = 0; i < cases.size(); ++i) {
     Config& c = cases[i].config;
     c.family = &cases[i].family;
