@@ -80,6 +80,12 @@ void set_max_head_groups(int64_t n);
 // non-zero low 16 bits, which the kernels never produce.
 void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count);
 
+// For tests: the kernels' own loads and stores of bf16 / f16 (dtype BF16 or F16) over arrays with
+// the current target: widening, exact; narrowing, to nearest even (F16C on AVX2 / AVX3, integer
+// code elsewhere). Not a general converter: the bf16 narrowing assumes what F32ToBf16High does.
+void widen_16bit(DType dtype, const uint16_t* in, float* out, int64_t count);
+void narrow_16bit(DType dtype, const float* in, uint16_t* out, int64_t count);
+
 // Orders this thread's non-temporal stores before its later stores (x86: sfence), so that
 // whoever learns of the work through a later store (the pool's completion flag) sees the data.
 // Once per thread and call, not per token: an sfence waits for the write-combining buffers to

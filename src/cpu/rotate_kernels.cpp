@@ -755,6 +755,29 @@ void RoundJoinBf16Arrays(const float* even, const float* odd, uint32_t* out, int
   }
 }
 
+// The kernels' loads and stores of 16-bit types (LoadF32 / StoreF32) over arrays, for the dense
+// tests of their conversions (kernels.hpp). `f16` chooses binary16, else bfloat16.
+void WidenArrays(bool f16, const uint16_t* in, float* out, int64_t count) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= count; i += N) {
+    hn::StoreU(f16 ? LoadF32<DType::F16>(in, i) : LoadF32<DType::BF16>(in, i), df, out + i);
+  }
+  for (; i < count; ++i) out[i] = f16 ? LoadOne<DType::F16>(in, i) : LoadOne<DType::BF16>(in, i);
+}
+
+void NarrowArrays(bool f16, const float* in, uint16_t* out, int64_t count) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= count; i += N) {
+    const VF v = hn::LoadU(df, in + i);
+    f16 ? StoreF32<DType::F16>(v, out, i) : StoreF32<DType::BF16>(v, out, i);
+  }
+  for (; i < count; ++i) f16 ? StoreOne<DType::F16>(in[i], out, i) : StoreOne<DType::BF16>(in[i], out, i);
+}
+
 // One concrete function per storage type, as HWY_EXPORT needs.
 void RotateTokenF32(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::F32>(q, k); }
 void RotateTokenBF16(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::BF16>(q, k); }
@@ -770,6 +793,16 @@ HWY_EXPORT(RotateTokenF32);
 HWY_EXPORT(RotateTokenBF16);
 HWY_EXPORT(RotateTokenF16);
 HWY_EXPORT(RoundJoinBf16Arrays);
+HWY_EXPORT(WidenArrays);
+HWY_EXPORT(NarrowArrays);
+
+void widen_16bit(DType dtype, const uint16_t* in, float* out, int64_t count) {
+  HWY_DYNAMIC_DISPATCH(WidenArrays)(dtype == DType::F16, in, out, count);
+}
+
+void narrow_16bit(DType dtype, const float* in, uint16_t* out, int64_t count) {
+  HWY_DYNAMIC_DISPATCH(NarrowArrays)(dtype == DType::F16, in, out, count);
+}
 
 void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count) {
   HWY_DYNAMIC_DISPATCH(RoundJoinBf16Arrays)(even, odd, out, count);

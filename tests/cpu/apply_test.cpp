@@ -1634,6 +1634,88 @@ TEST(ApplyCpu, Bf16RoundingOfTwoVectorsIsNearestEvenOnEveryTarget) {
   }
 }
 
+// The kernels' own conversions of bf16 and f16 (LoadF32 / StoreF32), on every target, against the
+// scalar ones: widening over all 65,536 patterns of each, exactly (NaNs: a NaN, with the sign);
+// narrowing over a dense sample of float32 patterns: every pattern of the bits a rounding to the
+// type can look at (the low 16 bits for bf16; the low 13, and for the values f16 holds only as
+// subnormals or not at all, the whole range of exponents) under a set of kept parts, plus random
+// ones. f16 narrowing: every value, NaNs included (a quiet NaN with the sign); bf16: every value
+// but NaNs with low bits (F32ToBf16High's precondition: the kernels never produce them).
+TEST(ApplyCpu, Bf16AndF16ConversionsAreExactOnEveryTarget) {
+  std::vector<uint16_t> all16(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all16[i] = static_cast<uint16_t>(i);
+  std::vector<float> narrow_in;
+  Rng rng(37000);
+  // Every float32 exponent with 4 mantissa prefixes and every 13-bit tail, both signs: covers f16
+  // normals, subnormals, underflow to zero and overflow, each with every rounding position.
+  for (uint32_t sign = 0; sign < 2; ++sign) {
+    for (uint32_t exponent = 0; exponent < 256; ++exponent) {
+      for (uint32_t prefix : {0u, 1u, 0x2AAu, 0x3FFu}) {
+        for (uint32_t tail = 0; tail < (1u << 13); tail += (exponent >= 101 && exponent <= 143) ? 1 : 37) {
+          const uint32_t bits = (sign << 31) | (exponent << 23) | (prefix << 13) | tail;
+          float value;
+          std::memcpy(&value, &bits, 4);
+          narrow_in.push_back(value);
+        }
+      }
+    }
+  }
+  for (int n = 0; n < (1 << 20); ++n) {
+    const auto bits = static_cast<uint32_t>(rng.bits());
+    float value;
+    std::memcpy(&value, &bits, 4);
+    narrow_in.push_back(value);
+  }
+  const auto same_float = [](float got, float want) {
+    if (std::isnan(want)) return std::isnan(got) && std::signbit(got) == std::signbit(want);
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &got, 4);
+    std::memcpy(&b, &want, 4);
+    return a == b;
+  };
+  for (const std::string& target : cpu_targets()) {
+    SCOPED_TRACE("target " + target);
+    const ForcedTarget forced(target);
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(dtype == DType::F16 ? "f16" : "bf16");
+      const bool f16 = dtype == DType::F16;
+      std::vector<float> widened(all16.size());
+      cpu::widen_16bit(dtype, all16.data(), widened.data(), static_cast<int64_t>(all16.size()));
+      int wrong = 0;
+      for (size_t i = 0; i < all16.size() && wrong < 5; ++i) {
+        const float want = f16 ? f16_to_float(all16[i]) : bf16_to_float(all16[i]);
+        if (!same_float(widened[i], want)) {
+          ++wrong;
+          ADD_FAILURE() << "widen 0x" << std::hex << all16[i] << ": got " << widened[i] << ", want " << want;
+        }
+      }
+      std::vector<float> in;
+      for (float v : narrow_in) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &v, 4);
+        const bool nan = std::isnan(v);
+        if (!f16 && nan && ((bits & 0xFFFFu) != 0 || (bits & 0x00400000u) == 0)) continue;  // see above
+        if (f16 && nan && (bits & 0x00400000u) == 0) continue;  // arithmetic hands over quiet NaNs only
+        in.push_back(v);
+      }
+      std::vector<uint16_t> narrowed(in.size(), 0xDEAD);
+      cpu::narrow_16bit(dtype, in.data(), narrowed.data(), static_cast<int64_t>(in.size()));
+      for (size_t i = 0; i < in.size() && wrong < 10; ++i) {
+        const uint16_t want = f16 ? float_to_f16(in[i]) : float_to_bf16(in[i]);
+        const bool ok = std::isnan(in[i]) ? ((narrowed[i] & 0x7FFF) > (f16 ? 0x7C00 : 0x7F80) &&
+                                              (narrowed[i] & 0x8000) == (want & 0x8000))
+                                           : narrowed[i] == want;
+        if (!ok) {
+          ++wrong;
+          uint32_t bits = 0;
+          std::memcpy(&bits, &in[i], 4);
+          ADD_FAILURE() << "narrow 0x" << std::hex << bits << ": got 0x" << narrowed[i] << ", want 0x" << want;
+        }
+      }
+    }
+  }
+}
+
 // The kernels visit a token's heads in an interleaved order when they span more than a page and
 // the CPU is one where that is faster (kernels.hpp, head_groups: up to 4 groups a page apart on
 // Intel, head order elsewhere). Both orders are run on every machine here, on every target,
