@@ -93,7 +93,10 @@ const char* const kBenchHelp =
     "median of N repetitions of wall time; calls under 2 ms are repeated back to back within a\n"
     "repetition and the time is per call. The cos/sin table (llama-3.1-8b, exact,\n"
     "stored) is built once beforehand, outside every timed call. The last lines say how much CPU\n"
-    "other processes took during the run: above 5% the figures are not to be trusted.\n"
+    "other processes took during the run: above 5% the figures are not to be trusted; and how\n"
+    "fast a chain of dependent additions ran at the start and the end (the core's effective\n"
+    "clock in GHz: on a shared VM it was seen to halve within the hour, and the bf16 / f16\n"
+    "rows, bound by arithmetic, with it).\n"
     "\n"
     "cases:\n"
     "  copy, memcpy, copy_inplace  the streams (always measured: every ratio needs them)\n"
@@ -709,6 +712,41 @@ std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after)
   return line;
 }
 
+// ---- how fast the core ran ----------------------------------------------------------------------
+
+// A chain of dependent integer additions, timed for about 20 ms: one addition per cycle on any
+// x86-64 or AArch64 core, so the rate is the core's effective clock in GHz. On this VM it moved
+// between 1.4 and 3.2 within the same hour (2026-11-25; the host's use of the core's other
+// hyperthread is the likely cause: a VM cannot see it),
+// and the kernels that are bound by arithmetic rather than memory (bf16, f16) move with it while
+// the copy floor does not. NaN where there is no such instruction to time.
+double add_chain_ghz() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  constexpr int64_t kAdds = 40'000'000;
+  uint64_t value = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < kAdds; ++i) {
+#if defined(__x86_64__)
+    asm volatile("add $1, %0" : "+r"(value));
+#else
+    asm volatile("add %0, %0, #1" : "+r"(value));
+#endif
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return static_cast<double>(kAdds) / seconds / 1e9;
+#else
+  return std::nan("");
+#endif
+}
+
+std::string core_clock_line(double at_start_ghz, double at_end_ghz) {
+  if (std::isnan(at_start_ghz) || std::isnan(at_end_ghz)) return "";
+  return detail::concat("core: dependent additions ran at ", format_number(at_start_ghz, 3), " per ns at the start, ",
+                        format_number(at_end_ghz, 3),
+                        " at the end (the effective clock in GHz; bf16 and f16 rows, bound by arithmetic, move with"
+                        " it)");
+}
+
 }  // namespace
 
 int run_bench(Args& args) {
@@ -752,6 +790,7 @@ int run_bench(Args& args) {
   if (args.parse_only()) return 0;
 
   const CpuSnapshot started = cpu_snapshot();
+  const double clock_at_start_ghz = add_chain_ghz();
   SettingsGuard guard;
   if (options.target) {
     force_cpu_target(*target_name);
@@ -959,15 +998,18 @@ int run_bench(Args& args) {
   });
   const CpuSnapshot finished = cpu_snapshot();
   const std::string contention = contention_line(started, finished);
+  const std::string core_clock = core_clock_line(clock_at_start_ghz, add_chain_ghz());
   const double total_s = std::chrono::duration<double>(finished.when - started.when).count();
   if (options.as_json) {
     write_json(args.out(), rows);
     // stdout stays one JSON document; what people should know goes to stderr.
     if (torch_note.find("skipped") != std::string::npos) args.err() << torch_note << "\n";
     if (contention.find("unreliable") != std::string::npos) args.err() << "rotary: warning: " << contention << "\n";
+    if (!core_clock.empty()) args.err() << "rotary: " << core_clock << "\n";
   } else {
     if (!torch_note.empty()) args.out() << format_line("%s\n", torch_note.c_str());
     if (!contention.empty()) args.out() << format_line("# %s\n", contention.c_str());
+    if (!core_clock.empty()) args.out() << format_line("# %s\n", core_clock.c_str());
     args.out() << format_line("# %zu rows in %.1f s\n", rows.size(), total_s);
   }
   return 0;
