@@ -114,7 +114,9 @@ const char* const kBenchHelp =
     "\n"
     "  --json            a JSON list of rows: {case, workload, dtype, threads, in_place, layout,\n"
     "                    shape, bytes, median_ms, min_ms, gb_per_s, ratio_to_copy, baseline,\n"
-    "                    baseline_gb_per_s, target, repetitions, calls_per_repetition}; notes\n"
+    "                    baseline_gb_per_s, target, repetitions, calls_per_repetition, core_ghz}:\n"
+    "                    core_ghz is the core's effective clock just before the row was timed\n"
+    "                    (null for PyTorch rows); notes\n"
     "                    (PyTorch missing, a busy machine) go to stderr\n"
     "  --quick           5 repetitions (3 for PyTorch) and no prefill_long unless --cases\n"
     "                    names it: 20-30 s instead of 2-3 minutes\n"
@@ -284,6 +286,9 @@ struct Row {
   std::string target;
   int repetitions = 0;
   int64_t calls_per_repetition = 1;
+  // The core's effective clock just before the row was timed (add_chain_ghz), NaN (null) where
+  // not measured (PyTorch rows): the rows bound by arithmetic move with it.
+  double core_ghz = std::nan("");
 };
 
 // The stream bandwidths of this run, by (dtype, threads).
@@ -344,6 +349,7 @@ void write_json(std::ostream& stream, const std::vector<Row>& rows) {
     out.key("target").value(row.target);
     out.key("repetitions").value(row.repetitions);
     out.key("calls_per_repetition").value(row.calls_per_repetition);
+    out.key("core_ghz").value(row.core_ghz);  // null when NaN
     out.end_object();
   }
   out.end_array();
@@ -720,9 +726,9 @@ std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after)
 // hyperthread is the likely cause: a VM cannot see it),
 // and the kernels that are bound by arithmetic rather than memory (bf16, f16) move with it while
 // the copy floor does not. NaN where there is no such instruction to time.
-double add_chain_ghz() {
+double add_chain_ghz(int64_t adds = 40'000'000) {
 #if defined(__x86_64__) || defined(__aarch64__)
-  constexpr int64_t kAdds = 40'000'000;
+  const int64_t kAdds = adds;
   uint64_t value = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < kAdds; ++i) {
@@ -735,9 +741,13 @@ double add_chain_ghz() {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return static_cast<double>(kAdds) / seconds / 1e9;
 #else
+  (void)adds;
   return std::nan("");
 #endif
 }
+
+// Per row a shorter chain (5-10 ms): the clock just before the row is timed.
+constexpr int64_t kRowClockAdds = 10'000'000;
 
 std::string core_clock_line(double at_start_ghz, double at_end_ghz) {
   if (std::isnan(at_start_ghz) || std::isnan(at_end_ghz)) return "";
@@ -852,9 +862,11 @@ int run_bench(Args& args) {
     const std::string megabytes = format_number(static_cast<double>(buffer_bytes) / 1e6, 4);
     for (int threads : options.threads) {
       StreamBandwidth& bandwidth = streams[{std::string(to_string(dtype)), threads}];
+      const double core_ghz = add_chain_ghz(kRowClockAdds);
       const auto stream_row = [&](std::string name, bool in_place, const bench::Timing& timing, std::string shape,
                                   const char* isa) {
         Row row;
+        row.core_ghz = core_ghz;
         row.name = std::move(name);
         row.workload = "prefill";
         row.dtype = std::string(to_string(dtype));
@@ -954,6 +966,7 @@ int run_bench(Args& args) {
           const int64_t call_bytes = (q_elements + k_elements) * element_bytes;
           const bool cached = call_bytes < bench::kCachedStreamBytes;
           const size_t reference_bytes = static_cast<size_t>(cached ? call_bytes : stream_bytes(dtype));
+          const double core_ghz = add_chain_ghz(kRowClockAdds);
           const bench::PairedTiming paired = bench::time_paired(
               [&] { apply(q_view, k_view, qo, ko, positions, table); },
               [&] {
@@ -984,6 +997,7 @@ int run_bench(Args& args) {
           row.target = target;
           row.repetitions = timing.repetitions;
           row.calls_per_repetition = timing.calls_per_repetition;
+          row.core_ghz = core_ghz;
           add_row(std::move(row));
         }
       }
