@@ -602,6 +602,28 @@ HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j
   }
 }
 
+// The GQA interleave of a memory-bound token (RotateTokenImpl) in one function: for each k head
+// g, q heads [g r, (g + 1) r) then k head g, one head and 2N pairs per step, in head order. One
+// call per token instead of two per group, with the two tensors' pointers in registers.
+template <DType kType, bool kNeox, bool kBackward, bool kStream>
+HWY_NOINLINE void RotateGqaInterleaved(const HeadsPlan& q, const HeadsPlan& k) {
+  const int64_t ratio = q.num_heads / k.num_heads;
+  const unsigned char* q_in = q.in;
+  unsigned char* q_out = q.out;
+  const unsigned char* k_in = k.in;
+  unsigned char* k_out = k.out;
+  for (int64_t g = 0; g < k.num_heads; ++g) {
+    for (int64_t j = 0; j < ratio; ++j, q_in += q.in_head_bytes, q_out += q.out_head_bytes) {
+      RotateHeads<kType, kNeox, kBackward, kStream, false, true>(q_in, q_out, nullptr, nullptr, q.offset, q.num_pairs,
+                                                                 q.cos, q.sin, q.split);
+    }
+    RotateHeads<kType, kNeox, kBackward, kStream, false, true>(k_in, k_out, nullptr, nullptr, k.offset, k.num_pairs,
+                                                               k.cos, k.sin, k.split);
+    k_in += k.in_head_bytes;
+    k_out += k.out_head_bytes;
+  }
+}
+
 template <DType kType, bool kNeox, bool kBackward>
 HWY_INLINE void RotateRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
   if constexpr (kNeox ? CanStream<kType>() : CanStreamPairs<kType>()) {
@@ -711,11 +733,14 @@ void RotateTokenImpl(const HeadsArgs& q, const HeadsArgs* k) {
   if (same_rows && q.memory_bound && k->num_heads > 0 && q.num_heads % k->num_heads == 0) {
     const HeadsPlan kp = PlanHeads<kType, kNeox>(*k, q_split);
     if (kp.stream == qp.stream && qp.heads_per_group == qp.num_heads && kp.heads_per_group == kp.num_heads) {
-      const int64_t ratio = q.num_heads / k->num_heads;
-      for (int64_t g = 0; g < k->num_heads; ++g) {
-        RotateRange<kType, kNeox, kBackward>(qp, g * ratio, (g + 1) * ratio);
-        RotateRange<kType, kNeox, kBackward>(kp, g, g + 1);
+      bool streamed = false;
+      if constexpr (kNeox ? CanStream<kType>() : CanStreamPairs<kType>()) {
+        if (qp.stream) {
+          RotateGqaInterleaved<kType, kNeox, kBackward, true>(qp, kp);
+          streamed = true;
+        }
       }
+      if (!streamed) RotateGqaInterleaved<kType, kNeox, kBackward, false>(qp, kp);
       CopyPassthrough<kType>(q);
       CopyPassthrough<kType>(*k);
       return;
