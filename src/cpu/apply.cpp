@@ -1,5 +1,5 @@
 // src/cpu/apply.cpp: rotary::apply, the fast path: plan a checked call, split its tokens over
-// the thread pool, and rotate each token's heads with the SIMD kernels (rotate_kernels.cpp).
+// the thread pool, and rotate each token's heads with the SIMD kernels (rotate_kernels-inl.h).
 //
 // Per token: resolve its position(s) (per-token positions, sequence offsets or arange; THD
 // sequences from cu_seqlens), fetch the cos/sin row (a pointer into a stored table, or a row
@@ -414,6 +414,9 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
     std::vector<float> stream_rows(static_cast<size_t>(streams > 1 ? 2 * num_pairs * streams : 0));
     std::vector<float> gather(static_cast<size_t>(direct[0] && direct[1] ? 0 : 2 * num_pairs));
+    // Backward: the kernels rotate one way, so the inverse takes -sin (q's, and k's when xPos
+    // gives k its own), negated here once per token (cpu::HeadsArgs::sin).
+    std::vector<float> negated_sin(static_cast<size_t>(backward ? 2 * num_pairs : 0));
     for (int64_t t = first; t < last; ++t) {
       const float* q_cos = nullptr;
       const float* q_sin = nullptr;
@@ -461,6 +464,18 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
           k_sin = ks;
         }
       }
+      if (backward) {
+        float* q_negated = negated_sin.data();
+        for (int64_t i = 0; i < num_pairs; ++i) q_negated[i] = -q_sin[i];
+        if (k_sin == q_sin) {
+          k_sin = q_negated;
+        } else {
+          float* k_negated = q_negated + num_pairs;
+          for (int64_t i = 0; i < num_pairs; ++i) k_negated[i] = -k_sin[i];
+          k_sin = k_negated;
+        }
+        q_sin = q_negated;
+      }
       const int64_t b = thd ? 0 : t / axes.seq;
       const int64_t s = thd ? t : t % axes.seq;
       // The kernels take q and k of a token in one call (they may interleave their heads); a
@@ -483,7 +498,6 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         a.cos = which == 0 ? q_cos : k_cos;
         a.sin = which == 0 ? q_sin : k_sin;
         a.neox = spec.style == Style::NeoX;
-        a.backward = backward;
         a.copy_passthrough = !p.in_place;
         a.stream_stores = !p.in_place && stream_outputs;
         a.max_head_groups = max_head_groups;

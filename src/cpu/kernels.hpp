@@ -1,7 +1,8 @@
 // src/cpu/kernels.hpp: the SIMD row kernels behind rotary::apply (internal to rotary_cpu).
 //
 // Declares only plain wrappers: no Highway type leaks out of src/cpu/ (STYLE.md section 8).
-// The kernels are compiled once per Highway target in rotate_kernels.cpp and picked at run time
+// The kernels (rotate_kernels-inl.h) are compiled once per Highway target and storage type in
+// rotate_kernels_f32.cpp, _bf16.cpp and _f16.cpp and picked at run time
 // (HWY_DYNAMIC_DISPATCH); force_cpu_target() narrows the choice for tests and benchmarks.
 #pragma once
 
@@ -18,7 +19,8 @@ namespace rotary::cpu {
 //   in + h * in_head_stride + e (unit stride along the head dim); same for out;
 //   in and out have the same dtype (F32, BF16 or F16); out == in (in place) or the two do
 //   not overlap at all;
-//   cos / sin hold num_pairs float32 values (attention scaling, xPos already applied);
+//   cos / sin hold num_pairs float32 values (attention scaling, xPos already applied), sin
+//   negated for the inverse rotation (Direction::Backward): the kernels have one direction;
 //   rotary_offset + 2 * num_pairs <= head_dim.
 struct HeadsArgs {
   const void* in = nullptr;
@@ -32,7 +34,6 @@ struct HeadsArgs {
   const float* cos = nullptr;
   const float* sin = nullptr;
   bool neox = true;            // false: GPT-J (interleaved) pairs
-  bool backward = false;       // sin -> -sin
   bool copy_passthrough = false;  // out-of-place: copy the elements outside the rotated block
   // Large out-of-place calls: non-temporal stores where the output is vector-aligned (the
   // result is not read back soon, and streaming saves the read-for-ownership of each line).
@@ -49,6 +50,10 @@ void rotate_heads(DType dtype, const HeadsArgs& args);
 
 // One token's q heads and, if k is not null, its k heads (the same dtype, pairing and direction).
 void rotate_token(DType dtype, const HeadsArgs& q, const HeadsArgs* k);
+// The same for one storage type each (rotate_kernels_f32.cpp, _bf16.cpp, _f16.cpp).
+void rotate_token_f32(const HeadsArgs& q, const HeadsArgs* k);
+void rotate_token_bf16(const HeadsArgs& q, const HeadsArgs* k);
+void rotate_token_f16(const HeadsArgs& q, const HeadsArgs* k);
 
 // The order in which the kernels visit a token's heads: the heads split into `groups` contiguous
 // groups, visited as heads 0, H/g, 2H/g, ..., 1, H/g + 1, ... Heads are independent, so the order
@@ -74,7 +79,7 @@ inline int64_t head_groups(int64_t num_heads, int64_t last_head_bytes, int64_t m
 int64_t max_head_groups();
 void set_max_head_groups(int64_t n);
 
-// For tests: the kernels' float32 -> bf16 rounding of two vectors at once (rotate_kernels.cpp,
+// For tests: the kernels' float32 -> bf16 rounding of two vectors at once (rotate_kernels-inl.h,
 // RoundJoinBf16) over arrays with the current target: out[i] holds bf16(even[i]) in its low 16
 // bits and bf16(odd[i]) in its high 16 bits. Exact (nearest even) for every input but NaNs with
 // non-zero low 16 bits, which the kernels never produce.

@@ -1224,7 +1224,7 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
   cases[2].config = plain_config(cases[2].family, Layout::BSHD, 1, 2048, 32, 8, 128, DType::F16);
   cases[2].config.offsets = {rng.uniform(0, 9000)};
   // Calls this large are memory-bound, and the kernels interleave q and k heads by GQA group
-  // (rotate_kernels.cpp, RotateTokenImpl). In place f32, q 12 / k 4 heads (3 q heads a group: a
+  // (rotate_kernels-inl.h, RotateTokenImpl). In place f32, q 12 / k 4 heads (3 q heads a group: a
   // pair and a single), 17 MiB.
   cases.push_back({});
   cases[3].family = family_of(text_spec(128, Style::NeoX));
@@ -1531,7 +1531,7 @@ TEST(ApplyCpu, NanAndInfStayInTheirLanes) {
   }
 }
 
-// The bf16 kernels round without a NaN test (rotate_kernels.cpp, F32ToBf16High): correct only
+// The bf16 kernels round without a NaN test (rotate_kernels-inl.h, F32ToBf16High): correct only
 // because every NaN they meet has zero low 16 bits. Here NaNs with the largest payloads (0x7FFF,
 // 0xFFFF: a carry from the rounding would flip the sign or clear the exponent), signalling NaNs
 // and infinities go through both styles, NeoX's split path included on every target (64 pairs,
@@ -1577,7 +1577,7 @@ TEST(ApplyCpu, Bf16NanPayloadsAndOverflow) {
   }
 }
 
-// The kernels' bf16 rounding of two vectors at once (rotate_kernels.cpp, RoundJoinBf16: the
+// The kernels' bf16 rounding of two vectors at once (rotate_kernels-inl.h, RoundJoinBf16: the
 // rounding decision made in 16-bit lanes) against the scalar float_to_bf16, on every target, over
 // a dense sample of float32 bit patterns: every low half (0x0000-0xFFFF, which decides the
 // rounding: ties at 0x8000, the largest low half 0xFFFF) under 64 kept halves (both signs, odd and

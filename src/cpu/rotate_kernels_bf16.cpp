@@ -1,0 +1,45 @@
+// src/cpu/rotate_kernels_bf16.cpp: the BF16 kernels of rotate_kernels-inl.h, compiled once
+// per Highway target and dispatched at run time (rotate_kernels.cpp calls rotate_token_bf16).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/rotate_kernels_bf16.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/cpu/rotate_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::cpu::HWY_NAMESPACE {
+
+// One concrete function per storage type, as HWY_EXPORT needs.
+void RotateTokenBF16(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<DType::BF16>(q, k); }
+
+// RoundJoinBf16 over arrays, for the exhaustive test of its rounding (kernels.hpp).
+void RoundJoinBf16Arrays(const float* even, const float* odd, uint32_t* out, int64_t count) {
+  const DF df;
+  const DU32 du;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= count; i += N) {
+    hn::StoreU(RoundJoinBf16(hn::LoadU(df, even + i), hn::LoadU(df, odd + i)), du, out + i);
+  }
+  for (; i < count; ++i) {
+    out[i] = static_cast<uint32_t>(float_to_bf16(even[i])) | (static_cast<uint32_t>(float_to_bf16(odd[i])) << 16);
+  }
+}
+
+}  // namespace rotary::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rotary::cpu {
+
+HWY_EXPORT(RotateTokenBF16);
+HWY_EXPORT(RoundJoinBf16Arrays);
+
+void rotate_token_bf16(const HeadsArgs& q, const HeadsArgs* k) { HWY_DYNAMIC_DISPATCH(RotateTokenBF16)(q, k); }
+
+void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count) {
+  HWY_DYNAMIC_DISPATCH(RoundJoinBf16Arrays)(even, odd, out, count);
+}
+
+}  // namespace rotary::cpu
+#endif  // HWY_ONCE
