@@ -316,15 +316,15 @@ void compare_with_stream_rows(const std::map<StreamKey, StreamBandwidth>& stream
 
 void print_header(std::ostream& stream) {
   stream << format_line(
-      "%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s  %s\n", "case", "dtype", "thr", "in_place", "layout",
-      "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "shape");
+      "%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s %5s  %s\n", "case", "dtype", "thr", "in_place", "layout",
+      "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "GHz", "shape");
 }
 
 void print_row(std::ostream& stream, const Row& row) {
   stream << format_line(
-      "%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d  %s\n", row.name.c_str(), row.dtype.c_str(),
+      "%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d %5.2f  %s\n", row.name.c_str(), row.dtype.c_str(),
       row.threads, row.in_place ? "yes" : "no", row.layout.c_str(), row.median_ms, row.gb_per_s, row.baseline_gb_per_s,
-      row.ratio_to_copy, row.target.c_str(), row.repetitions, row.shape.c_str());
+      row.ratio_to_copy, row.target.c_str(), row.repetitions, row.core_ghz, row.shape.c_str());
 }
 
 void write_json(std::ostream& stream, const std::vector<Row>& rows) {
