@@ -663,8 +663,12 @@ HeadsPlan PlanHeads(const HeadsArgs& args, const float* split) {
   HeadsPlan p;
   p.in = static_cast<const unsigned char*>(args.in);
   p.out = static_cast<unsigned char*>(args.out);
-  p.in_head_bytes = args.in_head_stride * kElementBytes;
-  p.out_head_bytes = args.out_head_stride * kElementBytes;
+  // A single head's stride is never stepped and the checks do not bound it (any value is
+  // valid, e.g. 2^62): it is not multiplied, which would overflow.
+  if (args.num_heads > 1) {
+    p.in_head_bytes = args.in_head_stride * kElementBytes;
+    p.out_head_bytes = args.out_head_stride * kElementBytes;
+  }
   p.num_heads = args.num_heads;
   p.offset = args.rotary_offset;
   p.num_pairs = args.num_pairs;

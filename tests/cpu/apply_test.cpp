@@ -1785,5 +1785,38 @@ TEST(ApplyCpu, DecodeCallRunsOnTheCallingThread) {
   }
 }
 
+
+// A single head may have any head stride (it is never stepped), e.g. 2^62 elements, whose byte
+// count overflows int64: the kernels must not multiply it (a fuzzer finding, 2026-11-25,
+// tests/reliability/fuzz_crashes/apply_args/one_head_with_stride_2_pow_62; UBSan flags the
+// overflow in `make sanitize`).
+TEST(ApplyCpu, OneHeadMayHaveAnyHeadStride) {
+  const std::vector<std::string> targets = cpu_targets();
+  ASSERT_FALSE(targets.empty());
+  for (const std::string& target : targets) {
+    const uint64_t seed = seed_of(target) + 37000;
+    SCOPED_TRACE("target " + target + ", seed " + std::to_string(seed));
+    const ForcedTarget forced(target);
+    for (const Style style : {Style::NeoX, Style::GPTJ}) {
+      for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+        for (const bool in_place : {false, true}) {
+          const Family family = family_of(text_spec(64, style));
+          const CosSinTable table(family.spec, family.table_options);
+          Config c = plain_config(family, Layout::BSHD, 2, 3, 1, 1, 64, dtype);
+          c.seed = seed + static_cast<uint64_t>(dtype) * 2 + (in_place ? 1 : 0);
+          c.in_place = in_place;
+          c.source = Source::PerToken;
+          c.per_token = {0, 17, 3000, 5, 9000, 1};
+          plan_tensors(c, nullptr);
+          for (ViewPlan* plan : {&c.q, &c.k, &c.q_out, &c.k_out}) plan->stride[kHeads] = int64_t{1} << 62;
+          SCOPED_TRACE(c.describe());
+          const std::string problems = run_and_check(c, table);
+          EXPECT_TRUE(problems.empty()) << problems;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rotary

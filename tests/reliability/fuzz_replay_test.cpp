@@ -209,5 +209,32 @@ TEST(FuzzRegression, HugeHeadDimIsAnErrorWithoutOverflow) {
   }
 }
 
+// fuzz_crashes/apply_args/one_head_with_stride_2_pow_62 (CI's brief apply_args run, 2026-11-25):
+// a tensor with one head may have any head stride (it is never stepped, so the checks do not
+// bound it), and the kernels multiplied that stride by the element size to get a byte stride:
+// 2^62 x 2 overflows int64 (UBSan). They now take a byte stride only with more than one head.
+// With one head the stride cannot matter: the call gives the same bytes as with a plain stride.
+TEST(FuzzRegression, OneHeadWithAHugeHeadStrideIsRotatedAsAnyOther) {
+  const CosSinTable table(spec16());
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(to_string(dtype));
+    const size_t bytes = 3 * 16 * static_cast<size_t>(dtype_size(dtype));
+    std::vector<unsigned char> original(bytes);
+    for (size_t i = 0; i < bytes; ++i) original[i] = static_cast<unsigned char>(0x3C + (i * 7) % 5);
+    std::vector<unsigned char> plain = original, huge = original;
+    TensorView q_plain = contiguous_view(plain.data(), dtype, Layout::BSHD, {1, 3, 1, 16});
+    TensorView q_huge = contiguous_view(huge.data(), dtype, Layout::BSHD, {1, 3, 1, 16});
+    q_huge.stride_elems[2] = int64_t{1} << 62;
+    Positions positions;
+    const std::vector<int64_t> per_token = {0, 7, 3000};
+    positions.per_token = per_token.data();
+    positions.per_token_count = 3;
+    apply(q_plain, TensorView{}, q_plain, TensorView{}, positions, table);
+    apply(q_huge, TensorView{}, q_huge, TensorView{}, positions, table);
+    EXPECT_EQ(plain, huge);
+    EXPECT_NE(plain, original);  // rotated (positions 7 and 3000)
+  }
+}
+
 }  // namespace
 }  // namespace rotary
