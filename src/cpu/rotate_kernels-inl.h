@@ -63,30 +63,20 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
   return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
 }
 
-// Two vectors of rounded bf16 in the high halves of their lanes (F32ToBf16High) -> one vector
-// with `even`'s in the low halves and `odd`'s in the high halves: the even ones moved down, then
-// one 16-bit blend (OddEven). HWY_SCALAR has no 16-bit view of a 32-bit lane: shift, mask, OR.
-HWY_INLINE VU32 JoinBf16Halves(VU32 even, VU32 odd) {
-  const DU32 du;
-#if HWY_TARGET == HWY_SCALAR
-  return hn::Or(hn::ShiftRight<16>(even), hn::And(odd, hn::Set(du, 0xFFFF0000u)));
-#else
-  const hn::Repartition<uint16_t, DU32> du16;
-  return hn::BitCast(du, hn::OddEven(hn::BitCast(du16, odd), hn::BitCast(du16, hn::ShiftRight<16>(even))));
-#endif
-}
-
 // Two float32 vectors -> one vector of bf16 rounded to nearest even: `even`'s in the low halves of
-// the 32-bit lanes, `odd`'s in the high halves. The same bits as JoinBf16Halves(F32ToBf16High(even),
-// F32ToBf16High(odd)) in 9 operations instead of 10: the truncated halves and the dropped low
-// halves are each gathered into one vector of 16-bit lanes first, so that the rounding decision
-// is made for 2N values at once. RNE rounds up iff low > 0x8000, or low == 0x8000 and the kept
-// part is odd, that is iff low + lsb >= 0x8001; AverageRound(low, lsb | 0x7FFE) computes
-// (low + lsb + 0x7FFF) >> 1 in 17 bits, whose bit 15 is exactly that. As with F32ToBf16High, a NaN
-// must have zero low 16 bits (every NaN these kernels produce does): its carry is then 0.
+// the 32-bit lanes, `odd`'s in the high halves. The same bits as rounding each with F32ToBf16High,
+// moving `even`'s down and blending by 16-bit lanes, in 9 operations instead of 10: the truncated
+// halves and the dropped low halves are each gathered into one vector of 16-bit lanes first, so
+// that the rounding decision is made for 2N values at once. RNE rounds up iff low > 0x8000, or
+// low == 0x8000 and the kept part is odd, that is iff low + lsb >= 0x8001; AverageRound(low, lsb |
+// 0x7FFE) computes (low + lsb + 0x7FFF) >> 1 in 17 bits, whose bit 15 is exactly that. As with
+// F32ToBf16High, a NaN must have zero low 16 bits (every NaN these kernels produce does): its carry
+// is then 0.
 HWY_INLINE VU32 RoundJoinBf16(VF even, VF odd) {
 #if HWY_TARGET == HWY_SCALAR
-  return JoinBf16Halves(F32ToBf16High(even), F32ToBf16High(odd));
+  // No 16-bit view of a 32-bit lane here: round each, then shift, mask and OR.
+  const DU32 du;
+  return hn::Or(hn::ShiftRight<16>(F32ToBf16High(even)), hn::And(F32ToBf16High(odd), hn::Set(du, 0xFFFF0000u)));
 #else
   const DU32 du;
   const hn::Repartition<uint16_t, DU32> du16;
@@ -399,15 +389,17 @@ constexpr int64_t kMaxSplitPairs = 512;
 // out1 as well): each cos/sin vector is loaded once for both, so a step of two heads takes 6 loads
 // and 4 stores where two steps of one take 8 and 4. kWide (one head only): 2N pairs per step, the
 // two vectors of each half stored one after the other, so that a step writes whole 64-byte lines
-// (f32 from AVX2 up; RotateHeadRange says which form is used where). in and out are element 0 of a head.
+// (f32 from AVX2 up; RotateHeadsInOrder says which form is used where). in and out are element 0
+// of a head.
 // kStream: the caller checked that the NeoX halves of every out are vector-aligned.
 //
-// bf16 NeoX takes 2N pairs per step first. `split` holds the caller's cos and sin rows with
-// each block of 2N values reordered as its N even then N odd entries (layout at kMaxSplitPairs). A vector of 2N bf16 loaded as N 32-bit lanes holds the even
-// elements in the low halves and the odd ones in the high halves, so one shift or one AND
-// widens each set to float32 in place, and one shift and one 16-bit blend put the two rounded
-// sets back together. That replaces the widening and narrowing permutes (vpmovzxwd, vpmovdw),
-// which compete with the arithmetic for the same two vector ports on AVX-512.
+// bf16 NeoX takes 2N pairs per step first. `split` holds the caller's cos and sin rows with each
+// block of 2N values reordered as its N even then N odd entries (layout at kMaxSplitPairs). A
+// vector of 2N bf16 loaded as N 32-bit lanes holds the even elements in the low halves and the odd
+// ones in the high halves, so one shift or one AND widens each set to float32 in place, and one
+// shift and one 16-bit blend put the two rounded sets back together. That replaces the widening and
+// narrowing permutes (vpmovzxwd, vpmovdw), which compete with the arithmetic for the same two
+// vector ports on AVX-512.
 template <DType kType, bool kNeox, bool kStream, bool kTwo, bool kWide = false>
 HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* out1, int64_t offset,
                             int64_t num_pairs, const float* cos_row, const float* sin_row, const float* split) {
@@ -522,7 +514,7 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
   }
 }
 
-// What RotateHeadRange needs of one tensor's heads in one token, decided once per call.
+// What RotateHeadsInOrder needs of one tensor's heads in one token, decided once per call.
 struct HeadsPlan {
   const unsigned char* in = nullptr;
   unsigned char* out = nullptr;
@@ -537,15 +529,15 @@ struct HeadsPlan {
   const float* sin = nullptr;
   const float* split = nullptr;  // bf16 NeoX: the split rows, or null
   bool stream = false;
-  bool two_heads = false;  // RotateHeadRange: two heads per step (in place, in cache; never streamed)
+  bool two_heads = false;  // RotateHeadsInOrder: two heads per step (in place, in cache; never streamed)
 };
 
-// Rotates the heads at visiting positions [j_begin, j_end) of a token, in the order of
-// head_groups() (kernels.hpp): 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1: 0, 1, 2, ...).
+// Rotates all heads of one tensor in a token, in the order of head_groups() (kernels.hpp):
+// 0, H/g, ..., (g-1)H/g, 1, H/g + 1, ... (with g = 1: 0, 1, 2, ...).
 // The next head comes by addition, not division: the head index feeds the load addresses, and a
 // division per head (j % groups, j / groups) cost the in-place f32 prefill 15% (2026-11-24).
-// Streaming, the pairing and the heads per step are template arguments, so that the loop over heads holds nothing
-// but the pointers' arithmetic.
+// Streaming, the pairing and the heads per step are template arguments, so that the loop over
+// heads holds nothing but the pointers' arithmetic.
 //
 // How many heads a step takes depends on where the time goes (AMD EPYC, 2026-11-25, alternating
 // runs; docs/performance.md):
@@ -557,9 +549,10 @@ struct HeadsPlan {
 //   in place in cache: two heads per step share each cos/sin load (RotateHeads, kTwo): the loads,
 //     not the stores, limit that case, and decode in place went from 78 to 64 us.
 template <DType kType, bool kNeox, bool kStream, bool kTwoHeads>
-HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
+HWY_NOINLINE void RotateHeadsInOrder(const HeadsPlan& p) {
   const unsigned char* in = p.in;
   unsigned char* out = p.out;
+  const int64_t num_heads = p.num_heads;
   const int64_t in_head_bytes = p.in_head_bytes;
   const int64_t out_head_bytes = p.out_head_bytes;
   const int64_t offset = p.offset;
@@ -571,34 +564,31 @@ HWY_NOINLINE void RotateHeadRange(const HeadsPlan& p, int64_t j_begin, int64_t j
     // Head order (every machine but Intel): the next head by a pointer increment, with as few
     // live values as possible, since a memory-bound loop waits less the more loads the core can
     // have in flight per instruction.
-    const unsigned char* head_in = in + j_begin * in_head_bytes;
-    unsigned char* head_out = out + j_begin * out_head_bytes;
-    for (int64_t j = j_begin; j < j_end; ++j, head_in += in_head_bytes, head_out += out_head_bytes) {
-      RotateHeads<kType, kNeox, kStream, false, true>(head_in, head_out, nullptr, nullptr, offset, num_pairs,
-                                                                 cos_row, sin_row, split);
+    const unsigned char* head_in = in;
+    unsigned char* head_out = out;
+    for (int64_t j = 0; j < num_heads; ++j, head_in += in_head_bytes, head_out += out_head_bytes) {
+      RotateHeads<kType, kNeox, kStream, false, true>(head_in, head_out, nullptr, nullptr, offset, num_pairs, cos_row,
+                                                      sin_row, split);
     }
     return;
   }
-  const int64_t num_heads = p.num_heads;
   const int64_t step = p.heads_per_group;
   const int64_t wrap = num_heads - 1;
   const auto next = [&](int64_t h) { return h + step < num_heads ? h + step : h + step - wrap; };
-  // Visiting position j_begin -> head index (a division per range only with several groups).
-  int64_t h = p.groups == 1 ? j_begin : (j_begin % p.groups) * step + j_begin / p.groups;
-  int64_t j = j_begin;
+  int64_t h = 0;
+  int64_t j = 0;
   if constexpr (kTwoHeads) {
-    for (; j + 2 <= j_end; j += 2) {
+    for (; j + 2 <= num_heads; j += 2) {
       const int64_t h1 = next(h);
       RotateHeads<kType, kNeox, kStream, true>(in + h * in_head_bytes, out + h * out_head_bytes,
-                                                          in + h1 * in_head_bytes, out + h1 * out_head_bytes, offset,
-                                                          num_pairs, cos_row, sin_row, split);
+                                               in + h1 * in_head_bytes, out + h1 * out_head_bytes, offset, num_pairs,
+                                               cos_row, sin_row, split);
       h = next(h1);
     }
   }
-  for (; j < j_end; ++j) {
-    RotateHeads<kType, kNeox, kStream, false, !kTwoHeads>(in + h * in_head_bytes, out + h * out_head_bytes,
-                                                                     nullptr, nullptr, offset, num_pairs, cos_row,
-                                                                     sin_row, split);
+  for (; j < num_heads; ++j) {
+    RotateHeads<kType, kNeox, kStream, false, !kTwoHeads>(in + h * in_head_bytes, out + h * out_head_bytes, nullptr,
+                                                          nullptr, offset, num_pairs, cos_row, sin_row, split);
     h = next(h);
   }
 }
@@ -615,23 +605,23 @@ HWY_NOINLINE void RotateGqaInterleaved(const HeadsPlan& q, const HeadsPlan& k) {
   unsigned char* k_out = k.out;
   for (int64_t g = 0; g < k.num_heads; ++g) {
     for (int64_t j = 0; j < ratio; ++j, q_in += q.in_head_bytes, q_out += q.out_head_bytes) {
-      RotateHeads<kType, kNeox, kStream, false, true>(q_in, q_out, nullptr, nullptr, q.offset, q.num_pairs,
-                                                                 q.cos, q.sin, q.split);
+      RotateHeads<kType, kNeox, kStream, false, true>(q_in, q_out, nullptr, nullptr, q.offset, q.num_pairs, q.cos,
+                                                      q.sin, q.split);
     }
-    RotateHeads<kType, kNeox, kStream, false, true>(k_in, k_out, nullptr, nullptr, k.offset, k.num_pairs,
-                                                               k.cos, k.sin, k.split);
+    RotateHeads<kType, kNeox, kStream, false, true>(k_in, k_out, nullptr, nullptr, k.offset, k.num_pairs, k.cos, k.sin,
+                                                    k.split);
     k_in += k.in_head_bytes;
     k_out += k.out_head_bytes;
   }
 }
 
 template <DType kType, bool kNeox>
-HWY_INLINE void RotateRange(const HeadsPlan& p, int64_t j_begin, int64_t j_end) {
+HWY_INLINE void RotateAllHeads(const HeadsPlan& p) {
   if constexpr (kNeox ? CanStream<kType>() : CanStreamPairs<kType>()) {
-    if (p.stream) return RotateHeadRange<kType, kNeox, true, false>(p, j_begin, j_end);
+    if (p.stream) return RotateHeadsInOrder<kType, kNeox, true, false>(p);
   }
-  if (p.two_heads) return RotateHeadRange<kType, kNeox, false, true>(p, j_begin, j_end);
-  RotateHeadRange<kType, kNeox, false, false>(p, j_begin, j_end);
+  if (p.two_heads) return RotateHeadsInOrder<kType, kNeox, false, true>(p);
+  RotateHeadsInOrder<kType, kNeox, false, false>(p);
 }
 
 // bf16 NeoX: cos and sin reordered once per call for the split path of RotateHeads, whose
@@ -747,12 +737,12 @@ void RotateTokenImpl(const HeadsArgs& q, const HeadsArgs* k) {
       return;
     }
   }
-  RotateRange<kType, kNeox>(qp, 0, qp.num_heads);
+  RotateAllHeads<kType, kNeox>(qp);
   CopyPassthrough<kType>(q);
   if (k == nullptr) return;
   // q is done: its split rows may be overwritten by k's.
   const float* k_split = same_rows ? q_split : SplitRows<kType, kNeox>(*k, split_rows);
-  RotateRange<kType, kNeox>(PlanHeads<kType, kNeox>(*k, k_split), 0, k->num_heads);
+  RotateAllHeads<kType, kNeox>(PlanHeads<kType, kNeox>(*k, k_split));
   CopyPassthrough<kType>(*k);
   // Non-temporal stores are weakly ordered: the caller fences them once for all its tokens
   // (flush_streamed_stores).
