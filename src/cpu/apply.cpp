@@ -269,7 +269,7 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
     args.rotary_offset = 0;
     args.copy_passthrough = false;
     args.stream_stores = false;
-    cpu::rotate_heads(DType::F32, args);
+    cpu::rotate_token(DType::F32, args, nullptr);
     for (int64_t e = 0; e < width; ++e) {
       store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
     }
@@ -406,8 +406,8 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   // Outputs much larger than the caches are streamed past them (see HeadsArgs::stream_stores).
   const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.out_element_bytes +
                                          (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.out_element_bytes : 0));
-  const bool stream_outputs = output_bytes >= kStreamOutputBytes;
-  // The same size decides whether the kernels order heads for memory (HeadsArgs::memory_bound).
+  // Out of place such calls stream their outputs; the kernels also order heads for memory
+  // (HeadsArgs::memory_bound).
   const bool memory_bound = output_bytes >= kStreamOutputBytes;
   auto rotate_range = [&](int64_t first, int64_t last) {
     // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
@@ -499,7 +499,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         a.sin = which == 0 ? q_sin : k_sin;
         a.neox = spec.style == Style::NeoX;
         a.copy_passthrough = !p.in_place;
-        a.stream_stores = !p.in_place && stream_outputs;
+        a.stream_stores = !p.in_place && memory_bound;
         a.max_head_groups = max_head_groups;
         a.memory_bound = memory_bound;
         if (direct[which]) {
@@ -520,7 +520,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     }
     // Non-temporal stores are weakly ordered: fence them before this thread reports its rows
     // done (parallel_rows' completion), once for all of them.
-    if (stream_outputs) cpu::flush_streamed_stores();
+    if (memory_bound) cpu::flush_streamed_stores();
   };
 
   const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0));

@@ -45,10 +45,8 @@ struct HeadsArgs {
   bool memory_bound = false;
 };
 
-// Rotates one token's heads with the current target's kernel for `dtype`.
-void rotate_heads(DType dtype, const HeadsArgs& args);
-
-// One token's q heads and, if k is not null, its k heads (the same dtype, pairing and direction).
+// Rotates one token's q heads and, if k is not null, its k heads (the same dtype, pairing and
+// direction) with the current target's kernels for `dtype`.
 void rotate_token(DType dtype, const HeadsArgs& q, const HeadsArgs* k);
 // The same for one storage type each (rotate_kernels_f32.cpp, _bf16.cpp, _f16.cpp).
 void rotate_token_f32(const HeadsArgs& q, const HeadsArgs* k);

@@ -8,14 +8,12 @@ namespace rotary::cpu {
 
 void flush_streamed_stores() { hwy::FlushStream(); }
 
-void rotate_heads(DType dtype, const HeadsArgs& args) { rotate_token(dtype, args, nullptr); }
-
 void rotate_token(DType dtype, const HeadsArgs& q, const HeadsArgs* k) {
   switch (dtype) {
     case DType::F32: rotate_token_f32(q, k); return;
     case DType::BF16: rotate_token_bf16(q, k); return;
     case DType::F16: rotate_token_f16(q, k); return;
-    case DType::F64: break;
+    case DType::F64: break;  // never called: apply.cpp rotates float64 through rotate_gathered
   }
 }
 
