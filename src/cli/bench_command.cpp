@@ -723,15 +723,14 @@ std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after)
 // A chain of dependent integer additions, timed for about 20 ms: one addition per cycle on any
 // x86-64 or AArch64 core, so the rate is the core's effective clock in GHz. On this VM it moved
 // between 1.4 and 3.2 within the same hour (2026-11-25; the host's use of the core's other
-// hyperthread is the likely cause: a VM cannot see it),
-// and the kernels that are bound by arithmetic rather than memory (bf16, f16) move with it while
-// the copy floor does not. NaN where there is no such instruction to time.
+// hyperthread is the likely cause: a VM cannot see it), and the kernels that are bound by
+// arithmetic rather than memory (bf16, f16) move with it while the copy floor does not. NaN where
+// there is no such instruction to time.
 double add_chain_ghz(int64_t adds = 40'000'000) {
 #if defined(__x86_64__) || defined(__aarch64__)
-  const int64_t kAdds = adds;
   uint64_t value = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < kAdds; ++i) {
+  for (int64_t i = 0; i < adds; ++i) {
 #if defined(__x86_64__)
     asm volatile("add $1, %0" : "+r"(value));
 #else
@@ -739,7 +738,7 @@ double add_chain_ghz(int64_t adds = 40'000'000) {
 #endif
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(kAdds) / seconds / 1e9;
+  return static_cast<double>(adds) / seconds / 1e9;
 #else
   (void)adds;
   return std::nan("");
