@@ -33,6 +33,8 @@
 namespace rotary {
 
 enum class Direction { Forward, Backward };
+
+inline constexpr int64_t kSeqLenFromPositions = -1;
 std::string_view to_string(Direction direction);  // "forward", "backward"
 
 // Where each token's position comes from. Exactly one of:
@@ -61,6 +63,12 @@ struct ApplyOptions {
   // xPos: the cached length L in e(p) = (p - L // 2) / scale_base. 0 = the spec's
   // max_position_embeddings.
   int64_t xpos_length = 0;
+  // The seq_len this call's frequencies are for (dynamic NTK, LongRoPE: frequency_seq_len() in
+  // frequencies.hpp). kSeqLenFromPositions: Hugging Face's rule, the call's largest position + 1.
+  // The table must serve it: a table built for another seq_len whose frequencies differ is an
+  // error, never a silent answer. Name a seq_len to use a table on purpose at other positions
+  // (RopeCache's grown tables: transformers keeps the grown frequencies for shorter calls).
+  int64_t seq_len = kSeqLenFromPositions;
 };
 
 // The values a row lookup needs, for implementations: which position stream pair i reads
@@ -72,7 +80,8 @@ int position_streams(const RopeSpec& spec);  // 1, 3 (M-RoPE) or 2 (vision)
 // and its value: dtypes, ranks and layouts, batch/seq agreement between q and k (and their
 // outputs), head_dim >= rotary_offset + rotary_dim, negative or overflowing shapes, negative
 // strides, partially overlapping input/output, position counts, negative positions and positions
-// past the table's max_position(), cu_seqlens shape and monotonicity. q and k may differ in head
+// past the table's max_position(), cu_seqlens shape and monotonicity, and that the table serves
+// the call's seq_len (ApplyOptions::seq_len). q and k may differ in head
 // count and head_dim; all four views share q's layout; an output may alias only its own input,
 // exactly (q_out == q, k_out == k); spec.xpos requires PositionAxes::Single. Nothing is written
 // when it throws. Kernels may assume a checked call.

@@ -52,6 +52,20 @@ struct Frequencies {
 // Every other scheme ignores it. Throws rotary::ConfigError for an invalid spec (validate()).
 Frequencies frequencies(const RopeSpec& spec, int64_t seq_len = 0);
 
+// The seq_len a call's frequencies are for, by Hugging Face's rule (dynamic_rope_update): the
+// largest position + 1 of the call, unless the caller names one. Every API of rotary that takes
+// positions and a spec follows it (docs/python.md, "seq_len").
+//
+// frequency_seq_len() maps a seq_len to the smallest seq_len with the same frequencies, so that
+// frequencies(spec, a) and frequencies(spec, b) are identical exactly when
+// frequency_seq_len(spec, a) == frequency_seq_len(spec, b):
+//   Dynamic:   0 for seq_len <= max_position_embeddings (the original frequencies), else seq_len;
+//   LongRope:  0 for seq_len <= original context (short factors), else original context + 1;
+//   every other scheme: 0.
+// sequence_dependent(spec) is true when some seq_len maps to a value other than 0.
+int64_t frequency_seq_len(const RopeSpec& spec, int64_t seq_len);
+bool sequence_dependent(const RopeSpec& spec);
+
 // The unscaled frequencies base^(-2i/d) of the same geometry (the reference the diagnostics
 // compare against). For Proportional, d is head_dim and unrotated pairs are 0; for Vision2D the
 // index restarts for the column half.

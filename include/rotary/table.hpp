@@ -77,6 +77,12 @@ class CosSinTable {
   const RopeSpec& spec() const { return spec_; }
   Precision precision() const { return options_.precision; }
   Storage storage() const { return options_.storage; }
+  // The seq_len the frequencies are for (TableOptions::seq_len). A call serves a seq_len T
+  // when frequency_seq_len(spec, T) == frequency_seq_len(spec, seq_len()) (frequencies.hpp).
+  int64_t seq_len() const { return options_.seq_len; }
+  bool serves_seq_len(int64_t seq_len) const {
+    return frequency_seq_len(spec_, seq_len) == frequency_seq_len(spec_, options_.seq_len);
+  }
   int64_t num_pairs() const { return num_pairs_; }
   double attention_scaling() const { return attention_scaling_; }
   // Exact: the double inv_freq (frequencies()); HFCompat: the float32 values, widened.
@@ -141,6 +147,9 @@ std::vector<float> expand_row(const float* pair_values, int64_t num_pairs, Style
 //   LongRoPE: seq_len > original_max_position_embeddings uses the long factors, else the short.
 //   Every other scheme: one table.
 // The result depends on the call history for dynamic NTK, as in Hugging Face. Thread-safe.
+// A grown table serves calls shorter than its seq_len: pass ApplyOptions::seq_len =
+// table->seq_len() to apply() with it (apply's default, the call's largest position + 1, would
+// refuse a table whose frequencies differ from that seq_len's).
 class RopeCache {
  public:
   RopeCache(RopeSpec spec, TableOptions options = {});

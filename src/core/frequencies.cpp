@@ -352,6 +352,22 @@ Frequencies compute_frequencies(const RopeSpec& spec, int64_t seq_len, std::vect
 
 Frequencies frequencies(const RopeSpec& spec, int64_t seq_len) { return compute_frequencies(spec, seq_len, nullptr); }
 
+int64_t frequency_seq_len(const RopeSpec& spec, int64_t seq_len) {
+  if (seq_len < 0) throw Error(detail::concat("frequency_seq_len: seq_len must be >= 0 (got ", seq_len, ")"));
+  switch (spec.scaling.type) {
+    case ScalingType::Dynamic:  // L = max(seq_len, Lmax): the bracket is 1 up to Lmax (see above)
+      return seq_len <= spec.max_position_embeddings ? 0 : seq_len;
+    case ScalingType::LongRope:  // the long factors past the original context, the short below
+      return seq_len > spec.original_context() ? spec.original_context() + 1 : 0;
+    default:
+      return 0;
+  }
+}
+
+bool sequence_dependent(const RopeSpec& spec) {
+  return spec.scaling.type == ScalingType::Dynamic || spec.scaling.type == ScalingType::LongRope;
+}
+
 std::vector<detail::Extended> detail::inv_freq_extended(const RopeSpec& spec, int64_t seq_len) {
   std::vector<Real> theta;
   compute_frequencies(spec, seq_len, &theta);

@@ -503,6 +503,45 @@ void check_positions(const CheckedView& q, const Positions& positions, const Cos
   }
 }
 
+// The largest position any token of the call reads (-1 for a call without tokens). Runs after
+// check_positions: every source is known to be consistent.
+int64_t call_max_position(const CheckedView& q, const Positions& positions, int streams) {
+  const bool thd = q.view->layout == Layout::THD;
+  const int64_t tokens = q.axes.batch * q.axes.seq;
+  int64_t largest = -1;
+  if (positions.per_token != nullptr) {
+    for (int64_t i = 0; i < tokens * streams; ++i) largest = std::max(largest, positions.per_token[i]);
+    return largest;
+  }
+  const int64_t num_sequences = thd ? positions.num_sequences : q.axes.batch;
+  for (int64_t n = 0; n < num_sequences; ++n) {
+    const int64_t length = thd ? positions.cu_seqlens[n + 1] - positions.cu_seqlens[n] : q.axes.seq;
+    if (length == 0) continue;
+    const int64_t first = positions.sequence_offsets != nullptr ? positions.sequence_offsets[n] : 0;
+    largest = std::max(largest, first + length - 1);
+  }
+  return largest;
+}
+
+// Hugging Face's seq_len rule (ApplyOptions::seq_len): a sequence-dependent table serves only the
+// seq_lens whose frequencies are its own.
+void check_table_serves_seq_len(const CheckedView& q, const Positions& positions, const CosSinTable& table,
+                                const ApplyOptions& options) {
+  const RopeSpec& spec = table.spec();
+  if (options.seq_len < kSeqLenFromPositions) {
+    fail("options.seq_len must be >= 0, or kSeqLenFromPositions (-1) for the largest position + 1 (got ",
+         options.seq_len, ")");
+  }
+  if (!sequence_dependent(spec)) return;
+  const bool named = options.seq_len != kSeqLenFromPositions;
+  const int64_t seq_len = named ? options.seq_len : call_max_position(q, positions, position_streams(spec)) + 1;
+  if (table.serves_seq_len(seq_len)) return;
+  fail(named ? "options.seq_len " : "the call's seq_len (largest position + 1) ", seq_len, " needs ",
+       to_string(spec.scaling.type), " frequencies other than the table's (got a table built for seq_len ",
+       table.seq_len(), "): build the table with seq_len ", seq_len,
+       named ? "" : ", or name options.seq_len to use this table's frequencies on purpose");
+}
+
 }  // namespace
 
 void check_apply_arguments(const TensorView& q, const TensorView& k, const TensorView& q_out,
@@ -568,6 +607,7 @@ void check_apply_arguments(const TensorView& q, const TensorView& k, const Tenso
   check_disjoint(cq_out, ck_out);
 
   check_positions(cq, positions, table);
+  check_table_serves_seq_len(cq, positions, table, options);
 }
 
 // apply_cos_sin (apply_cos_sin.hpp): one tensor and explicit cos/sin, checked with the same

@@ -6,6 +6,7 @@
 // double chains of at most ~6 operations including one pow(), each within a few ulps, so a
 // relative 1e-14 separates a formula error (always >= 1e-6 here) from rounding.
 #include "rotary/frequencies.hpp"
+#include "rotary/table.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -347,6 +348,39 @@ TEST(Frequencies, LinearScalingKeepsTheTargetWithinTrainedAngles) {
   for (const PairCoverage& c : context_coverage(spec, f, 4096, 4 * 4096 + 1)) EXPECT_FALSE(c.out_of_distribution);
   // One more token and the slowest pairs step past it (16385 / 4 = 4096.25).
   EXPECT_TRUE(context_coverage(spec, f, 4096, 4 * 4096 + 2).back().out_of_distribution);
+}
+
+// frequency_seq_len() is the seq_len rule's key: two seq_lens share it exactly when their
+// frequencies (the exact ones and Hugging Face's float32 chain) are identical.
+TEST(Frequencies, FrequencySeqLenKeysExactlyTheSeqLensWithEqualFrequencies) {
+  RopeSpec dynamic = base_spec();
+  dynamic.scaling.type = ScalingType::Dynamic;
+  dynamic.scaling.factor = 2.0;
+  RopeSpec linear = base_spec();
+  linear.scaling.type = ScalingType::Linear;
+  linear.scaling.factor = 4.0;
+  const std::vector<int64_t> seq_lens = {0, 1, 4095, 4096, 4097, 4098, 8192, 131072, 131073, 1000000};
+  for (const RopeSpec& spec : {dynamic, longrope_spec(), linear, base_spec()}) {
+    EXPECT_EQ(sequence_dependent(spec), spec.scaling.type == ScalingType::Dynamic ||
+                                            spec.scaling.type == ScalingType::LongRope);
+    for (int64_t a : seq_lens) {
+      for (int64_t b : seq_lens) {
+        const bool same_key = frequency_seq_len(spec, a) == frequency_seq_len(spec, b);
+        const Frequencies fa = frequencies(spec, a);
+        const Frequencies fb = frequencies(spec, b);
+        const bool same = fa.inv_freq == fb.inv_freq && fa.attention_scaling == fb.attention_scaling;
+        EXPECT_EQ(same_key, same) << to_string(spec.scaling.type) << " seq_len " << a << " vs " << b;
+        EXPECT_EQ(same_key, detail::hf_inv_freq_f32(spec, a) == detail::hf_inv_freq_f32(spec, b))
+            << to_string(spec.scaling.type) << " seq_len " << a << " vs " << b << " (float32 chain)";
+      }
+    }
+  }
+  EXPECT_EQ(frequency_seq_len(dynamic, 4096), 0);
+  EXPECT_EQ(frequency_seq_len(dynamic, 4097), 4097);
+  EXPECT_EQ(frequency_seq_len(longrope_spec(), 4097), 4097);
+  EXPECT_EQ(frequency_seq_len(longrope_spec(), 100000), 4097);
+  EXPECT_THAT([&] { frequency_seq_len(dynamic, -1); },
+              ThrowsMessage<Error>(HasSubstr("frequency_seq_len: seq_len must be >= 0 (got -1)")));
 }
 
 TEST(Frequencies, ContextCoverageRejectsBadContexts) {

@@ -601,6 +601,104 @@ TEST(ApplyArgs, PairStreamsAreZeroForSingleStream) {
   EXPECT_EQ(position_streams(spec), 1);
 }
 
+// ---- seq_len: Hugging Face's rule, the call's largest position + 1 -------------------------------
+
+// Dynamic NTK with max_position_embeddings 64: calls whose largest position + 1 exceeds 64 need
+// grown frequencies; the base call's positions reach 104.
+RopeSpec dynamic_spec() {
+  RopeSpec spec = small_spec();
+  spec.max_position_embeddings = 64;
+  spec.scaling.type = ScalingType::Dynamic;
+  spec.scaling.factor = 2.0;
+  return spec;
+}
+
+RopeSpec longrope_spec() {
+  RopeSpec spec = small_spec();
+  spec.max_position_embeddings = 256;
+  spec.scaling.type = ScalingType::LongRope;
+  spec.scaling.original_max_position_embeddings = 64;
+  spec.scaling.short_factor = std::vector<double>(8, 1.0);
+  spec.scaling.long_factor = {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0};
+  return spec;
+}
+
+void use_table(Call& call, const RopeSpec& spec, int64_t seq_len) {
+  call.table = std::make_unique<CosSinTable>(spec, TableOptions{.seq_len = seq_len, .fixed_positions = 4096});
+}
+
+TEST(ApplyArgs, RejectsDynamicTableThatDoesNotServeTheCallsSeqLen) {
+  Call call(dynamic_spec());  // a table for seq_len 0; the call's largest position is 104
+  expect_rejected(call, {"the call's seq_len (largest position + 1) 105 needs dynamic frequencies",
+                         "got a table built for seq_len 0", "build the table with seq_len 105",
+                         "name options.seq_len"});
+}
+
+TEST(ApplyArgs, RejectsTableForAnotherGrownSeqLen) {
+  Call call(dynamic_spec());
+  use_table(call, dynamic_spec(), 200);  // grown for 200; the call is for 105
+  expect_rejected(call, {"seq_len (largest position + 1) 105", "got a table built for seq_len 200"});
+}
+
+TEST(ApplyArgs, RejectsNamedSeqLenTheTableDoesNotServe) {
+  Call call(dynamic_spec());
+  use_table(call, dynamic_spec(), 105);
+  call.options.seq_len = 300;
+  expect_rejected(call, {"options.seq_len 300 needs dynamic frequencies", "got a table built for seq_len 105"});
+  call.options.seq_len = -2;
+  expect_rejected(call, {"options.seq_len must be >= 0, or kSeqLenFromPositions (-1)", "got -2"});
+}
+
+TEST(ApplyArgs, AcceptsDynamicTablesThatServeTheCall) {
+  {
+    Call call(dynamic_spec());
+    use_table(call, dynamic_spec(), 105);  // exactly the call's seq_len
+    EXPECT_NO_THROW(call.run());
+  }
+  {
+    Call call(dynamic_spec());
+    call.set_per_token({0, 1, 2, 3, 4, 59, 60, 61, 62, 63});  // seq_len 64 <= max: original frequencies
+    EXPECT_NO_THROW(call.run());
+    use_table(call, dynamic_spec(), 64);
+    EXPECT_NO_THROW(call.run());
+  }
+  {
+    Call call(dynamic_spec());
+    use_table(call, dynamic_spec(), 200);  // a grown table used on purpose (RopeCache's history)
+    call.options.seq_len = 200;
+    EXPECT_NO_THROW(call.run());
+  }
+  {
+    Call call(small_spec());  // a scheme without seq_len dependence ignores it
+    call.options.seq_len = 123456;
+    EXPECT_NO_THROW(call.run());
+  }
+}
+
+TEST(ApplyArgs, LongRopeTablesServeEverySeqLenOfTheirFactorSet) {
+  Call call(longrope_spec());  // short factors; the call needs the long ones (105 > 64)
+  expect_rejected(call, {"seq_len (largest position + 1) 105 needs longrope frequencies",
+                         "got a table built for seq_len 0"});
+  use_table(call, longrope_spec(), 65);  // the long set, built for another long seq_len
+  EXPECT_NO_THROW(call.run());
+  call.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8, 63});  // seq_len 64: short factors again
+  expect_rejected(call, {"seq_len (largest position + 1) 64 needs longrope frequencies",
+                         "got a table built for seq_len 65"});
+}
+
+TEST(ApplyArgs, SeqLenOfOffsetsAndArangeCalls) {
+  Call call(dynamic_spec());
+  call.offsets = {0, 60};  // positions 60..64: seq_len 65 > 64
+  call.positions = Positions{};
+  call.positions.sequence_offsets = call.offsets.data();
+  call.positions.num_offsets = 2;
+  expect_rejected(call, {"seq_len (largest position + 1) 65"});
+  call.offsets = {0, 59};  // 59..63: seq_len 64
+  EXPECT_NO_THROW(call.run());
+  call.positions = Positions{};  // arange 0..4: seq_len 5
+  EXPECT_NO_THROW(call.run());
+}
+
 TEST(ApplyArgs, DirectionNames) {
   EXPECT_EQ(to_string(Direction::Forward), "forward");
   EXPECT_EQ(to_string(Direction::Backward), "backward");

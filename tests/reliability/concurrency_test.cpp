@@ -62,10 +62,13 @@ struct SmallCall {
     Positions p;
     p.per_token = positions.data();
     p.per_token_count = seq;
+    // RopeCache's tables are for the call that asked (a grown table serves shorter calls, as in
+    // transformers): its seq_len is named, as a RopeCache user does.
+    const ApplyOptions options{.seq_len = table.seq_len()};
     if (fast) {
-      apply(qv, kv, qo, ko, p, table);
+      apply(qv, kv, qo, ko, p, table, options);
     } else {
-      reference::apply(qv, kv, qo, ko, p, table);
+      reference::apply(qv, kv, qo, ko, p, table, options);
     }
     return {std::move(q_out), std::move(k_out)};
   }
