@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _rotary
+from . import _handles, _rotary
 from ._rotary import RotaryError
+from ._views import float_arg, int_arg
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,21 @@ def _doubles(raw: bytes) -> np.ndarray:
     return values
 
 
-# Fields Spec.replace() may change, and their types.
+def _str_arg(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise RotaryError(f"{name} must be a str (got {value!r})")
+    return value
+
+
+# Fields Spec.replace() may change, and how each value is checked (no silent coercion: head_dim=130.7
+# is an error, not 130; the spec's own validate() then checks the combination).
 _REPLACEABLE = {
-    "name": str,
-    "head_dim": int,
-    "rotary_dim": int,
-    "theta_base": float,
-    "style": str,
-    "max_position_embeddings": int,
+    "name": _str_arg,
+    "head_dim": lambda name, value: int_arg(name, value, minimum=0),
+    "rotary_dim": lambda name, value: int_arg(name, value, minimum=0),
+    "theta_base": float_arg,
+    "style": _str_arg,
+    "max_position_embeddings": lambda name, value: int_arg(name, value, minimum=0),
 }
 
 
@@ -54,7 +62,7 @@ class Spec:
     Spec.from_json(text). Specs are immutable; replace() makes a changed copy.
     """
 
-    __slots__ = ("_native", "warnings", "model_type", "layer_types", "_layer_specs", "_tables")
+    __slots__ = ("_native", "warnings", "model_type", "layer_types", "_layer_specs", "_handle", "__weakref__")
 
     def __init__(self, native, *, warnings=(), model_type="", layer_types=(), layer_specs=()):
         if not isinstance(native, _rotary.RopeSpec):
@@ -67,7 +75,7 @@ class Spec:
         self.model_type = model_type
         self.layer_types = tuple(layer_types)
         self._layer_specs = dict(layer_specs)
-        self._tables = {}
+        self._handle = _handles.register(self)  # how rotary.torch's ops name this spec
 
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
@@ -139,7 +147,7 @@ class Spec:
                 raise RotaryError(
                     f"Spec.replace: {field} is not a replaceable field ({', '.join(_REPLACEABLE)}) (got {field}={value!r})"
                 )
-            setattr(native, field, _REPLACEABLE[field](value))
+            setattr(native, field, _REPLACEABLE[field](f"Spec.replace: {field}", value))
         native.validate()
         return Spec(native, model_type=self.model_type)
 
@@ -172,10 +180,15 @@ class Spec:
         """Which position stream each pair reads (all 0 for single-stream specs)."""
         return tuple(self._native.pair_streams())
 
+    @property
+    def sequence_dependent(self) -> bool:
+        """True for schemes whose frequencies change with seq_len (dynamic NTK, LongRoPE)."""
+        return self._native.sequence_dependent
+
     def frequencies(self, seq_len: int | None = None) -> Frequencies:
         """inv_freq (float64) and attention_scaling at seq_len (None: the construction-time values;
         dynamic NTK and LongRoPE change with seq_len)."""
-        raw = self._native.frequencies(_int_arg("seq_len", seq_len or 0))
+        raw = self._native.frequencies(0 if seq_len is None else int_arg("seq_len", seq_len, minimum=0))
         return Frequencies(
             inv_freq=_doubles(raw["inv_freq"]),
             attention_scaling=raw["attention_scaling"],
@@ -190,14 +203,6 @@ class Spec:
             longrope_factor_set=raw["longrope_factor_set"],
         )
 
-    def table(self, precision: str = "exact"):
-        """This spec's shared, growing cos/sin table (one per precision, made on first use)."""
-        from ._table import Table
-
-        if precision not in self._tables:
-            self._tables[precision] = Table(self, precision)
-        return self._tables[precision]
-
     def __repr__(self) -> str:
         scaling = self.rope_type if self.factor is None else f"{self.rope_type} x{self.factor:g}"
         return (
@@ -210,8 +215,3 @@ def presets() -> list:
     """The built-in presets: (name, summary, source) for each."""
     return [tuple(row) for row in _rotary.list_presets()]
 
-
-def _int_arg(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise RotaryError(f"{name} must be an int (got {value!r})")
-    return int(value)

@@ -13,7 +13,7 @@ import torch
 from . import _rotary
 from ._rotary import RotaryError
 from ._spec import Spec
-from ._table import Table, _expand
+from ._table import Table, _expand, native_rows, int64_positions
 from ._torch_ops import _DTYPES, _kernel_ok, _view
 
 # ---- the Hugging Face drop-in ---------------------------------------------------------------------
@@ -300,9 +300,10 @@ class RotaryEmbedding(torch.nn.Module):
                 cos = emb.cos() * self.attention_scaling
                 sin = emb.sin() * self.attention_scaling
             return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-        table = Table._wrap(self._current, self.spec)
         # Every pair at each given position (M-RoPE: per stream; the apply function picks sections).
-        cos, sin = table.rows(position_ids.detach().cpu().numpy())
+        # The table RopeCache chose serves this call (its history, as transformers'): read at its seq_len.
+        positions = int64_positions(position_ids.detach().cpu().numpy(), "position_ids")
+        cos, sin = native_rows(self._current, positions, seq_len=self._current.seq_len)
         cos, sin = _expand(cos, self.cos_sin_layout), _expand(sin, self.cos_sin_layout)
         return (torch.from_numpy(cos).to(device=x.device, dtype=x.dtype),
                 torch.from_numpy(sin).to(device=x.device, dtype=x.dtype))

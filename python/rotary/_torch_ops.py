@@ -1,29 +1,30 @@
 """rotary.torch's custom ops: apply_rotary (table + positions) with autograd, in place and into
 given outputs, and its pure-torch implementation for tensors the kernels cannot take.
-The public names are re-exported by rotary.torch (python/rotary/torch.py)."""
+The public names are re-exported by rotary.torch (python/rotary/torch.py).
+
+One contract for every backend: apply_rotary checks its Python arguments (types, devices,
+out= / inplace / autograd rules), and every call, whichever computes it, then passes through the
+same C++ checks (check_apply_arguments: shapes, strides, overlap, positions, seq_len) before a
+byte is written. The pure-torch path runs those checks too (_rotary.apply with check_only).
+
+torch.compile: the Python wrapper creates and registers nothing. A spec or table crosses into the
+ops as its handle (rotary/_handles.py, given when it was made), and the table a call needs is
+found or made inside the op, which runs outside the traced graph.
+"""
 from __future__ import annotations
 
-import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from . import _rotary
-from ._apply import check_direction, resolve_table
+from . import _handles, _rotary
+from ._apply import check_direction, prepare_positions, source_spec
 from ._rotary import RotaryError
-from ._spec import Spec
-from ._table import Table, _expand, table_by_id
-from ._views import check_layout
-
+from ._table import PRECISIONS, STYLES, check_source, native_rows, resolve
+from ._views import call_seq_len, check_layout, int_arg, ints_descriptor
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float64: "float64"}
-
-# ---- tables by id ---------------------------------------------------------------------------------
-# A custom op's arguments are tensors and plain values, so a table crosses as its int id
-# (rotary._table keeps a weak id -> Table map; autograd keeps a strong reference for backward).
-def _table(table_id: int) -> Table:
-    return table_by_id(table_id)
 
 
 # ---- descriptors ----------------------------------------------------------------------------------
@@ -34,90 +35,106 @@ def _view(tensor: torch.Tensor, name: str, layout: str):
     return (tensor.data_ptr(), dtype, layout, tuple(tensor.shape), tuple(tensor.stride()))
 
 
-def _int64(tensor: Optional[torch.Tensor], name: str) -> Optional[torch.Tensor]:
-    if tensor is None:
-        return None
-    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
-        raise RotaryError(f"{name} must hold integers (got dtype {tensor.dtype})")
-    return tensor.detach().to(device="cpu", dtype=torch.int64).contiguous()
-
-
-def _ints(tensor: Optional[torch.Tensor]):
-    return None if tensor is None else (tensor.data_ptr(), tensor.numel())
-
-
 def _kernel_ok(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype in _DTYPES for t in tensors)
 
 
-def _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset,
-         xpos_length) -> None:
+def _host_ints(tensor: Optional[torch.Tensor], name: str, device: torch.device) -> Optional[np.ndarray]:
+    """An integer tensor's values as a NumPy array on the host (checked like NumPy positions)."""
+    if tensor is None:
+        return None
+    if tensor.device.type == "meta":
+        raise RotaryError(f"{name} must hold values, not be on the meta device (got {name} on meta, q on {device})")
+    return tensor.detach().to("cpu").numpy()
+
+
+class _Call(NamedTuple):
+    """A checked call: the spec it rotates by, its native table, and the arguments of _rotary.apply."""
+    spec: object
+    native: object
+    per_token: Optional[np.ndarray]
+    offsets: Optional[np.ndarray]
+    cu_seqlens: Optional[np.ndarray]
+    batch: int
+    seq: int
+    args: tuple
+
+
+def _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+             rotary_offset, xpos_length) -> _Call:
+    """Resolves the table and checks the whole call in C++, whichever backend computes it."""
+    spec_or_table = _handles.lookup(source)
+    spec = source_spec(spec_or_table)
+    per_token, seq_offsets, cu, batch, seq = prepare_positions(
+        _host_ints(positions, "positions", q.device), _host_ints(offsets, "offsets", q.device),
+        _host_ints(cu_seqlens, "cu_seqlens", q.device), layout, q.shape, spec.position_streams)
+    styled, native = resolve(spec_or_table, precision or None, style or None, lambda: seq_len if seq_len >= 0 else
+                             call_seq_len(per_token, seq_offsets, cu, batch, seq, layout == "thd"))
+    args = (_view(q, "q", layout), _view(k, "k", layout), _view(q_out, "q_out", layout), _view(k_out, "k_out", layout),
+            ints_descriptor(per_token), ints_descriptor(seq_offsets), ints_descriptor(cu), native, direction,
+            rotary_offset, xpos_length, seq_len)
+    return _Call(styled, native, per_token, seq_offsets, cu, batch, seq, args)
+
+
+def _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length) -> None:
     """Rotates q, k into q_out, k_out (which may be q, k): the kernel for CPU tensors, else torch."""
-    table = _table(table_id)
-    if not _kernel_ok(q, k, q_out, k_out):
-        rq, rk = _apply_torch(q, k, positions, offsets, cu_seqlens, table, layout, direction, rotary_offset,
-                              xpos_length)
-        q_out.copy_(rq)
-        k_out.copy_(rk)
+    if q.device.type == "meta":
+        return  # shapes only: the outputs are already the right empty tensors
+    call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                    direction, rotary_offset, xpos_length)
+    if _kernel_ok(q, k, q_out, k_out):
+        _rotary.apply(*call.args, q.dtype == torch.float64 or k.dtype == torch.float64)
         return
-    per_token = _int64(positions, "positions")
-    seq_offsets = _int64(offsets, "offsets")
-    cu = _int64(cu_seqlens, "cu_seqlens")
-    if cu is not None and cu.numel() == 0:
-        raise RotaryError("cu_seqlens must hold num_sequences + 1 offsets (got an empty tensor)")
-    _rotary.apply(
-        _view(q, "q", layout),
-        _view(k, "k", layout),
-        _view(q_out, "q_out", layout),
-        _view(k_out, "k_out", layout),
-        _ints(per_token),
-        _ints(seq_offsets),
-        _ints(cu),
-        table._native,
-        direction,
-        rotary_offset,
-        xpos_length,
-        q.dtype == torch.float64 or k.dtype == torch.float64,
-    )
+    _rotary.apply(*call.args, False, check_only=True)
+    rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
+    q_out.copy_(rq)
+    k_out.copy_(rk)
 
 
 # ---- the custom ops -------------------------------------------------------------------------------
+# Arguments after the tensors: source (a Spec's or Table's handle), precision ("" = exact, or the
+# table's), style ("" = the spec's), seq_len (-1 = the largest position + 1), layout, direction,
+# rotary_offset, xpos_length.
 @torch.library.custom_op("rotary::apply_rotary", mutates_args=())
 def _apply_rotary_op(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor],
-                     offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], table_id: int,
-                     layout: str, direction: str, rotary_offset: int,
+                     offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str, precision: str,
+                     style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
                      xpos_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length)
+    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
     return q_out, k_out
 
 
 @_apply_rotary_op.register_fake
-def _(q, k, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length):
+def _(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction, rotary_offset,
+      xpos_length):
     return q.new_empty(q.shape), k.new_empty(k.shape)
 
 
 def _apply_rotary_setup(ctx, inputs, output):
-    _, _, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length = inputs
+    _, _, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction, rotary_offset, \
+        xpos_length = inputs
     ctx.save_for_backward(positions, offsets, cu_seqlens)
-    ctx.table = _table(table_id)  # alive until backward
-    ctx.args = (table_id, layout, "backward" if direction == "forward" else "forward", rotary_offset, xpos_length)
+    ctx.source = _handles.lookup(source)  # alive until backward
+    reverse = "backward" if direction == "forward" else "forward"
+    ctx.args = (source, precision, style, seq_len, layout, reverse, rotary_offset, xpos_length)
     ctx.shapes = (inputs[0], inputs[1])
 
 
 def _apply_rotary_backward(ctx, grad_q, grad_k):
     positions, offsets, cu_seqlens = ctx.saved_tensors
-    table_id, layout, reverse, rotary_offset, xpos_length = ctx.args
     q, k = ctx.shapes
     if grad_q is None:
         grad_q = torch.zeros_like(q)
     if grad_k is None:
         grad_k = torch.zeros_like(k)
-    # The rotation is linear in q and k: the gradient is the transposed rotation of the gradient.
-    gq, gk = _apply_rotary_op(grad_q, grad_k, positions, offsets, cu_seqlens, table_id, layout, reverse,
-                              rotary_offset, xpos_length)
-    return gq, gk, None, None, None, None, None, None, None, None
+    # The rotation is linear in q and k: the gradient is the transposed rotation of the gradient,
+    # at the same positions, so with the same table (the same seq_len).
+    gq, gk = _apply_rotary_op(grad_q, grad_k, positions, offsets, cu_seqlens, *ctx.args)
+    return (gq, gk) + (None,) * 11
 
 
 _apply_rotary_op.register_autograd(_apply_rotary_backward, setup_context=_apply_rotary_setup)
@@ -125,126 +142,153 @@ _apply_rotary_op.register_autograd(_apply_rotary_backward, setup_context=_apply_
 
 @torch.library.custom_op("rotary::apply_rotary_", mutates_args=("q", "k"))
 def _apply_rotary_inplace_op(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor],
-                             offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], table_id: int,
-                             layout: str, direction: str, rotary_offset: int, xpos_length: int) -> None:
-    _run(q, k, q, k, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length)
+                             offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str,
+                             precision: str, style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
+                             xpos_length: int) -> None:
+    _run(q, k, q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
 
 
 @_apply_rotary_inplace_op.register_fake
-def _(q, k, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length):
+def _(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction, rotary_offset,
+      xpos_length):
     return None
 
 
 @torch.library.custom_op("rotary::apply_rotary_out", mutates_args=("q_out", "k_out"))
 def _apply_rotary_out_op(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
                          positions: Optional[torch.Tensor], offsets: Optional[torch.Tensor],
-                         cu_seqlens: Optional[torch.Tensor], table_id: int, layout: str, direction: str,
-                         rotary_offset: int, xpos_length: int) -> None:
-    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length)
+                         cu_seqlens: Optional[torch.Tensor], source: str, precision: str, style: str, seq_len: int,
+                         layout: str, direction: str, rotary_offset: int, xpos_length: int) -> None:
+    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
 
 
 @_apply_rotary_out_op.register_fake
-def _(q, k, q_out, k_out, positions, offsets, cu_seqlens, table_id, layout, direction, rotary_offset, xpos_length):
+def _(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+      rotary_offset, xpos_length):
     return None
+
+
+def _check_tensor_args(q, k, positions, offsets, cu_seqlens):
+    for name, tensor in (("q", q), ("k", k)):
+        if not isinstance(tensor, torch.Tensor):
+            raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
+        if tensor.dtype not in _DTYPES:
+            raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
+    if q.device != k.device:
+        raise RotaryError(f"q and k must be on one device (got q on {q.device}, k on {k.device})")
+    for name, tensor in (("positions", positions), ("offsets", offsets), ("cu_seqlens", cu_seqlens)):
+        if tensor is None:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise RotaryError(f"{name} must be a torch.Tensor or None (got {type(tensor).__name__})")
+        if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+            raise RotaryError(f"{name} must hold integers (got dtype {tensor.dtype})")
+        if tensor.device.type == "meta" and q.device.type != "meta":
+            raise RotaryError(f"{name} must hold values, not be on the meta device (got {name} on meta, q on {q.device})")
+        if tensor.device.type not in ("cpu", "meta") and tensor.device != q.device:
+            raise RotaryError(f"{name} must be on the CPU or on q's device {q.device} (got {tensor.device})")
 
 
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None, spec_or_table=None, *,
                  offsets: Optional[torch.Tensor] = None, cu_seqlens: Optional[torch.Tensor] = None,
-                 layout: str = "bshd", style: Optional[str] = None, precision: str = "exact",
+                 layout: str = "bshd", style: Optional[str] = None, precision: Optional[str] = None,
                  direction: str = "forward", inplace: bool = False, rotary_offset: int = 0, xpos_length: int = 0,
-                 out: Optional[tuple] = None, backend: str = "auto"):
+                 seq_len: Optional[int] = None, out: Optional[tuple] = None, backend: str = "auto"):
     """Rotates q and k (head counts may differ) by RoPE; returns (q_out, k_out).
 
-    positions: per-token int tensor ([batch, seq], or [tokens] for thd; M-RoPE [3, batch, seq]),
-    or offsets (one per sequence: position = offset + index), or neither (0, 1, 2, ...).
-    cu_seqlens: [num_sequences + 1] token offsets for layout "thd". spec_or_table: rotary.Spec
-    (its shared table of `precision`) or rotary.Table. layout: "bshd", "bhsd", "sbhd", "thd".
+    positions: per-token int tensor [batch, seq] ([1, seq] and [seq] broadcast over the batch;
+    [tokens] for thd; M-RoPE [3, batch, seq]), or offsets ([batch]: position = offset + index),
+    or neither (0, 1, 2, ...). cu_seqlens: [num_sequences + 1] token offsets for layout "thd".
+    spec_or_table: rotary.Spec (its shared table of `precision`, default "exact") or rotary.Table.
+    layout: "bshd", "bhsd", "sbhd", "thd". seq_len: the seq_len of the frequencies (dynamic NTK,
+    LongRoPE); None for the call's largest position + 1, Hugging Face's rule.
     inplace=True rotates q and k in place; out=(q_out, k_out) writes into preallocated tensors of
     q's and k's shapes and dtypes (both without autograd; fresh outputs cost page faults that can
     exceed the kernel's own time, docs/python.md). backend: "auto" (the kernel for CPU tensors,
-    pure torch elsewhere) or "torch" (always pure torch).
+    pure torch elsewhere) or "torch" (always pure torch). Every backend checks the same things.
     """
     if spec_or_table is None:
         raise RotaryError("spec_or_table is required: a rotary.Spec or rotary.Table (got None)")
+    check_source(spec_or_table)
     check_layout(layout)
     check_direction(direction)
     if backend not in ("auto", "torch"):
         raise RotaryError(f"backend must be 'auto' or 'torch' (got {backend!r})")
-    for name, tensor in (("q", q), ("k", k)):
-        if not isinstance(tensor, torch.Tensor):
-            raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
-        if tensor.dtype not in _DTYPES and (tensor.device.type == "cpu" or not tensor.is_floating_point()):
-            raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
-    for name, tensor in (("positions", positions), ("offsets", offsets), ("cu_seqlens", cu_seqlens)):
-        if tensor is not None and not isinstance(tensor, torch.Tensor):
-            raise RotaryError(f"{name} must be a torch.Tensor or None (got {type(tensor).__name__})")
-        if tensor is not None and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
-            raise RotaryError(f"{name} must hold integers (got dtype {tensor.dtype})")
-    if q.device != k.device:
-        raise RotaryError(f"q and k must be on one device (got q on {q.device}, k on {k.device})")
-    table = resolve_table(spec_or_table, style, precision)
-    table_id = table._id
-    if backend == "torch":
-        rq, rk = _apply_torch(q, k, positions, offsets, cu_seqlens, table, layout, direction, rotary_offset,
-                              xpos_length)
-        if inplace:
-            with torch.no_grad():
-                q.copy_(rq)
-                k.copy_(rk)
-            return q, k
-        return rq, rk
+    if precision is not None and precision not in PRECISIONS:
+        raise RotaryError(f"precision must be 'exact' or 'hf' (got {precision!r})")
+    if style is not None and style not in STYLES:
+        raise RotaryError(f"style must be 'neox' or 'gptj' (got {style!r})")
+    rotary_offset = int_arg("rotary_offset", rotary_offset, minimum=0)
+    xpos_length = int_arg("xpos_length", xpos_length, minimum=0)
+    seq_len = -1 if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
+    _check_tensor_args(q, k, positions, offsets, cu_seqlens)
     if out is not None:
         if inplace:
             raise RotaryError("out= and inplace=True exclude each other (got both)")
         if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
             raise RotaryError(f"out must be a pair of tensors (q_out, k_out) (got {type(out).__name__})")
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-            raise RotaryError("out= does not record gradients (got q or k with requires_grad=True)")
         for name, given, like in (("q_out", out[0], q), ("k_out", out[1], k)):
-            if given.dtype != like.dtype or given.device != like.device:
-                raise RotaryError(f"{name} must have dtype {like.dtype} on {like.device} "
-                                  f"(got {given.dtype} on {given.device})")
-        if backend == "torch":
-            rq, rk = _apply_torch(q, k, positions, offsets, cu_seqlens, table, layout, direction, rotary_offset,
-                                  xpos_length)
-            out[0].copy_(rq)
-            out[1].copy_(rk)
-        else:
-            _apply_rotary_out_op(q, k, out[0], out[1], positions, offsets, cu_seqlens, table_id, layout, direction,
-                                 int(rotary_offset), int(xpos_length))
+            if given.dtype != like.dtype or given.device != like.device or given.shape != like.shape:
+                raise RotaryError(f"{name} must have shape {tuple(like.shape)} and dtype {like.dtype} on {like.device} "
+                                  f"(got shape {tuple(given.shape)}, {given.dtype} on {given.device})")
+    if (out is not None or inplace) and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        what = "out=" if out is not None else "inplace=True"
+        raise RotaryError(f"{what} does not record gradients (got q or k with requires_grad=True); "
+                          "use a fresh output (neither out= nor inplace=True) for training")
+    source = spec_or_table._handle
+    precision = precision or ""
+    style = style or ""
+    if backend == "torch":
+        return _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len,
+                                           layout, direction, rotary_offset, xpos_length, inplace, out)
+    if out is not None:
+        _apply_rotary_out_op(q, k, out[0], out[1], positions, offsets, cu_seqlens, source, precision, style, seq_len,
+                             layout, direction, rotary_offset, xpos_length)
         return out[0], out[1]
     if inplace:
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-            raise RotaryError("inplace=True does not record gradients (got q or k with requires_grad=True); "
-                              "use inplace=False for training")
-        _apply_rotary_inplace_op(q, k, positions, offsets, cu_seqlens, table_id, layout, direction,
-                                 int(rotary_offset), int(xpos_length))
+        _apply_rotary_inplace_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                                 direction, rotary_offset, xpos_length)
         return q, k
-    return _apply_rotary_op(q, k, positions, offsets, cu_seqlens, table_id, layout, direction, int(rotary_offset),
-                            int(xpos_length))
+    return _apply_rotary_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+                            rotary_offset, xpos_length)
+
+
+def _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                                direction, rotary_offset, xpos_length, inplace, out):
+    """backend="torch": the same checks, then torch ops (differentiable through torch itself)."""
+    q_out, k_out = (q, k) if inplace else out if out is not None else (q, k)
+    call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                    direction, rotary_offset, xpos_length)
+    _rotary.apply(*call.args, False, check_only=True)
+    rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
+    if inplace or out is not None:
+        with torch.no_grad():
+            q_out.copy_(rq)
+            k_out.copy_(rk)
+        return q_out, k_out
+    return rq, rk
 
 
 # ---- the pure-torch implementation of the same contract -------------------------------------------
-def _token_positions(batch: int, seq: int, positions, offsets, cu_seqlens, layout: str, streams: int):
-    """Positions [streams, batch, seq] (thd: batch 1, seq = tokens) as int64 on the CPU, following
-    apply.hpp's Positions rules (the kernel checks the same rules; errors come from there)."""
-    if positions is not None:
-        pos = positions.detach().to("cpu", torch.int64).reshape(streams, batch, seq)
-        return pos
+def _token_positions(call: _Call, layout: str, streams: int) -> np.ndarray:
+    """Positions [streams, batch, seq] (thd: batch 1, seq = tokens) of a checked call."""
+    batch, seq = call.batch, call.seq
+    if call.per_token is not None:
+        return call.per_token.reshape(streams, batch, seq)
     if layout == "thd":
-        if cu_seqlens is None:
-            raise RotaryError("positions.cu_seqlens is required for the thd layout (got None)")
-        cu = cu_seqlens.detach().to("cpu", torch.int64)
-        index = torch.empty(seq, dtype=torch.int64)
-        for n in range(cu.numel() - 1):
+        index = np.empty(seq, dtype=np.int64)
+        cu = call.cu_seqlens
+        for n in range(cu.size - 1):
             start, end = int(cu[n]), int(cu[n + 1])
-            base = 0 if offsets is None else int(offsets[n])
-            index[start:end] = torch.arange(end - start) + base
-        return index.reshape(1, 1, seq).expand(streams, 1, seq)
-    index = torch.arange(seq, dtype=torch.int64).reshape(1, seq).expand(batch, seq)
-    if offsets is not None:
-        index = index + offsets.detach().to("cpu", torch.int64).reshape(batch, 1)
-    return index.reshape(1, batch, seq).expand(streams, batch, seq)
+            base = 0 if call.offsets is None else int(call.offsets[n])
+            index[start:end] = np.arange(end - start) + base
+        return np.broadcast_to(index.reshape(1, 1, seq), (streams, 1, seq))
+    index = np.broadcast_to(np.arange(seq, dtype=np.int64).reshape(1, seq), (batch, seq))
+    if call.offsets is not None:
+        index = index + call.offsets.reshape(batch, 1)
+    return np.broadcast_to(index.reshape(1, batch, seq), (streams, batch, seq))
 
 
 def _to_bshd(x: torch.Tensor, layout: str) -> torch.Tensor:
@@ -267,30 +311,29 @@ def _from_bshd(x: torch.Tensor, layout: str) -> torch.Tensor:
     return x.squeeze(0)
 
 
-def _apply_torch(q, k, positions, offsets, cu_seqlens, table: Table, layout: str, direction: str,
-                 rotary_offset: int, xpos_length: int):
-    """apply.hpp's contract in plain torch ops (any device): the table's float32 rows gathered at
-    each token's positions, then the pairwise rotation in float32 (float64 for float64 tensors)."""
-    spec = table.spec
+def _apply_torch(q, k, call: _Call, layout: str, direction: str, rotary_offset: int, xpos_length: int):
+    """apply.hpp's contract in plain torch ops (any device), for a call _prepare checked: the
+    table's float32 rows gathered at each token's positions, then the pairwise rotation in float32
+    (float64 for float64 tensors)."""
+    spec = call.spec
+    native = call.native
     streams = spec.position_streams
-    qb = _to_bshd(q, layout)
-    batch, seq = qb.shape[0], qb.shape[1]
-    pos = _token_positions(batch, seq, positions, offsets, cu_seqlens, layout, streams)
-    if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) > table.max_position):
-        raise RotaryError(f"positions must be in [0, {table.max_position}] (got {int(pos.min())}..{int(pos.max())})")
+    pos = _token_positions(call, layout, streams)
     pick = torch.tensor(spec.pair_streams, dtype=torch.int64)
-    rows = [table.rows(pos[s].numpy()) for s in range(streams)]
+    # The call was checked: its table serves it, so the rows are read at the table's own seq_len.
+    rows = [native_rows(native, np.ascontiguousarray(pos[s]), seq_len=native.seq_len) for s in range(streams)]
     cos = torch.stack([torch.from_numpy(r[0]) for r in rows])  # [streams, batch, seq, pairs]
     sin = torch.stack([torch.from_numpy(r[1]) for r in rows])
-    pairs = torch.arange(table.num_pairs)
+    pairs = torch.arange(native.num_pairs)
     cos = cos[pick, :, :, pairs].permute(1, 2, 0)  # [batch, seq, pairs]
     sin = sin[pick, :, :, pairs].permute(1, 2, 0)
+    rotary_dim = 2 * native.num_pairs
     scale_q = scale_k = None
     if spec.xpos_scale_base is not None:
-        d = table.rotary_dim
+        d = rotary_dim
         zeta = (torch.arange(0, d, 2, dtype=torch.float64) + 0.4 * d) / (1.4 * d)
         length = xpos_length or spec.max_position_embeddings
-        p = pos[0].to(torch.float64)
+        p = torch.from_numpy(np.ascontiguousarray(pos[0])).to(torch.float64)
         power = (p - (length // 2)) / spec.xpos_scale_base if length else p / spec.xpos_scale_base
         scale_q = zeta ** power.unsqueeze(-1)
         scale_k = 1.0 / scale_q
@@ -305,7 +348,7 @@ def _apply_torch(q, k, positions, offsets, cu_seqlens, table: Table, layout: str
         c = c.unsqueeze(2).to(x.device)  # broadcast over heads
         s = s.unsqueeze(2).to(x.device)
         xb = _to_bshd(x, layout).to(compute)
-        d = table.rotary_dim
+        d = rotary_dim
         o = rotary_offset
         block = xb[..., o:o + d]
         if spec.style == "neox":

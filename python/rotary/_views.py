@@ -1,16 +1,21 @@
-"""Tensor descriptors for rotary._rotary: (address, dtype, layout, shape, strides in elements).
+"""Tensor descriptors for rotary._rotary, and the argument rules every Python entry point shares.
 
-Read from NumPy's __array_interface__ here and from torch's data_ptr()/stride() in
-rotary.torch: no copy, and no dependency on either library's C API. The C++ side checks every
-shape and stride (check_apply_arguments); this side only refuses what it cannot describe.
+Descriptors are (address, dtype, layout, shape, strides in elements), read from NumPy's
+__array_interface__ here and from torch's data_ptr()/stride() in rotary.torch: no copy, and no
+dependency on either library's C API. The C++ side checks every shape and stride
+(check_apply_arguments). What crosses as a plain address, the positions, cannot carry a shape,
+so their shape is checked here (token_positions), before the count is all that is left.
 """
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
 from ._rotary import RotaryError
 
 LAYOUTS = ("bshd", "bhsd", "sbhd", "thd")
+INT64_MAX = np.iinfo(np.int64).max
 
 
 def numpy_dtype_name(dtype: np.dtype) -> str | None:
@@ -31,13 +36,40 @@ def check_layout(layout) -> str:
     return layout
 
 
-def numpy_view(array, name: str, layout: str):
-    """The descriptor of a NumPy array, or RotaryError naming `name`."""
+def int_arg(name: str, value, *, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
+    """An integer argument: Python or NumPy integers only (no bool, no float, no silent
+    truncation of 1.5), in [minimum, maximum]."""
+    if isinstance(value, (bool, np.bool_)):
+        raise RotaryError(f"{name} must be an integer (got {value!r})")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise RotaryError(f"{name} must be an integer (got {value!r})") from None
+    if minimum is not None and number < minimum:
+        raise RotaryError(f"{name} must be >= {minimum} (got {number})")
+    if number > maximum:
+        raise RotaryError(f"{name} must be <= {maximum} (got {number})")
+    return number
+
+
+def float_arg(name: str, value) -> float:
+    """A real-number argument: int or float (no bool, no str)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise RotaryError(f"{name} must be a number (got {value!r})")
+    return float(value)
+
+
+def numpy_view(array, name: str, layout: str, *, writable: bool = False):
+    """The descriptor of a NumPy array, or RotaryError naming `name`. writable: the array will be
+    written (an output, or an input rotated in place): a read-only array (np.load(mmap_mode="r"),
+    a broadcast view, flags.writeable = False) is refused before any byte is touched."""
     if not isinstance(array, np.ndarray):
         raise RotaryError(f"{name} must be a numpy.ndarray (got {type(array).__name__})")
     dtype = numpy_dtype_name(array.dtype)
     if dtype is None:
         raise RotaryError(f"{name} dtype must be float32, float16, bfloat16 or float64 (got {array.dtype})")
+    if writable and not array.flags.writeable:
+        raise RotaryError(f"{name} must be writable (got a read-only array)")
     itemsize = array.itemsize
     if any(stride % itemsize for stride in array.strides):
         raise RotaryError(
@@ -49,13 +81,96 @@ def numpy_view(array, name: str, layout: str):
 
 
 def int64_positions(values, name: str) -> np.ndarray:
-    """Positions (or offsets, cu_seqlens) as a C-contiguous int64 array; integers only."""
+    """Positions (or offsets, cu_seqlens) as a C-contiguous int64 array; integers only. An empty
+    list is an empty int64 array (its shape is checked by the caller)."""
     array = np.asarray(values)
+    if array.size == 0 and array.dtype.kind == "f" and not isinstance(values, np.ndarray):
+        array = array.astype(np.int64)  # [] and () come as float64: no value, so nothing to refuse
     if array.dtype.kind not in "iu":
         raise RotaryError(f"{name} must hold integers (got dtype {array.dtype})")
-    if array.dtype.kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+    if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
         raise RotaryError(f"{name} values must fit in int64 (got {int(array.max())})")
     return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def token_axes(shape, layout: str):
+    """(batch, seq) of q's shape in `layout` (THD: (1, tokens)), or None if the rank is wrong
+    (the C++ checks name that)."""
+    rank = 3 if layout == "thd" else 4
+    if len(shape) != rank:
+        return None
+    if layout == "bshd":
+        return shape[0], shape[1]
+    if layout == "bhsd":
+        return shape[0], shape[2]
+    if layout == "sbhd":
+        return shape[1], shape[0]
+    return 1, shape[0]
+
+
+def position_shape_rule(layout: str, batch: int, seq: int, streams: int) -> str:
+    lead = f"{streams}, " if streams > 1 else ""
+    if layout == "thd":
+        what = "[streams, tokens]" if streams > 1 else "[tokens]"
+        return f"[{lead}{seq}] or [{lead}1, {seq}] ({what}; Hugging Face's packed position_ids are [1, tokens])"
+    forms = [f"[{lead}{batch}, {seq}]"]
+    if batch != 1:
+        forms.append(f"[{lead}1, {seq}]")
+    if streams == 1:
+        forms.append(f"[{seq}]")
+        return f"{' or '.join(forms)} ([batch, seq]; batch 1 or no batch axis broadcasts over the batch)"
+    return f"{' or '.join(forms)} ([streams, batch, seq]; batch 1 broadcasts over the batch)"
+
+
+def token_positions(array: np.ndarray, name: str, layout: str, batch: int, seq: int, streams: int) -> np.ndarray:
+    """Per-token positions checked by shape, not only by count, and laid out as the C++ side
+    reads them: C-contiguous [streams, batch * seq] (THD: [streams, tokens]).
+
+    Accepted shapes (S = streams, leading axis only when S > 1):
+      bshd / bhsd / sbhd: [S, batch, seq] and [S, 1, seq] (broadcast over the batch, as Hugging
+                          Face's position_ids [1, seq]); single-stream also [seq];
+      thd:                [S, tokens] and [S, 1, tokens] (Hugging Face's packed position_ids).
+    A (seq, batch) array for (batch, seq) tokens, or M-RoPE positions as [tokens, 3], is an error
+    naming the shape expected, not a silent misreading."""
+    lead = (streams,) if streams > 1 else ()
+    shape = tuple(array.shape)
+    if layout == "thd":
+        accepted = shape in (lead + (seq,), lead + (1, seq))
+    else:
+        forms = [lead + (batch, seq), lead + (1, seq)] + ([(seq,)] if streams == 1 else [])
+        accepted = shape in forms
+    if not accepted:
+        raise RotaryError(
+            f"{name} must have shape {position_shape_rule(layout, batch, seq, streams)} for q's tokens "
+            f"(got shape {shape})"
+        )
+    if layout != "thd" and shape != lead + (batch, seq):
+        array = np.broadcast_to(array.reshape(lead + (1, seq)), lead + (batch, seq))
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def sequence_values(array: np.ndarray, name: str, count: int, what: str) -> np.ndarray:
+    """offsets (one per sequence) or cu_seqlens (sequences + 1): 1-D of `count` values."""
+    if array.shape != (count,):
+        raise RotaryError(f"{name} must have shape [{count}] ({what}) (got shape {tuple(array.shape)})")
+    return array
+
+
+def call_seq_len(per_token, offsets, cu_seqlens, batch: int, seq: int, thd: bool) -> int:
+    """Hugging Face's seq_len of a call: its largest position + 1 (0 without tokens). Inputs are
+    int64 arrays as the C++ side reads them (checked there again: the table must serve it)."""
+    if per_token is not None:
+        return int(per_token.max()) + 1 if per_token.size else 0
+    if thd:
+        if cu_seqlens is None or cu_seqlens.size < 2:
+            return 0
+        lengths = np.diff(cu_seqlens)
+    else:
+        lengths = np.full(batch, seq, dtype=np.int64)
+    if lengths.size == 0 or int(lengths.max()) <= 0:
+        return 0
+    firsts = offsets if offsets is not None and offsets.shape == lengths.shape else np.zeros_like(lengths)
+    return int((firsts + lengths)[lengths > 0].max())
 
 
 def ints_descriptor(array: np.ndarray | None):

@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -188,8 +189,8 @@ PYBIND11_MODULE(_rotary, m) {
            py::arg("seq_len") = 0)
       .def("pair_streams", [](const RopeSpec& spec) { return pair_streams(spec); })
       .def("position_streams", [](const RopeSpec& spec) { return position_streams(spec); })
-      .def("hf_inv_freq_f32", [](const RopeSpec& spec, int64_t seq_len) { return detail::hf_inv_freq_f32(spec, seq_len); },
-           py::arg("seq_len") = 0);
+      .def("frequency_seq_len", [](const RopeSpec& spec, int64_t seq_len) { return frequency_seq_len(spec, seq_len); })
+      .def_property_readonly("sequence_dependent", [](const RopeSpec& spec) { return sequence_dependent(spec); });
 
   m.def("parse_hf_config", [](const std::string& text, const std::string& source) {
     return hf_config_dict(parse_hf_config(text, source));
@@ -207,7 +208,7 @@ PYBIND11_MODULE(_rotary, m) {
   // ---- tables -----------------------------------------------------------------------------------
   py::class_<CosSinTable, std::shared_ptr<CosSinTable>>(m, "CosSinTable")
       .def(py::init([](const RopeSpec& spec, const std::string& precision, const std::string& storage, int64_t seq_len,
-                       int64_t fixed_positions, std::vector<float> hf_inv_freq) {
+                       int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes) {
              TableOptions options;
              const auto parsed = parse_precision(precision);
              if (!parsed) fail("precision must be 'exact' or 'hf' (got '" + precision + "')");
@@ -222,10 +223,11 @@ PYBIND11_MODULE(_rotary, m) {
              options.seq_len = seq_len;
              options.fixed_positions = fixed_positions;
              options.hf_inv_freq = std::move(hf_inv_freq);
+             options.max_bytes = max_bytes;
              return std::make_shared<CosSinTable>(spec, std::move(options));
            }),
            py::arg("spec"), py::arg("precision"), py::arg("storage"), py::arg("seq_len"), py::arg("fixed_positions"),
-           py::arg("hf_inv_freq"))
+           py::arg("hf_inv_freq"), py::arg("max_bytes"))
       .def_property_readonly("spec", &CosSinTable::spec)
       .def_property_readonly("precision", [](const CosSinTable& t) { return std::string(to_string(t.precision())); })
       .def_property_readonly("storage",
@@ -236,16 +238,31 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("inv_freq_f32", &CosSinTable::inv_freq_f32)
       .def_property_readonly("size", &CosSinTable::size)
       .def_property_readonly("max_position", &CosSinTable::max_position)
+      .def_property_readonly("seq_len", &CosSinTable::seq_len)
       .def("reserve_positions", &CosSinTable::reserve_positions, py::call_guard<py::gil_scoped_release>())
       // Rows for `count` positions at `positions` into float32 (cos, sin) buffers of count x
       // num_pairs each (pair order, attention_scaling included), or float64 for exact64.
-      .def("rows", [](const CosSinTable& t, const py::tuple& positions, uintptr_t cos_out, uintptr_t sin_out, bool f64) {
+      // seq_len: the seq_len the caller's frequencies are for, -1 for the largest position + 1
+      // (Hugging Face's rule); the table must serve it, as in apply().
+      .def("rows", [](const CosSinTable& t, const py::tuple& positions, uintptr_t cos_out, uintptr_t sin_out, bool f64,
+                      int64_t seq_len) {
         const auto [data, count] = to_ints(positions);
+        int64_t largest = -1;
         for (int64_t n = 0; n < count; ++n) {  // all checked before any is written
           if (data[n] < 0 || data[n] > t.max_position()) {
             fail("positions[" + std::to_string(n) + "] must be in [0, " + std::to_string(t.max_position()) + "] (got " +
                  std::to_string(data[n]) + ")");
           }
+          largest = std::max(largest, data[n]);
+        }
+        if (seq_len < -1) fail("seq_len must be >= 0, or None for the largest position + 1 (got " + std::to_string(seq_len) + ")");
+        const bool named = seq_len >= 0;
+        if (!named) seq_len = largest + 1;
+        if (!t.serves_seq_len(seq_len)) {
+          fail(std::string(named ? "seq_len " : "the positions' seq_len (largest position + 1) ") + std::to_string(seq_len) +
+               " needs " + std::string(to_string(t.spec().scaling.type)) +
+               " frequencies other than the table's (got a table built for seq_len " + std::to_string(t.seq_len()) +
+               "): use a table built for seq_len " + std::to_string(seq_len) + (named ? "" : ", or name seq_len"));
         }
         py::gil_scoped_release release;
         const int64_t pairs = t.num_pairs();
@@ -278,7 +295,8 @@ PYBIND11_MODULE(_rotary, m) {
       "apply",
       [](const py::handle& q, const py::handle& k, const py::handle& q_out, const py::handle& k_out,
          const py::handle& per_token, const py::handle& offsets, const py::handle& cu_seqlens, const CosSinTable& table,
-         const std::string& direction, int64_t rotary_offset, int64_t xpos_length, bool reference) {
+         const std::string& direction, int64_t rotary_offset, int64_t xpos_length, int64_t seq_len, bool reference,
+         bool check_only) {
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k");
         const TensorView vq_out = to_view(q_out, "q_out"), vk_out = to_view(k_out, "k_out");
         Positions positions;
@@ -290,8 +308,11 @@ PYBIND11_MODULE(_rotary, m) {
         options.direction = parse_direction(direction);
         options.rotary_offset = rotary_offset;
         options.xpos_length = xpos_length;
+        options.seq_len = seq_len;
         py::gil_scoped_release release;
-        if (reference) {
+        if (check_only) {  // the pure-torch path: the same checks, then torch computes
+          check_apply_arguments(vq, vk, vq_out, vk_out, positions, table, options);
+        } else if (reference) {
           reference::apply(vq, vk, vq_out, vk_out, positions, table, options);
         } else {
           rotary::apply(vq, vk, vq_out, vk_out, positions, table, options);
@@ -299,7 +320,7 @@ PYBIND11_MODULE(_rotary, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("per_token"), py::arg("offsets"),
       py::arg("cu_seqlens"), py::arg("table"), py::arg("direction"), py::arg("rotary_offset"), py::arg("xpos_length"),
-      py::arg("reference"));
+      py::arg("seq_len"), py::arg("reference"), py::arg("check_only") = false);
 
   m.def(
       "apply_cos_sin",

@@ -73,7 +73,12 @@ def test_apply_matches_reference_on_random_configurations(rng, trial):
     elif mode == 1:
         kwargs["offsets"] = rng.integers(0, 1 << 20, size=batch)
     positions = rng.integers(0, 1 << 25, size=(batch, seq)) if mode == 2 else None  # past 2^24 too
-    table = rotary.Table(spec, storage="on_the_fly")
+    # The table for the call's seq_len (largest position + 1): LongRoPE's long factors past 4096.
+    if positions is not None:
+        seq_len = int(positions.max()) + 1
+    else:
+        seq_len = int(np.max(kwargs.get("offsets", [0]))) + seq
+    table = rotary.Table(spec, storage="on_the_fly", seq_len=seq_len)
     q_ref, k_ref = rotary.apply(q, k, positions, table, reference=True, **kwargs)
     q_out, k_out = rotary.apply(q, k, positions, table, **kwargs)
     assert q_out.dtype == dtype and q_out.shape == q.shape
@@ -145,7 +150,7 @@ def test_mrope_positions_pick_streams(rng):
     assert spec.position_streams == 3
     same = np.tile(rng.integers(0, 5000, size=(1, 1, 12)), (3, 1, 1))
     cos3, _ = rotary.table(spec, same)
-    single = spec.table().rows(same[0])[0]
+    single = rotary.Table.shared(spec).rows(same[0])[0]
     np.testing.assert_array_equal(cos3[..., : spec.num_pairs], single)
     q = rng.standard_normal((1, 12, 4, spec.head_dim)).astype(np.float32)
     k = rng.standard_normal((1, 12, 2, spec.head_dim)).astype(np.float32)
