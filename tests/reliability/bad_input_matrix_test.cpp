@@ -404,6 +404,33 @@ std::vector<MatrixCase> matrix() {
         c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.max_bytes = int64_t{1} << 20});
         c.per_token[9] = 1000000;
       }));
+  add("ApplyDynamicTableForAnotherSeqLen", "apply",
+      "dynamic NTK (max_position_embeddings 64) table built for seq_len 0, positions up to 104",
+      "the call's seq_len (largest position + 1) 105 needs dynamic frequencies other than the table's (got a table "
+      "built for seq_len 0)",
+      apply_case([](ApplyCall& c) {
+        RopeSpec spec = small_spec();
+        spec.max_position_embeddings = 64;
+        spec.scaling.type = ScalingType::Dynamic;
+        spec.scaling.factor = 2.0;
+        c.table = std::make_unique<CosSinTable>(spec, TableOptions{.fixed_positions = 4096});
+      }));
+  add("ApplyLongRopeNamedSeqLenOfTheOtherFactors", "apply",
+      "LongRoPE table of the short factors (seq_len 0), options.seq_len 5000 > original 4096",
+      "options.seq_len 5000 needs longrope frequencies other than the table's (got a table built for seq_len 0)",
+      apply_case([](ApplyCall& c) {
+        RopeSpec spec = small_spec();
+        spec.max_position_embeddings = 131072;
+        spec.scaling.type = ScalingType::LongRope;
+        spec.scaling.original_max_position_embeddings = 4096;
+        spec.scaling.short_factor = std::vector<double>(8, 1.0);
+        spec.scaling.long_factor = std::vector<double>(8, 4.0);
+        c.table = std::make_unique<CosSinTable>(spec, TableOptions{.fixed_positions = 4096});
+        c.options.seq_len = 5000;
+      }));
+  add("ApplySeqLenBelowMinusOne", "apply", "options.seq_len -5",
+      "options.seq_len must be >= 0, or kSeqLenFromPositions (-1) for the largest position + 1 (got -5)",
+      apply_case([](ApplyCall& c) { c.options.seq_len = -5; }));
   add("ApplyPerTokenCountWrong", "apply", "per_token_count 9 for 10 tokens",
       "positions.per_token_count must equal tokens x streams = 10 x 1 = 10 for single positions (got 9)",
       apply_case([](ApplyCall& c) { c.positions.per_token_count = 9; }));
