@@ -10,6 +10,13 @@
 // unsupported version, a header that is not the Python dict NumPy writes, an unknown descr,
 // fortran_order True, a negative or overflowing shape, a header longer than the file, data
 // shorter (or longer) than the shape says. Reads never allocate more than the file holds.
+//
+// read() reads front to back and stops at the first problem: the magic string and version (8
+// bytes; so /dev/zero or a 1 GiB file that is not a .npy fails at once, "not a .npy file (bad
+// magic)"), then the header, then exactly the data the header declares. A regular file whose
+// size disagrees with the header is refused before its data is read; a pipe or a device is read
+// as far as the header says plus one byte, to see that it ends there. Nothing larger than
+// ReadOptions::max_bytes is read.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +39,26 @@ struct Array {
   int64_t size() const;  // prod(shape); 1 for a 0-d array
 };
 
+struct ReadOptions {
+  // The largest file accepted: header plus the data its shape declares. A file that declares more
+  // is an Error naming both sizes, before any of its data is read: a cap like the config reader's
+  // (json::ParseOptions::max_bytes), so that a wrong path or a lying header cannot exhaust memory.
+  // 64 GiB holds any one q or k a single machine rotates; raise it for larger arrays.
+  int64_t max_bytes = int64_t{64} << 30;
+};
+
 // Parses .npy bytes (`source` names them in errors).
-Array parse(const std::vector<unsigned char>& file, const std::string& source);
-Array read(const std::string& path);
+Array parse(const std::vector<unsigned char>& file, const std::string& source, const ReadOptions& options = {});
+// Reads a file (or a pipe, a device); errors name the path ("npy <path>: ...", or "<path>: cannot
+// read file: <reason>").
+Array read(const std::string& path, const ReadOptions& options = {});
 
 // Serializes with a version 1.0 header (2.0 when the header needs it). bfloat16 is written as
 // '<u2'.
 std::vector<unsigned char> serialize(const Array& array);
+// Writes atomically: to a temporary file beside `path`, then renamed over it, so that a failed
+// write (full disk, size limit) leaves `path` as it was, never a truncated .npy. Errors name the
+// path and the system's reason: "npy: cannot write <path>: <reason>".
 void write(const std::string& path, const Array& array);
 
 }  // namespace rotary::npy

@@ -2,8 +2,14 @@
 #include <algorithm>
 #include <cstring>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
+#include "core/atomic_file.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/npy.hpp"
@@ -24,11 +30,13 @@ const char* const kApplyHelp =
     "reference instead (src/cpu/reference.cpp), rounded once on store.\n"
     "\n"
     "  --layout L        bshd (batch, seq, heads, dim), bhsd, sbhd, or thd (tokens, heads, dim)\n"
-    "  --positions F     int64 positions, one per token in (batch, seq) order (THD: token\n"
-    "                    order); M-RoPE: 3 streams, stream-major [3, tokens] as Hugging Face's\n"
-    "                    position_ids [3, batch, seq]; 2-D vision: [2, tokens] (row, column)\n"
-    "  --offsets F       int64, one per sequence: position = offset + index in the sequence\n"
-    "                    (neither: position = index in the sequence)\n"
+    "  --positions F     int64 positions of shape [batch, seq] ([1, seq] or [seq]: the same\n"
+    "                    for every sequence; thd: [tokens]); M-RoPE: [3, batch, seq] as Hugging\n"
+    "                    Face's position_ids ([3, 1, seq], [3, seq]; thd: [3, tokens]); 2-D\n"
+    "                    vision: [2, batch, seq] (row, column) likewise. Other shapes are\n"
+    "                    errors, even with the right element count (a [seq, batch] array)\n"
+    "  --offsets F       int64 [batch] (thd: [sequences]): position = offset + index in the\n"
+    "                    sequence (neither: position = index in the sequence)\n"
     "  --cu-seqlens F    int64 [sequences + 1] token offsets, required for thd\n"
     "  --precision       exact (default) or hf (Hugging Face's float32 table numerics)\n"
     "  --direction       forward (default) or backward (the inverse rotation = the gradient)\n"
@@ -37,7 +45,13 @@ const char* const kApplyHelp =
     "  --threads N       worker threads for the SIMD kernel (default: $ROTARY_NUM_THREADS, else\n"
     "                    every hardware thread)\n"
     "The table follows Hugging Face's forward-time rules for dynamic NTK and LongRoPE, with\n"
-    "seq_len = the largest position + 1.\n";
+    "seq_len = the largest position + 1.\n"
+    "\n"
+    "Outputs are written all or nothing: each to a temporary file beside it, renamed into place\n"
+    "only when every output is complete, so a failure (full disk, missing directory) leaves\n"
+    "every existing file as it was. --out-q and --out-k must be different files, and neither may\n"
+    "be one of the inputs (--q, --k, --positions, --offsets, --cu-seqlens, --config): to\n"
+    "rotate a file in place, write elsewhere and rename.\n";
 
 namespace {
 
@@ -51,6 +65,13 @@ DType dtype_of(const npy::Array& array, const std::string& flag) {
   }
   throw Error(detail::concat("apply: ", flag, " must hold float32, float16, bfloat16 (as uint16) or float64 (got ",
                              npy::to_string(array.type), ")"));
+}
+
+// NumPy's repr of a shape: (), (5,), (2, 3).
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t axis = 0; axis < shape.size(); ++axis) text += (axis ? ", " : "") + std::to_string(shape[axis]);
+  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 TensorView view_of(npy::Array& array, Layout layout, const std::string& flag) {
@@ -75,18 +96,123 @@ std::vector<int64_t> int64_values(const npy::Array& array, const std::string& fl
   return values;
 }
 
+// --positions as Positions::per_token wants them: stream-major, then (batch, seq) order (thd:
+// token order). Accepted shapes, for q's batch B and seq L (thd: T tokens) and the spec's S
+// position streams:
+//   S = 1:                (B, L); (1, L) or (L,), the same positions for every sequence;  thd (T,)
+//   S = 3 (M-RoPE), 2 (vision):  (S, B, L) as Hugging Face's position_ids; (S, 1, L) or (S, L)
+//                         shared likewise;  thd (S, T)
+// Only the shape tells a transposed array from the right one: (L, B) for (B, L), or M-RoPE's
+// (T, 3) for (3, T), hold the right number of positions, in the wrong order. So any other shape
+// is an error naming the shape expected and the one got. Sharing is expanded here, one copy per
+// sequence; it is offered only while q holds at least one element per token, so that the
+// expansion stays within a small multiple of q's size (a q of shape (2^40, 8, 0, 128) holds no
+// bytes, and 2^43 shared positions would not fit in memory).
+std::vector<int64_t> per_token_positions(const npy::Array& array, const TensorView& q, int streams) {
+  std::vector<int64_t> values = int64_values(array, "--positions");
+  const NamedAxes axes = named_axes(q);
+  const bool thd = q.layout == Layout::THD;
+  std::vector<int64_t> prefix;
+  if (streams > 1) prefix.push_back(streams);
+  auto with_prefix = [&](std::initializer_list<int64_t> dims) {
+    std::vector<int64_t> shape = prefix;
+    shape.insert(shape.end(), dims);
+    return shape;
+  };
+  const std::vector<int64_t> full = thd ? with_prefix({axes.seq}) : with_prefix({axes.batch, axes.seq});
+  if (array.shape == full) return values;
+
+  int64_t tokens = 0;
+  const bool can_share = !thd && !__builtin_mul_overflow(axes.batch, axes.seq, &tokens) &&
+                         (axes.batch == 1 || element_count(q, "q") >= tokens);
+  const std::vector<int64_t> shared[] = {with_prefix({1, axes.seq}), with_prefix({axes.seq})};
+  if (can_share && (array.shape == shared[0] || array.shape == shared[1])) {
+    std::vector<int64_t> expanded;
+    expanded.reserve(static_cast<size_t>(streams * tokens));
+    for (int64_t stream = 0; stream < streams; ++stream) {
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>(stream * axes.seq);
+      for (int64_t b = 0; b < axes.batch; ++b) expanded.insert(expanded.end(), first, first + axes.seq);
+    }
+    return expanded;
+  }
+
+  std::string shared_text;
+  if (can_share) {
+    shared_text = axes.batch == 1 ? ", or " + shape_text(shared[1])
+                                  : ", or " + shape_text(shared[0]) + " or " + shape_text(shared[1]) +
+                                        " for the same positions in every sequence";
+  }
+  const char* const axis_names = thd ? (streams > 1 ? "(streams, tokens)" : "(tokens,)")
+                                     : (streams > 1 ? "(streams, batch, seq)" : "(batch, seq)");
+  throw Error(detail::concat("apply: --positions must have shape ", shape_text(full), " = ", axis_names, " for q of shape ",
+                             shape_text({q.shape.begin(), q.shape.begin() + layout_rank(q.layout)}), " (layout ",
+                             to_string(q.layout), streams > 1 ? detail::concat(", ", streams, " position streams") : "",
+                             ")", shared_text, " (got shape ", shape_text(array.shape), ")"));
+}
+
+// --cu-seqlens: one dimension, sequences + 1 >= 2 entries.
+std::vector<int64_t> cu_seqlens_values(const npy::Array& array) {
+  std::vector<int64_t> values = int64_values(array, "--cu-seqlens");
+  if (array.shape.size() != 1 || array.shape[0] < 2) {
+    throw Error(detail::concat("apply: --cu-seqlens must have shape (sequences + 1,): one dimension, at least 2 "
+                               "entries (got shape ", shape_text(array.shape), ")"));
+  }
+  return values;
+}
+
+// --offsets: one per sequence, (batch,) (thd: (sequences,), from --cu-seqlens when given; without
+// it the argument checks report the missing --cu-seqlens).
+std::vector<int64_t> offset_values(const npy::Array& array, const TensorView& q, const std::vector<int64_t>& cu_seqlens) {
+  std::vector<int64_t> values = int64_values(array, "--offsets");
+  const bool thd = q.layout == Layout::THD;
+  const int64_t sequences = thd ? static_cast<int64_t>(cu_seqlens.size()) - 1 : named_axes(q).batch;
+  if (array.shape.size() != 1 || (!(thd && cu_seqlens.empty()) && array.shape[0] != sequences)) {
+    throw Error(detail::concat("apply: --offsets must have shape ",
+                               thd && cu_seqlens.empty() ? std::string("(sequences,)") : shape_text({sequences}),
+                               thd ? " = (sequences,), one per --cu-seqlens segment" : " = (batch,), one per sequence",
+                               " (got shape ", shape_text(array.shape), ")"));
+  }
+  return values;
+}
+
+// Refuses an output that is the same file as another output or an input: the second write would
+// replace the first (q lost), and writing over an input destroys the data the command was given.
+void check_outputs_are_new_files(const std::vector<std::pair<std::string, std::optional<std::string>>>& outputs,
+                                 const std::vector<std::pair<std::string, std::optional<std::string>>>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (!path) continue;
+    for (size_t j = 0; j < i; ++j) {
+      const auto& [other_flag, other_path] = outputs[j];
+      if (other_path && detail::same_file(*path, *other_path)) {
+        throw UsageError(detail::concat("apply: ", flag, " must differ from ", other_flag, " (got ",
+                                        *path == *other_path ? *path + " for both" : *other_path + " and " + *path,
+                                        ", the same file)"));
+      }
+    }
+    for (const auto& [input_flag, input_path] : inputs) {
+      if (input_path && detail::same_file(*path, *input_path)) {
+        throw UsageError(detail::concat("apply: ", flag, " must not be the input ", input_flag,
+                                        ": it would be replaced by the result (got ",
+                                        *path == *input_path ? *path + " for both" : *input_path + " and " + *path,
+                                        ", the same file)"));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int run_apply(Args& args) {
   LoadedConfig loaded = load_config(args);
-  const std::optional<std::string> q_path = args.value("--q");
-  const std::optional<std::string> k_path = args.value("--k");
-  const std::optional<std::string> out_q_path = args.value("--out-q");
-  const std::optional<std::string> out_k_path = args.value("--out-k");
+  const std::optional<std::string> q_path = args.value("--q", "a file path");
+  const std::optional<std::string> k_path = args.value("--k", "a file path");
+  const std::optional<std::string> out_q_path = args.value("--out-q", "a file path");
+  const std::optional<std::string> out_k_path = args.value("--out-k", "a file path");
   const std::optional<std::string> layout_text = args.value("--layout");
-  const std::optional<std::string> positions_path = args.value("--positions");
-  const std::optional<std::string> offsets_path = args.value("--offsets");
-  const std::optional<std::string> cu_path = args.value("--cu-seqlens");
+  const std::optional<std::string> positions_path = args.value("--positions", "a file path");
+  const std::optional<std::string> offsets_path = args.value("--offsets", "a file path");
+  const std::optional<std::string> cu_path = args.value("--cu-seqlens", "a file path");
   const std::optional<std::string> precision_text = args.value("--precision");
   const std::optional<std::string> direction_text = args.value("--direction");
   const std::optional<int64_t> rotary_offset = args.integer("--rotary-offset", 0, int64_t{1} << 20);
@@ -128,6 +254,14 @@ int run_apply(Args& args) {
     if (!style) throw UsageError(detail::concat("apply: --style must be neox or gptj (got \"", *style_text, "\")"));
     spec.style = *style;
   }
+  // Before any .npy is read: the checks look at the files' identities (stat), not their contents.
+  check_outputs_are_new_files({{"--out-q", out_q_path}, {"--out-k", out_k_path}},
+                              {{"--q", q_path},
+                               {"--k", k_path},
+                               {"--positions", positions_path},
+                               {"--offsets", offsets_path},
+                               {"--cu-seqlens", cu_path},
+                               {"--config", loaded.config_path}});
   if (args.parse_only()) return 0;
   if (threads) set_num_threads(static_cast<int>(*threads));
 
@@ -137,22 +271,24 @@ int run_apply(Args& args) {
   TensorView q_view = view_of(q, *layout, "--q");
   TensorView k_view = k_path ? view_of(k, *layout, "--k") : TensorView{};
 
+  // Each position array's shape is checked against q's before its values are used (the argument
+  // checks below see only a pointer and a count).
   std::vector<int64_t> per_token, offsets, cu_seqlens;
   Positions positions;
+  if (cu_path) {
+    cu_seqlens = cu_seqlens_values(npy::read(*cu_path));
+    positions.cu_seqlens = cu_seqlens.data();
+    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+  }
   if (positions_path) {
-    per_token = int64_values(npy::read(*positions_path), "--positions");
+    per_token = per_token_positions(npy::read(*positions_path), q_view, position_streams(spec));
     positions.per_token = per_token.data();
     positions.per_token_count = static_cast<int64_t>(per_token.size());
   }
   if (offsets_path) {
-    offsets = int64_values(npy::read(*offsets_path), "--offsets");
+    offsets = offset_values(npy::read(*offsets_path), q_view, cu_seqlens);
     positions.sequence_offsets = offsets.data();
     positions.num_offsets = static_cast<int64_t>(offsets.size());
-  }
-  if (cu_path) {
-    cu_seqlens = int64_values(npy::read(*cu_path), "--cu-seqlens");
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
   }
 
   // The largest position of the call picks the table, as Hugging Face's forward does. The
@@ -177,8 +313,16 @@ int run_apply(Args& args) {
     rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
   }
 
-  npy::write(*out_q_path, q_out);
-  if (out_k_path) npy::write(*out_k_path, k_out);
+  // All or nothing: both outputs are staged in temporary files before either replaces a target.
+  detail::AtomicFileSet outputs("apply");
+  auto add_output = [&outputs](const std::string& flag, const std::string& path, npy::Array& array) {
+    const std::vector<unsigned char> file = npy::serialize(array);
+    array.bytes = {};  // the serialized copy is what is written; one copy in memory is enough
+    outputs.add(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), flag);
+  };
+  add_output("--out-q", *out_q_path, q_out);
+  if (out_k_path) add_output("--out-k", *out_k_path, k_out);
+  outputs.commit();
   args.err() << "rotary: wrote " << *out_q_path << (out_k_path ? " and " + *out_k_path : std::string()) << " ("
              << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
              << (use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target()) << ")\n";

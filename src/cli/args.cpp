@@ -20,13 +20,27 @@ Args::Args(std::string command, std::vector<std::string> tokens, std::ostream& o
       err_(&err),
       effects_(effects) {}
 
-std::optional<std::string> Args::value(std::string_view flag) {
+namespace {
+
+// --name, --, -o: a token the user meant as a flag, never as the value of the flag before it.
+bool looks_like_flag(const std::string& token) {
+  if (token.rfind("--", 0) == 0) return true;
+  return token.size() == 2 && token[0] == '-' &&
+         ((token[1] >= 'a' && token[1] <= 'z') || (token[1] >= 'A' && token[1] <= 'Z'));
+}
+
+}  // namespace
+
+std::optional<std::string> Args::value(std::string_view flag, std::string_view needs) {
   std::optional<std::string> found;
   const std::string with_equals = std::string(flag) + "=";
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (used_[i]) continue;
     if (tokens_[i] == flag) {
-      if (i + 1 >= tokens_.size()) throw UsageError(detail::concat(command_, ": ", flag, " needs a value"));
+      if (i + 1 >= tokens_.size()) throw UsageError(detail::concat(command_, ": ", flag, " needs ", needs));
+      if (looks_like_flag(tokens_[i + 1])) {
+        throw UsageError(detail::concat(command_, ": ", flag, " needs ", needs, " (got the flag ", tokens_[i + 1], ")"));
+      }
       if (found) throw UsageError(detail::concat(command_, ": ", flag, " is given more than once"));
       used_[i] = used_[i + 1] = true;
       found = tokens_[i + 1];
@@ -37,6 +51,8 @@ std::optional<std::string> Args::value(std::string_view flag) {
       found = tokens_[i].substr(with_equals.size());
     }
   }
+  // No flag takes an empty value: `--out-q=` or `--out-q ""` is a slip, not a file named "".
+  if (found && found->empty()) throw UsageError(detail::concat(command_, ": ", flag, " needs ", needs, " (got an empty value)"));
   return found;
 }
 
@@ -89,8 +105,8 @@ void Args::finish() const {
 }
 
 LoadedConfig load_config(Args& args) {
-  const std::optional<std::string> preset_name = args.value("--preset");
-  const std::optional<std::string> config_path = args.value("--config");
+  const std::optional<std::string> preset_name = args.value("--preset", "a preset name");
+  const std::optional<std::string> config_path = args.value("--config", "a file path");
   if (preset_name && config_path) {
     throw UsageError(detail::concat(args.command(), ": give --preset or --config, not both (got --preset ",
                                     *preset_name, " and --config ", *config_path, ")"));
@@ -99,6 +115,7 @@ LoadedConfig load_config(Args& args) {
   if (config_path) {
     loaded.config = load_hf_config(*config_path);
     loaded.source = *config_path;
+    loaded.config_path = config_path;
   } else {
     const std::string name = preset_name ? *preset_name : std::string(kDefaultPreset);
     loaded.config = preset(name);

@@ -32,12 +32,20 @@ enum class Effects { Run, ParseOnly };
 // Flags are --name VALUE or --name=VALUE; switches are --name. Every token must be consumed:
 // finish() rejects what is left, naming it. Commands write to out() and err(), never to
 // std::cout / std::cerr directly, so that run_cli() can run them in-process.
+//
+// A flag's VALUE is never a flag: `--out-q --reference` is an error naming --out-q ("needs a
+// file path (got the flag --reference)"), not a file called --reference, and `--q --k k.npy`
+// blames --q, not k.npy. "Looks like a flag" is any token starting with "--", or "-" and one
+// letter (-o, -h); negative numbers (-4) are values. A value that really starts so is written
+// --name=VALUE. An empty value (--out-q= or --out-q "") is refused too.
 class Args {
  public:
   Args(std::string command, std::vector<std::string> tokens, std::ostream& out = std::cout,
        std::ostream& err = std::cerr, Effects effects = Effects::Run);
 
-  std::optional<std::string> value(std::string_view flag);
+  // `needs` says what the flag takes, for the message when it is missing or is a flag:
+  // "apply: --out-q needs a file path (got the flag --reference)".
+  std::optional<std::string> value(std::string_view flag, std::string_view needs = "a value");
   bool has_switch(std::string_view flag);
   // An integer flag in [minimum, maximum], e.g. --seq-len 4096.
   std::optional<int64_t> integer(std::string_view flag, int64_t minimum, int64_t maximum);
@@ -66,6 +74,7 @@ class Args {
 struct LoadedConfig {
   HfRopeConfig config;
   std::string source;  // "preset llama-3.1-8b" or the path
+  std::optional<std::string> config_path;  // the --config file; none for a preset
 };
 LoadedConfig load_config(Args& args);
 

@@ -1,12 +1,12 @@
 // src/cli/report_command.cpp: `rotary report`: the analysis plots of one or more models as one
 // self-contained HTML page (analysis::render_report, include/rotary/report.hpp).
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/report.hpp"
@@ -29,7 +29,9 @@ const char* const kReportHelp =
     "  --compare A,B,...   several presets, compared side by side\n"
     "  --context N         target context in tokens (default: each model's max_position_embeddings)\n"
     "  --layer-type T      for configs with per-layer-type RoPE (not with --compare)\n"
-    "  -o FILE             the HTML file to write (required)\n";
+    "  -o FILE             the HTML file to write (required); written to a temporary file beside\n"
+    "                      it and renamed into place, so a failed write leaves FILE as it was.\n"
+    "                      Not the --config file.\n";
 
 namespace {
 
@@ -51,13 +53,14 @@ std::vector<std::string> split_names(const std::string& text) {
 int run_report(Args& args) {
   const std::optional<std::string> compare = args.value("--compare");
   const std::optional<int64_t> context = args.integer("--context", 1, kMaxPosition);
-  const std::optional<std::string> output = args.value("-o");
+  const std::optional<std::string> output = args.value("-o", "a file path");
   const std::optional<std::string> layer_type = args.value("--layer-type");
 
   std::vector<analysis::ReportModel> models;
+  std::optional<std::string> input_config;  // read by the report, so -o must not replace it
   if (compare) {
-    const std::optional<std::string> preset_name = args.value("--preset");
-    const std::optional<std::string> config_path = args.value("--config");
+    const std::optional<std::string> preset_name = args.value("--preset", "a preset name");
+    const std::optional<std::string> config_path = args.value("--config", "a file path");
     if (preset_name || config_path || layer_type) {
       throw UsageError(detail::concat("report: give --compare or --preset/--config/--layer-type, not both (got --compare ",
                                       *compare, ")"));
@@ -79,17 +82,20 @@ int run_report(Args& args) {
     const LoadedConfig loaded = load_config(args);
     const RopeSpec& spec = select_spec(loaded, layer_type);
     models.push_back({spec.name.empty() ? loaded.source : spec.name, loaded.source, spec, context.value_or(0)});
+    input_config = loaded.config_path;
   }
   if (!output) throw UsageError("report: -o FILE is required: the HTML file to write (got no -o)");
   args.finish();
+  if (input_config && detail::same_file(*output, *input_config)) {
+    throw UsageError(detail::concat("report: -o must not be the input --config: it would be replaced by the report (got ",
+                                    *output == *input_config ? *output + " for both" : *input_config + " and " + *output,
+                                    ", the same file)"));
+  }
   if (args.parse_only()) return 0;
 
   const std::string html = analysis::render_report(models, {});
-  std::ofstream file(*output, std::ios::binary);
-  if (file) file << html;
-  if (!file || !file.flush()) {
-    throw Error(detail::concat("report: -o must name a writable file (got \"", *output, "\")"));
-  }
+  // "report: cannot write <path>: <reason>"; a failure leaves an existing file as it was.
+  detail::write_file_atomically(*output, html, "report");
   args.out() << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";
   return 0;
 }

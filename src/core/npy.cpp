@@ -9,10 +9,18 @@
 // NumPy reads the header with ast.literal_eval. We parse exactly the subset NumPy writes
 // (strings, True / False, tuples of integers, in a dict of exactly these three keys) with a
 // small recursive-descent parser, so that a file which is not a NumPy array is an Error with
-// the offset of the problem rather than a guess. Every length read from the file is checked
-// against the file's size before it is used, and the array's bytes are a copy of part of the
-// file, so a lying header can neither read past the end nor make us allocate more than the
-// file holds.
+// the offset of the problem rather than a guess.
+//
+// parse() and read() share one reader (read_npy) that takes the file front to back: the magic
+// string first (8 bytes: a file that is not a .npy, even /dev/zero, fails there), then the
+// header, then exactly the data the header declares. Every length read from the file is checked
+// before it is used: against the file's size when that is known (a buffer, a regular file: a
+// size that disagrees with the header is an error before the data is read), and against
+// ReadOptions::max_bytes; a pipe is read only as far as the header says, plus one byte to see
+// that it ends there. So a lying header can neither read past the end nor make us allocate more
+// than the file holds, and no input is read without bound.
+//
+// write() goes through detail::AtomicFileSet (atomic_file.hpp): a temporary file, then a rename.
 #include "rotary/npy.hpp"
 
 #include <sys/stat.h>
@@ -26,7 +34,9 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 
+#include "atomic_file.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::npy {
@@ -348,9 +358,9 @@ std::string missing_key_message(const Header& header, std::string_view key, cons
                         present.empty() ? std::string("no keys") : "keys " + present, ")");
 }
 
-uint32_t read_le(const std::vector<unsigned char>& file, size_t offset, size_t num_bytes) {
+uint32_t read_le(const std::vector<unsigned char>& bytes, size_t offset, size_t num_bytes) {
   uint32_t value = 0;
-  for (size_t i = 0; i < num_bytes; ++i) value |= static_cast<uint32_t>(file[offset + i]) << (8 * i);
+  for (size_t i = 0; i < num_bytes; ++i) value |= static_cast<uint32_t>(bytes[offset + i]) << (8 * i);
   return value;
 }
 
@@ -362,52 +372,127 @@ std::optional<int64_t> checked_bytes(const std::vector<int64_t>& shape, ElementT
   return bytes;
 }
 
+// Where the bytes of a .npy file come from, front to back: a buffer (parse) or an open file
+// (read). total_bytes is the whole size when it is known before reading (a buffer, a regular
+// file); a pipe or a device has none.
+class Input {
+ public:
+  virtual ~Input() = default;
+  // Appends up to `count` bytes to `into`; fewer only at the end of the input.
+  virtual void read_into(std::vector<unsigned char>& into, size_t count) = 0;
+  std::optional<uint64_t> total_bytes;
+};
+
+class BufferInput : public Input {
+ public:
+  explicit BufferInput(const std::vector<unsigned char>& file) : file_(file) { total_bytes = file.size(); }
+  void read_into(std::vector<unsigned char>& into, size_t count) override {
+    const size_t taken = std::min(count, file_.size() - pos_);
+    into.insert(into.end(), file_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                file_.begin() + static_cast<std::ptrdiff_t>(pos_ + taken));
+    pos_ += taken;
+  }
+
+ private:
+  const std::vector<unsigned char>& file_;
+  size_t pos_ = 0;
+};
+
 struct CloseFile {
   void operator()(std::FILE* stream) const { std::fclose(stream); }
 };
 
-}  // namespace
-
-int64_t Array::size() const {
-  for (size_t axis = 0; axis < shape.size(); ++axis) {
-    if (shape[axis] < 0) {
-      throw Error(detail::concat("npy array: shape[", axis, "] must be >= 0 (got ", shape[axis], ")"));
+class FileInput : public Input {
+ public:
+  explicit FileInput(const std::string& path) : path_(path) {
+    errno = 0;
+    stream_.reset(std::fopen(path.c_str(), "rb"));
+    if (!stream_) throw cannot_read(errno);
+    struct stat status {};
+    if (::fstat(::fileno(stream_.get()), &status) == 0 && S_ISREG(status.st_mode)) {
+      total_bytes = static_cast<uint64_t>(status.st_size);
     }
   }
-  const std::optional<int64_t> count = checked_count(shape);
-  if (!count) throw Error(detail::concat("npy array: element count must fit in int64 (got shape ", shape_text(shape), ")"));
-  return *count;
-}
 
-Array parse(const std::vector<unsigned char>& file, const std::string& source) {
-  const std::string where = "npy " + source;
-  const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
+  void read_into(std::vector<unsigned char>& into, size_t count) override {
+    // Of a regular file the callers ask only for bytes it holds (checked against its size), so
+    // the buffer is sized at once. Of a stream, 1 MiB at a time: memory follows what arrives.
+    const size_t step = total_bytes ? count : std::min<size_t>(count, size_t{1} << 20);
+    size_t done = 0;
+    while (done < count) {
+      const size_t want = std::min(step, count - done);
+      const size_t before = into.size();
+      into.resize(before + want);
+      errno = 0;
+      const size_t got = std::fread(into.data() + before, 1, want, stream_.get());
+      into.resize(before + got);
+      done += got;
+      if (got < want) {
+        // fread on a directory fails with EISDIR here (fopen itself succeeds on Linux).
+        if (std::ferror(stream_.get())) throw cannot_read(errno != 0 ? errno : EIO);
+        return;
+      }
+    }
+  }
+
+ private:
+  Error cannot_read(int error) const {
+    return Error(detail::concat(path_, ": cannot read file: ", std::generic_category().message(error)));
+  }
+
+  std::string path_;
+  std::unique_ptr<std::FILE, CloseFile> stream_;
+};
+
+// The whole format, read from `input` in order: the 8-byte preamble, the length field, the
+// header, then exactly the data the header declares. Each length is checked before it is read
+// (against the input's size when known, and against options.max_bytes), so neither a lying header
+// nor a stream without end can make this read or allocate more than the file holds.
+Array read_npy(Input& input, const std::string& where, const ReadOptions& options) {
+  std::vector<unsigned char> preamble;
+  input.read_into(preamble, kMagic.size() + 2);
+  const std::string_view bytes(reinterpret_cast<const char*>(preamble.data()), preamble.size());
   if (bytes.substr(0, kMagic.size()) != kMagic) {
     throw Error(detail::concat(where, ": file must start with the magic string '\\x93NUMPY' (got ",
-                               quoted(bytes.substr(0, kMagic.size())), ")"));
+                               quoted(bytes.substr(0, kMagic.size())), "): not a .npy file (bad magic)"));
   }
-  if (file.size() < kMagic.size() + 2) {
-    throw Error(detail::concat(where, ": file must hold the 2 version bytes after the magic string (got ", file.size(),
-                               " bytes)"));
+  // Fewer bytes than asked for means the input ended: its size is what was read.
+  if (preamble.size() < kMagic.size() + 2) {
+    throw Error(detail::concat(where, ": file must hold the 2 version bytes after the magic string (got ",
+                               preamble.size(), " bytes)"));
   }
-  const int major = file[6];
-  const int minor = file[7];
+  const int major = preamble[6];
+  const int minor = preamble[7];
   if (minor != 0 || major < 1 || major > 3) {
     throw Error(detail::concat(where, ": version must be 1.0, 2.0 or 3.0 (got ", major, ".", minor, ")"));
   }
   const size_t length_bytes = major == 1 ? 2 : 4;
   const size_t header_offset = kMagic.size() + 2 + length_bytes;
-  if (file.size() < header_offset) {
+  input.read_into(preamble, length_bytes);
+  if (preamble.size() < header_offset) {
     throw Error(detail::concat(where, ": file must hold the ", length_bytes, "-byte header length of version ", major,
-                               ".0 (got ", file.size(), " bytes)"));
+                               ".0 (got ", preamble.size(), " bytes)"));
   }
-  const size_t header_length = read_le(file, kMagic.size() + 2, length_bytes);
-  if (header_length > file.size() - header_offset) {
-    throw Error(detail::concat(where, ": header length must be at most ", file.size() - header_offset,
-                               ", the bytes left in the file (got ", header_length, ")"));
+  const size_t header_length = read_le(preamble, kMagic.size() + 2, length_bytes);
+  auto header_too_long = [&](uint64_t left) {
+    return Error(detail::concat(where, ": header length must be at most ", left, ", the bytes left in the file (got ",
+                                header_length, ")"));
+  };
+  if (input.total_bytes && header_length > *input.total_bytes - header_offset) {
+    throw header_too_long(*input.total_bytes - header_offset);
   }
+  const auto max_bytes = static_cast<uint64_t>(std::max<int64_t>(options.max_bytes, 0));
+  if (header_offset + header_length > max_bytes) {
+    throw Error(detail::concat(where, ": file must be at most ", max_bytes,
+                               " bytes (npy::ReadOptions::max_bytes) (got a header of ", header_length, " bytes)"));
+  }
+  std::vector<unsigned char> header_bytes;
+  input.read_into(header_bytes, header_length);
+  if (header_bytes.size() < header_length) throw header_too_long(header_bytes.size());
+
   // Version 3.0 is UTF-8, the others Latin-1; the three keys and every valid descr are ASCII.
-  const Header header = HeaderParser(bytes.substr(header_offset, header_length), where, major < 3).parse();
+  const std::string_view header_text(reinterpret_cast<const char*>(header_bytes.data()), header_bytes.size());
+  const Header header = HeaderParser(header_text, where, major < 3).parse();
   if (!header.descr) throw Error(missing_key_message(header, "descr", where));
   if (!header.fortran_order) throw Error(missing_key_message(header, "fortran_order", where));
   if (!header.shape) throw Error(missing_key_message(header, "shape", where));
@@ -429,35 +514,55 @@ Array parse(const std::vector<unsigned char>& file, const std::string& source) {
     throw Error(detail::concat(where, ": shape must describe fewer than 2^63 bytes of ", to_string(array.type),
                                " data (got ", shape_text(array.shape), ")"));
   }
+  const auto expected = static_cast<uint64_t>(*data_bytes);
+  auto wrong_size = [&](const std::string& got) {
+    return Error(detail::concat(where, ": data must hold ", expected, " bytes for shape ", shape_text(array.shape), " ",
+                                to_string(array.type), " (got ", got, ")"));
+  };
   const size_t data_offset = header_offset + header_length;
-  const size_t available = file.size() - data_offset;
-  if (static_cast<uint64_t>(*data_bytes) != available) {
-    throw Error(detail::concat(where, ": data must hold ", *data_bytes, " bytes for shape ", shape_text(array.shape), " ",
-                               to_string(array.type), " (got ", available, ")"));
+  // A file of known size that disagrees with its header is a lying file, whatever its size: said
+  // before the cap, unread.
+  if (input.total_bytes && *input.total_bytes - data_offset != expected) {
+    throw wrong_size(std::to_string(*input.total_bytes - data_offset));
   }
-  array.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_offset), file.end());
+  if (expected > max_bytes - data_offset) {
+    throw Error(detail::concat(where, ": file must be at most ", max_bytes, " bytes (npy::ReadOptions::max_bytes) (got ",
+                               data_offset, " bytes of header and ", expected, " bytes of data for shape ",
+                               shape_text(array.shape), " ", to_string(array.type), ")"));
+  }
+  input.read_into(array.bytes, static_cast<size_t>(expected));
+  // Shorter: a stream that ended, or a regular file that shrank while being read.
+  if (array.bytes.size() != expected) throw wrong_size(std::to_string(array.bytes.size()));
+  if (!input.total_bytes) {
+    // One byte more says whether the stream ends where the header says it does.
+    std::vector<unsigned char> more;
+    input.read_into(more, 1);
+    if (!more.empty()) throw wrong_size(detail::concat("more than ", expected));
+  }
   return array;
 }
 
-Array read(const std::string& path) {
-  errno = 0;
-  const std::unique_ptr<std::FILE, CloseFile> stream(std::fopen(path.c_str(), "rb"));
-  if (!stream) throw Error(detail::concat(path, ": cannot read file: ", std::strerror(errno)));
-  std::vector<unsigned char> file;
-  // Reserve the exact size of a regular file so that growth does not allocate more than it.
-  struct stat status {};
-  if (::fstat(::fileno(stream.get()), &status) == 0 && S_ISREG(status.st_mode) && status.st_size > 0) {
-    file.reserve(static_cast<size_t>(status.st_size));
+}  // namespace
+
+int64_t Array::size() const {
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    if (shape[axis] < 0) {
+      throw Error(detail::concat("npy array: shape[", axis, "] must be >= 0 (got ", shape[axis], ")"));
+    }
   }
-  unsigned char chunk[1 << 16];
-  while (true) {
-    const size_t got = std::fread(chunk, 1, sizeof chunk, stream.get());
-    file.insert(file.end(), chunk, chunk + got);
-    if (got < sizeof chunk) break;
-  }
-  // fread on a directory fails with EISDIR here (fopen itself succeeds on Linux).
-  if (std::ferror(stream.get())) throw Error(detail::concat(path, ": cannot read file: ", std::strerror(errno)));
-  return parse(file, path);
+  const std::optional<int64_t> count = checked_count(shape);
+  if (!count) throw Error(detail::concat("npy array: element count must fit in int64 (got shape ", shape_text(shape), ")"));
+  return *count;
+}
+
+Array parse(const std::vector<unsigned char>& file, const std::string& source, const ReadOptions& options) {
+  BufferInput input(file);
+  return read_npy(input, "npy " + source, options);
+}
+
+Array read(const std::string& path, const ReadOptions& options) {
+  FileInput input(path);
+  return read_npy(input, "npy " + path, options);
 }
 
 std::vector<unsigned char> serialize(const Array& array) {
@@ -509,16 +614,7 @@ std::vector<unsigned char> serialize(const Array& array) {
 
 void write(const std::string& path, const Array& array) {
   const std::vector<unsigned char> file = serialize(array);
-  errno = 0;
-  std::FILE* stream = std::fopen(path.c_str(), "wb");
-  if (!stream) throw Error(detail::concat(path, ": cannot write file: ", std::strerror(errno)));
-  const size_t written = std::fwrite(file.data(), 1, file.size(), stream);
-  const int write_errno = errno;
-  // fclose flushes: its failure (a full disk) is a failed write too.
-  const bool closed = std::fclose(stream) == 0;
-  if (written != file.size() || !closed) {
-    throw Error(detail::concat(path, ": cannot write file: ", std::strerror(written != file.size() ? write_errno : errno)));
-  }
+  detail::write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), "npy");
 }
 
 }  // namespace rotary::npy

@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "rotary/apply.hpp"
 #include "rotary/frequencies.hpp"
@@ -32,7 +34,9 @@ using Result = test::CliResult;
 using test::read_all;
 using test::write_temp;
 
-Result run(const std::string& arguments) { return test::run_cli(arguments); }
+Result run(const std::string& arguments, const std::string& shell_prefix = "") {
+  return test::run_cli(arguments, shell_prefix);
+}
 
 TEST(Cli, PresetsListsAtLeastSixteenAndMarksTheDefault) {
   const Result r = run("presets");
@@ -144,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"BadSeqLen", "freqs --seq-len ten", "--seq-len must be an integer in [0, "},
         ErrorCase{"NegativeSeqLen", "freqs --seq-len -5", "(got -5)"},
         ErrorCase{"ZeroContext", "explain --context 0", "--context must be an integer in [1, "},
-        ErrorCase{"FlagWithoutValue", "freqs --preset", "--preset needs a value"},
+        ErrorCase{"FlagWithoutValue", "freqs --preset", "--preset needs a preset name"},
+        ErrorCase{"IntegerFlagWithoutValue", "freqs --seq-len", "freqs: --seq-len needs a value"},
         ErrorCase{"UnexpectedArgument", "presets --verbose", "unexpected argument \"--verbose\""},
         ErrorCase{"UnknownLayerType", "freqs --layer-type sliding_attention", "--layer-type must be one of"},
         ErrorCase{"TableWithoutPositions", "table", "--positions is required"},
@@ -378,6 +383,286 @@ TEST(Cli, BenchJsonRowsNameTheirCaseAndBaseline) {
   EXPECT_EQ(cases["memcpy"], 1);
   EXPECT_EQ(cases["copy_sequential"], 1);
   EXPECT_EQ(cases["copy_4pages"], 1);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Files the command writes: never two outputs on one file, never an input replaced, all or
+// nothing, never a truncated file, and a message with the path and the system's reason.
+
+using test::ScratchDir;
+
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+npy::Array int64_array(std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  npy::Array a{npy::ElementType::Int64, std::move(shape), {}};
+  a.bytes.resize(values.size() * sizeof(int64_t));
+  std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
+  return a;
+}
+
+// The files apply tests start from: q (2, 3, 2, 128), k (2, 3, 1, 128), and "sentinel" files.
+struct ApplyFiles {
+  ScratchDir dir;
+  std::string q, k;
+  explicit ApplyFiles(const std::string& name) : dir(name), q(dir / "q.npy"), k(dir / "k.npy") {
+    npy::write(q, random_array({2, 3, 2, 128}, 21));
+    npy::write(k, random_array({2, 3, 1, 128}, 22));
+  }
+  std::string sentinel(const std::string& name) const {
+    write_file(dir / name, "sentinel " + name);
+    return dir / name;
+  }
+};
+
+// Bug: `--out-q X --out-k X` wrote q, then k over it, and exited 0: q was lost.
+TEST(CliFiles, ApplyRefusesOneFileForBothOutputs) {
+  const ApplyFiles files("rotary_same_out");
+  const std::string out = files.sentinel("x.npy");
+  const std::string q_bytes = read_all(files.q);
+  const std::string base = "apply --layout bshd --q " + files.q + " --k " + files.k;
+  struct Case {
+    std::string out_q, out_k, message;
+  };
+  const std::string via_dot = (files.dir.path / "." / "x.npy").string();
+  std::filesystem::create_hard_link(out, files.dir / "hard.npy");
+  const Case cases[] = {
+      {out, out, "apply: --out-k must differ from --out-q (got " + out + " for both, the same file)"},
+      {out, via_dot, "apply: --out-k must differ from --out-q (got " + out + " and " + via_dot + ", the same file)"},
+      {out, files.dir / "hard.npy", "apply: --out-k must differ from --out-q"},
+      // Neither exists yet: the paths are compared once resolved.
+      {files.dir / "new.npy", (files.dir.path / "sub" / ".." / "new.npy").string(), "apply: --out-k must differ from --out-q"},
+  };
+  std::filesystem::create_directories(files.dir.path / "sub");
+  for (const Case& c : cases) {
+    const Result r = run(base + " --out-q " + c.out_q + " --out-k " + c.out_k);
+    EXPECT_EQ(r.exit_code, 2) << c.out_k;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  EXPECT_EQ(read_all(out), "sentinel x.npy");
+  EXPECT_FALSE(std::filesystem::exists(files.dir / "new.npy"));
+  EXPECT_EQ(read_all(files.q), q_bytes);
+}
+
+// An output that is one of the inputs is refused too (safest: a mistyped --out-k k.npy would
+// otherwise replace the data it was given); devices are never "the same file".
+TEST(CliFiles, ApplyRefusesAnOutputThatIsAnInput) {
+  const ApplyFiles files("rotary_out_is_in");
+  const std::string k_bytes = read_all(files.k);
+  const std::string offsets = files.dir / "off.npy";
+  npy::write(offsets, int64_array({2}, {3, 9}));
+  const std::string base = "apply --layout bshd --q " + files.q + " --k " + files.k + " --offsets " + offsets;
+  const Result into_k = run(base + " --out-q " + (files.dir / "q1.npy") + " --out-k " + files.k);
+  EXPECT_EQ(into_k.exit_code, 2);
+  EXPECT_THAT(into_k.err, HasSubstr("apply: --out-k must not be the input --k: it would be replaced by the result (got " +
+                                    files.k + " for both, the same file)"));
+  const Result into_offsets = run(base + " --out-q " + offsets + " --out-k " + (files.dir / "k1.npy"));
+  EXPECT_EQ(into_offsets.exit_code, 2);
+  EXPECT_THAT(into_offsets.err, HasSubstr("apply: --out-q must not be the input --offsets"));
+  EXPECT_EQ(read_all(files.k), k_bytes);
+  EXPECT_EQ(files.dir.names(), (std::vector<std::string>{"k.npy", "off.npy", "q.npy"}));
+  // Two outputs to /dev/null destroy nothing.
+  const Result discarded = run(base + " --out-q /dev/null --out-k /dev/null");
+  EXPECT_EQ(discarded.exit_code, 0) << discarded.err;
+}
+
+// Bug: a second output that failed left the first one written (and replaced what was there).
+TEST(CliFiles, ApplyWritesNeitherOutputWhenTheSecondCannotBeWritten) {
+  const ApplyFiles files("rotary_all_or_nothing");
+  const std::string out_q = files.sentinel("out_q.npy");
+  const std::string missing = files.dir / "no_such_dir/k.npy";
+  const Result r = run("apply --layout bshd --q " + files.q + " --k " + files.k + " --out-q " + out_q + " --out-k " + missing);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("apply: cannot write --out-k " + missing + ": No such file or directory"));
+  EXPECT_EQ(read_all(out_q), "sentinel out_q.npy");
+  EXPECT_EQ(files.dir.names(), (std::vector<std::string>{"k.npy", "out_q.npy", "q.npy"}));  // no temporary file left
+}
+
+// A file size limit (ulimit -f, SIGXFSZ ignored: writes past it fail with EFBIG) between the
+// size of out_q and that of out_k: out_k's write fails half way. Before, out_q was replaced and
+// out_k left truncated; now both keep their old contents and no temporary file remains.
+TEST(CliFiles, ApplyLeavesBothOutputsAsTheyWereWhenAWriteFailsHalfWay) {
+  ScratchDir dir("rotary_half_write");
+  npy::write(dir / "q.npy", random_array({1, 2, 1, 128}, 23));    // 1 KiB of data
+  npy::write(dir / "k.npy", random_array({1, 2, 64, 128}, 24));   // 64 KiB
+  write_file(dir / "out_q.npy", "old q");
+  write_file(dir / "out_k.npy", "old k");
+  // dash counts ulimit -f in 512-byte blocks, bash in 1024: 4 or 8 KiB, either between the two.
+  const Result r = run("apply --layout bshd --q " + (dir / "q.npy") + " --k " + (dir / "k.npy") + " --out-q " +
+                           (dir / "out_q.npy") + " --out-k " + (dir / "out_k.npy"),
+                       "trap '' XFSZ; ulimit -f 8; ");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("apply: cannot write --out-k " + (dir / "out_k.npy") + ": File too large"));
+  EXPECT_EQ(read_all(dir / "out_q.npy"), "old q");
+  EXPECT_EQ(read_all(dir / "out_k.npy"), "old k");
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"k.npy", "out_k.npy", "out_q.npy", "q.npy"}));
+}
+
+// Bug: a report that could not be written said only "-o must name a writable file".
+TEST(CliFiles, ReportNamesThePathAndTheSystemReason) {
+  const Result r = run("report --preset llama-2-7b -o /nonexistent/x.html");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("rotary: error: report: cannot write /nonexistent/x.html: No such file or directory"));
+  ScratchDir dir("rotary_report_dir");
+  const Result directory = run("report --preset llama-2-7b -o " + dir.path.string());
+  EXPECT_EQ(directory.exit_code, 2);
+  EXPECT_THAT(directory.err, HasSubstr("report: cannot write " + dir.path.string() + ": Is a directory"));
+}
+
+// Bug: a report that failed half way (full disk) left a truncated HTML page in place of the old one.
+TEST(CliFiles, ReportLeavesTheOldPageWhenTheWriteFailsHalfWay) {
+  ScratchDir dir("rotary_report_half");
+  const std::string page = dir / "page.html";
+  write_file(page, "old page");
+  const Result r = run("report --preset llama-2-7b -o " + page, "trap '' XFSZ; ulimit -f 8; ");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("report: cannot write " + page + ": File too large"));
+  EXPECT_EQ(read_all(page), "old page");
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"page.html"}));
+  // Without the limit the page replaces the old one, keeping its permission bits.
+  std::filesystem::permissions(page, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const Result ok = run("report --preset llama-2-7b -o " + page);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(read_all(page), HasSubstr("<html"));
+  EXPECT_EQ(std::filesystem::status(page).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"page.html"}));
+  // -o through a symlink replaces the file it names; the link stays a link.
+  std::filesystem::create_symlink(page, dir.path / "link.html");
+  write_file(page, "old page");
+  const Result via_link = run("report --preset llama-2-7b -o " + (dir / "link.html"));
+  ASSERT_EQ(via_link.exit_code, 0) << via_link.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.path / "link.html"));
+  EXPECT_THAT(read_all(page), HasSubstr("<html"));
+}
+
+TEST(CliFiles, ReportRefusesToReplaceItsConfig) {
+  ScratchDir dir("rotary_report_config");
+  const std::string config = dir / "config.json";
+  const std::string text = R"({"hidden_size": 2048, "num_attention_heads": 16, "rope_theta": 10000.0})";
+  write_file(config, text);
+  const Result r = run("report --config " + config + " -o " + config);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("report: -o must not be the input --config"));
+  EXPECT_EQ(read_all(config), text);
+}
+
+// Bugs: `--out-q --reference` wrote a file named --reference; `--q --k k.npy` blamed k.npy. A
+// flag's value is never another flag, in every command; negative numbers are still values.
+TEST(CliFiles, AFlagIsNeverTheValueOfTheFlagBeforeIt) {
+  const ApplyFiles files("rotary_flag_value");
+  struct Case {
+    std::string arguments, message;
+  };
+  const std::string q = files.q;
+  const Case cases[] = {
+      {"apply --q " + q + " --layout bshd --out-q --reference", "apply: --out-q needs a file path (got the flag --reference)"},
+      {"apply --q --k " + files.k + " --layout bshd --out-q x.npy --out-k y.npy", "apply: --q needs a file path (got the flag --k)"},
+      {"apply --q " + q + " --layout --out-q x.npy", "apply: --layout needs a value (got the flag --out-q)"},
+      {"apply --q " + q + " --layout bshd --out-q x.npy --threads --reference", "apply: --threads needs a value (got the flag --reference)"},
+      {"apply --config --q " + q, "apply: --config needs a file path (got the flag --q)"},
+      {"freqs --layer-type --json", "freqs: --layer-type needs a value (got the flag --json)"},
+      {"freqs --preset --json", "freqs: --preset needs a preset name (got the flag --json)"},
+      {"explain --context --seq-len 5", "explain: --context needs a value (got the flag --seq-len)"},
+      {"table --positions --json", "table: --positions needs a value (got the flag --json)"},
+      {"check --layer-type --json", "check: --layer-type needs a value (got the flag --json)"},
+      {"report -o --preset llama-2-7b", "report: -o needs a file path (got the flag --preset)"},
+      {"report --compare -o x.html", "report: --compare needs a value (got the flag -o)"},
+      {"bench --cases --json", "bench: --cases needs a value (got the flag --json)"},
+      {"apply --q " + q + " --layout bshd --out-q=", "apply: --out-q needs a file path (got an empty value)"},
+      {"report -o ''", "report: -o needs a file path (got an empty value)"},
+  };
+  const std::filesystem::path previous = std::filesystem::current_path();
+  std::filesystem::current_path(files.dir.path);  // a file named after a flag would appear here
+  for (const Case& c : cases) {
+    const Result r = run(c.arguments);
+    EXPECT_EQ(r.exit_code, 2) << c.arguments;
+    EXPECT_THAT(r.err, HasSubstr("rotary: error: " + c.message)) << c.arguments;
+  }
+  std::filesystem::current_path(previous);
+  EXPECT_EQ(files.dir.names(), (std::vector<std::string>{"k.npy", "q.npy"}));
+  EXPECT_EQ(run("table --positions -4").err.find("needs"), std::string::npos);
+  // A value that starts with "--" is still possible, spelled --flag=VALUE.
+  const Result explicit_value = run("apply --q=--odd.npy --layout bshd --out-q " + (files.dir / "x.npy"));
+  EXPECT_THAT(explicit_value.err, HasSubstr("--odd.npy: cannot read file: No such file or directory"));
+}
+
+// /dev/zero as --q: read until memory ran out before; now the first 8 bytes are enough.
+TEST(CliFiles, ApplyRefusesDevZeroAtTheMagicString) {
+  const Result r = run("apply --q /dev/zero --layout bshd --out-q /dev/null", "timeout 60 ");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("npy /dev/zero: file must start with the magic string '\\x93NUMPY' (got "
+                               "'\\x00\\x00\\x00\\x00\\x00\\x00'): not a .npy file (bad magic)"));
+}
+
+// Bug: positions were checked by count only, so a (seq, batch) array passed for (batch, seq)
+// and M-RoPE's (tokens, 3) for (3, tokens): silently wrong positions. Now the shape must be one
+// of the layout's; (1, seq) and (seq,) share positions across the batch.
+TEST(CliFiles, ApplyChecksTheShapeOfPositionArrays) {
+  const ApplyFiles files("rotary_position_shapes");
+  auto save = [&](const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> values) {
+    npy::write(files.dir / name, int64_array(std::move(shape), values));
+    return files.dir / name;
+  };
+  const std::string q = files.q;  // (2, 3, 2, 128): batch 2, seq 3
+  const std::string per_sequence = save("bs.npy", {2, 3}, {5, 6, 7, 5, 6, 7});
+  const std::string transposed = save("sb.npy", {3, 2}, {5, 5, 6, 6, 7, 7});
+  const std::string flat = save("flat.npy", {6}, {5, 6, 7, 5, 6, 7});
+  const std::string shared_1s = save("1s.npy", {1, 3}, {5, 6, 7});
+  const std::string shared_s = save("s.npy", {3}, {5, 6, 7});
+  const std::string base = "apply --layout bshd --q " + q + " --positions ";
+
+  // Accepted: (batch, seq), and the shared forms, which give the same bytes.
+  ASSERT_EQ(run(base + per_sequence + " --out-q " + (files.dir / "o_bs.npy")).exit_code, 0);
+  ASSERT_EQ(run(base + shared_1s + " --out-q " + (files.dir / "o_1s.npy")).exit_code, 0);
+  ASSERT_EQ(run(base + shared_s + " --out-q " + (files.dir / "o_s.npy")).exit_code, 0);
+  EXPECT_EQ(read_all(files.dir / "o_1s.npy"), read_all(files.dir / "o_bs.npy"));
+  EXPECT_EQ(read_all(files.dir / "o_s.npy"), read_all(files.dir / "o_bs.npy"));
+
+  const std::string mrope_good = save("m.npy", {3, 2, 3}, std::vector<int64_t>(18, 4));
+  const std::string mrope_tokens_first = save("mt.npy", {6, 3}, std::vector<int64_t>(18, 4));
+  const std::string mrope_2d = save("m2.npy", {3, 6}, std::vector<int64_t>(18, 4));
+  npy::write(files.dir / "qt.npy", random_array({6, 2, 128}, 25));
+  const std::string cu = save("cu.npy", {3}, {0, 2, 6});
+  const std::string cu_2d = save("cu2.npy", {1, 3}, {0, 2, 6});
+  const std::string offsets_2d = save("off2.npy", {2, 1}, {0, 4});
+  const std::string offsets_3 = save("off3.npy", {3}, {0, 4, 8});
+  const std::string out = " --out-q " + (files.dir / "bad.npy");
+  struct Case {
+    std::string arguments, message;
+  };
+  const Case cases[] = {
+      {base + transposed + out,
+       "apply: --positions must have shape (2, 3) = (batch, seq) for q of shape (2, 3, 2, 128) (layout bshd), or (1, 3) "
+       "or (3,) for the same positions in every sequence (got shape (3, 2))"},
+      {base + flat + out, "apply: --positions must have shape (2, 3) = (batch, seq)"},
+      {"apply --preset qwen2-vl-7b --layout bshd --q " + q + " --positions " + mrope_tokens_first + out,
+       "apply: --positions must have shape (3, 2, 3) = (streams, batch, seq) for q of shape (2, 3, 2, 128) (layout bshd, "
+       "3 position streams), or (3, 1, 3) or (3, 3) for the same positions in every sequence (got shape (6, 3))"},
+      {"apply --preset qwen2-vl-7b --layout bshd --q " + q + " --positions " + mrope_2d + out,
+       "apply: --positions must have shape (3, 2, 3) = (streams, batch, seq)"},
+      {"apply --layout thd --q " + (files.dir / "qt.npy") + " --cu-seqlens " + cu + " --positions " + per_sequence + out,
+       "apply: --positions must have shape (6,) = (tokens,) for q of shape (6, 2, 128) (layout thd) (got shape (2, 3))"},
+      {"apply --layout thd --q " + (files.dir / "qt.npy") + " --cu-seqlens " + cu_2d + out,
+       "apply: --cu-seqlens must have shape (sequences + 1,): one dimension, at least 2 entries (got shape (1, 3))"},
+      {"apply --layout bshd --q " + q + " --offsets " + offsets_2d + out,
+       "apply: --offsets must have shape (2,) = (batch,), one per sequence (got shape (2, 1))"},
+      {"apply --layout thd --q " + (files.dir / "qt.npy") + " --cu-seqlens " + cu + " --offsets " + offsets_3 + out,
+       "apply: --offsets must have shape (2,) = (sequences,), one per --cu-seqlens segment (got shape (3,))"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.arguments);
+    EXPECT_EQ(r.exit_code, 2) << c.arguments;
+    EXPECT_THAT(r.err, HasSubstr("rotary: error: " + c.message)) << c.arguments;
+  }
+  EXPECT_FALSE(std::filesystem::exists(files.dir / "bad.npy"));
+  // M-RoPE (3, batch, seq) and its shared (3, seq) form agree.
+  ASSERT_EQ(run("apply --preset qwen2-vl-7b --layout bshd --q " + q + " --positions " + mrope_good + " --out-q " +
+                (files.dir / "o_m.npy")).exit_code, 0);
+  const std::string mrope_shared = save("m_s.npy", {3, 3}, std::vector<int64_t>(9, 4));
+  ASSERT_EQ(run("apply --preset qwen2-vl-7b --layout bshd --q " + q + " --positions " + mrope_shared + " --out-q " +
+                (files.dir / "o_ms.npy")).exit_code, 0);
+  EXPECT_EQ(read_all(files.dir / "o_ms.npy"), read_all(files.dir / "o_m.npy"));
 }
 
 }  // namespace

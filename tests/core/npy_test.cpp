@@ -1,21 +1,30 @@
 // tests/core/npy_test.cpp: npy.hpp — round trips, byte-for-byte agreement with files NumPy wrote,
 // the header dialects NumPy and ml_dtypes produce, every way a file can be malformed or lie, and
-// random corruption (which must give rotary::Error, never a crash: run under ASan).
+// random corruption (which must give rotary::Error, never a crash: run under ASan); reading only
+// what the header declares (/dev/zero, pipes, the size cap); atomic writes (src/core/atomic_file).
 #include "rotary/npy.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
+// The atomic writer is internal to rotary_core (not installed); tested here, beside npy::write,
+// its first user.
+#include "../../src/core/atomic_file.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::npy {
@@ -541,7 +550,265 @@ TEST(Npy, WriteToMissingDirectoryNamesPathAndReason) {
   std::mt19937 rng(3);
   const std::string path = ::testing::TempDir() + "rotary_npy_test_no_such_dir/a.npy";
   EXPECT_THAT([&] { write(path, random_array(ElementType::Float32, {2}, rng)); },
-              ThrowsMessage<rotary::Error>(HasSubstr(path + ": cannot write file: No such file or directory")));
+              ThrowsMessage<rotary::Error>(HasSubstr("npy: cannot write " + path + ": No such file or directory")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading front to back: the magic string first, the data only as far as the header says, a cap
+// on the size, and writes that never leave a truncated file.
+
+// A fresh directory, removed with its contents at the end of the scope.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(path)) found.push_back(entry.path().filename().string());
+    std::sort(found.begin(), found.end());
+    return found;
+  }
+};
+
+void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Bytes this process has read through read() syscalls so far (/proc/self/io "rchar").
+uint64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return 0;
+}
+
+// Bug: read() took the whole file before looking at it, so /dev/zero never ended.
+TEST(NpyRead, RefusesDevZeroAtTheMagicString) {
+  EXPECT_THAT([] { read("/dev/zero"); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy /dev/zero: file must start with the magic string '\\x93NUMPY' "
+                                                     "(got '\\x00\\x00\\x00\\x00\\x00\\x00'): not a .npy file (bad magic)")));
+}
+
+// Bug: a large file that is not a .npy (a weights file given as --q) was read whole first. Now
+// 8 bytes decide; and a .npy whose size disagrees with its header is refused unread. The files
+// are sparse: 256 MiB each, no disk used.
+TEST(NpyRead, ReadsOnlyTheStartOfALargeFileThatIsNotWhatItsHeaderSays) {
+  if (bytes_read_so_far() == 0) GTEST_SKIP() << "no /proc/self/io";
+  const ScratchDir dir("rotary_npy_large");
+  const std::string not_npy = dir / "weights.bin";
+  std::ofstream(not_npy).close();
+  std::filesystem::resize_file(not_npy, std::uintmax_t{256} << 20);
+  uint64_t before = bytes_read_so_far();
+  EXPECT_THAT([&] { read(not_npy); }, ThrowsMessage<rotary::Error>(HasSubstr("not a .npy file (bad magic)")));
+  EXPECT_LT(bytes_read_so_far() - before, uint64_t{1} << 20);
+
+  const std::string lying = dir / "lying.npy";
+  write_bytes(lying, npy_file(kHeader2x3, kData24));
+  std::filesystem::resize_file(lying, std::uintmax_t{256} << 20);
+  before = bytes_read_so_far();
+  EXPECT_THAT([&] { read(lying); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy " + lying + ": data must hold 24 bytes for shape (2, 3) float32 (got " +
+                                                     std::to_string((uint64_t{256} << 20) - 10 - kHeader2x3.size()) + ")")));
+  EXPECT_LT(bytes_read_so_far() - before, uint64_t{1} << 20);
+}
+
+TEST(NpyRead, RefusesAFileShorterOrLongerThanItsHeaderNamingBothSizes) {
+  const ScratchDir dir("rotary_npy_sizes");
+  write_bytes(dir / "short.npy", npy_file(kHeader2x3, std::string(20, '\x01')));
+  write_bytes(dir / "long.npy", npy_file(kHeader2x3, std::string(32, '\x01')));
+  EXPECT_THAT([&] { read(dir / "short.npy"); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy " + (dir / "short.npy") +
+                                                     ": data must hold 24 bytes for shape (2, 3) float32 (got 20)")));
+  EXPECT_THAT([&] { read(dir / "long.npy"); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy " + (dir / "long.npy") +
+                                                     ": data must hold 24 bytes for shape (2, 3) float32 (got 32)")));
+}
+
+TEST(NpyRead, CapsTheFileSizeAtReadOptionsMaxBytes) {
+  const ScratchDir dir("rotary_npy_cap");
+  std::mt19937 rng(5);
+  const Array array = random_array(ElementType::Float32, {1000}, rng);
+  write(dir / "a.npy", array);
+  EXPECT_EQ(read(dir / "a.npy").bytes, array.bytes);  // the default cap, 64 GiB
+  EXPECT_EQ(ReadOptions{}.max_bytes, int64_t{64} << 30);
+  EXPECT_THAT([&] { read(dir / "a.npy", {.max_bytes = 1024}); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy " + (dir / "a.npy") +
+                                                     ": file must be at most 1024 bytes (npy::ReadOptions::max_bytes) "
+                                                     "(got 128 bytes of header and 4000 bytes of data for shape (1000,) float32)")));
+  EXPECT_EQ(read(dir / "a.npy", {.max_bytes = 4128}).bytes, array.bytes);
+  EXPECT_THAT([&] { read(dir / "a.npy", {.max_bytes = 4127}); }, ThrowsMessage<rotary::Error>(HasSubstr("at most 4127 bytes")));
+  EXPECT_THAT([&] { parse(serialize(array), "a.npy", {.max_bytes = 100}); },
+              ThrowsMessage<rotary::Error>(HasSubstr("npy a.npy: file must be at most 100 bytes")));
+}
+
+// A pipe has no size: it is read as far as the header says, plus one byte.
+class PipeWriter {
+ public:
+  // Writes `bytes`, then, when `endless`, the byte 'x' until the reader closes its end.
+  PipeWriter(std::vector<unsigned char> bytes, bool endless) {
+    EXPECT_EQ(::pipe(fds_), 0);
+    std::signal(SIGPIPE, SIG_IGN);  // the writer sees EPIPE when the reader is done
+    thread_ = std::thread([this, bytes = std::move(bytes), endless] {
+      size_t done = 0;
+      while (done < bytes.size()) {
+        const ssize_t n = ::write(fds_[1], bytes.data() + done, bytes.size() - done);
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+      const std::vector<char> more(1 << 16, 'x');
+      while (endless && ::write(fds_[1], more.data(), more.size()) > 0) {
+      }
+      ::close(fds_[1]);
+    });
+  }
+  ~PipeWriter() {
+    ::close(fds_[0]);  // ends an endless writer
+    thread_.join();
+  }
+  std::string path() const { return "/dev/fd/" + std::to_string(fds_[0]); }
+
+ private:
+  int fds_[2] = {-1, -1};
+  std::thread thread_;
+};
+
+TEST(NpyRead, ReadsAPipeOnlyAsFarAsItsHeaderSays) {
+  std::mt19937 rng(6);
+  const Array array = random_array(ElementType::Float32, {2, 3}, rng);
+  {
+    const PipeWriter exact(serialize(array), false);
+    EXPECT_EQ(read(exact.path()).bytes, array.bytes);
+  }
+  {
+    const PipeWriter endless(serialize(array), true);
+    EXPECT_THAT([&] { read(endless.path()); },
+                ThrowsMessage<rotary::Error>(HasSubstr(": data must hold 24 bytes for shape (2, 3) float32 (got more than 24)")));
+  }
+  {
+    std::vector<unsigned char> file = serialize(array);
+    file.resize(file.size() - 4);
+    const PipeWriter cut(file, false);
+    EXPECT_THAT([&] { read(cut.path()); },
+                ThrowsMessage<rotary::Error>(HasSubstr(": data must hold 24 bytes for shape (2, 3) float32 (got 20)")));
+  }
+  {
+    // A header declaring 2^40 floats: refused by the cap before any data is read.
+    const PipeWriter huge(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", ""), true);
+    EXPECT_THAT([&] { read(huge.path()); },
+                ThrowsMessage<rotary::Error>(HasSubstr("file must be at most 68719476736 bytes (npy::ReadOptions::max_bytes)")));
+  }
+}
+
+// Bug: a write that failed half way (a full disk) left a truncated .npy in place of the old file.
+// A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored so that write() fails with EFBIG) makes it
+// fail: the old file must survive, and no temporary file stay behind.
+TEST(NpyWrite, LeavesTheOldFileWhenTheWriteFailsHalfWay) {
+  const ScratchDir dir("rotary_npy_write_limit");
+  const std::string path = dir / "a.npy";
+  std::ofstream(path) << "old contents";
+  std::mt19937 rng(7);
+  const Array array = random_array(ElementType::Float32, {64, 128}, rng);  // 32 KiB
+  rlimit previous{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &previous), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limited = previous;
+  limited.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string message;
+  try {
+    write(path, array);
+  } catch (const rotary::Error& error) {
+    message = error.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &previous);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_EQ(message, "npy: cannot write " + path + ": File too large");
+  EXPECT_EQ(text_of(path), "old contents");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"a.npy"});
+  // Without the limit it replaces the file.
+  write(path, array);
+  EXPECT_EQ(read(path).bytes, array.bytes);
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"a.npy"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file writer behind npy::write and the command (src/core/atomic_file.hpp).
+
+TEST(AtomicFileSet, DestroyedWithoutCommitLeavesEveryTargetAsItWas) {
+  const ScratchDir dir("rotary_atomic_uncommitted");
+  std::ofstream(dir / "a") << "old a";
+  {
+    detail::AtomicFileSet files("test");
+    files.add(dir / "a", "new a");
+    files.add(dir / "b", "new b");
+    EXPECT_EQ(dir.names().size(), 3u);  // a and the two temporary files
+  }
+  EXPECT_EQ(text_of(dir / "a"), "old a");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"a"});
+}
+
+TEST(AtomicFileSet, CommitsEveryFileOrNone) {
+  const ScratchDir dir("rotary_atomic_commit");
+  std::ofstream(dir / "a") << "old a";
+  {
+    detail::AtomicFileSet files("test");
+    files.add(dir / "a", "new a");
+    files.add(dir / "b", "new b");
+    files.commit();
+  }
+  EXPECT_EQ(text_of(dir / "a"), "new a");
+  EXPECT_EQ(text_of(dir / "b"), "new b");
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"a", "b"}));
+
+  // The second rename fails (its target became a directory after it was staged): the first,
+  // already renamed, is swapped back.
+  std::ofstream(dir / "c") << "old c";
+  {
+    detail::AtomicFileSet files("test");
+    files.add(dir / "a", "newer a");
+    files.add(dir / "b", "newer b");
+    files.add(dir / "c", "newer c");
+    std::filesystem::remove(dir / "c");
+    std::filesystem::create_directory(dir / "c");
+    EXPECT_THAT([&] { files.commit(); },
+                ThrowsMessage<rotary::Error>(HasSubstr("test: cannot write " + (dir / "c") + ": Is a directory")));
+  }
+  EXPECT_EQ(text_of(dir / "a"), "new a");
+  EXPECT_EQ(text_of(dir / "b"), "new b");
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "c"));
+}
+
+TEST(AtomicFileSet, SameFileComparesInodesOrResolvedPaths) {
+  const ScratchDir dir("rotary_atomic_same");
+  std::ofstream(dir / "a") << "a";
+  std::filesystem::create_hard_link(dir / "a", dir / "hard");
+  std::filesystem::create_symlink(dir / "a", dir / "link");
+  std::filesystem::create_directory(dir / "sub");
+  EXPECT_TRUE(detail::same_file(dir / "a", dir / "a"));
+  EXPECT_TRUE(detail::same_file(dir / "a", dir / "hard"));
+  EXPECT_TRUE(detail::same_file(dir / "link", dir / "a"));
+  EXPECT_TRUE(detail::same_file(dir / "new", dir / "sub/../new"));
+  EXPECT_FALSE(detail::same_file(dir / "a", dir / "new"));
+  EXPECT_FALSE(detail::same_file(dir / "new", dir / "other"));
+  EXPECT_FALSE(detail::same_file("/dev/null", "/dev/null"));  // a device: writing it twice loses nothing
 }
 
 TEST(Npy, SerializeRejectsBytesThatDoNotMatchShape) {
