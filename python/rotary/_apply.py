@@ -58,11 +58,12 @@ def prepare_positions(positions, offsets, cu_seqlens, layout: str, q_shape, stre
     return per_token, seq_offsets, cu, batch, seq
 
 
-def apply(q, k=None, positions=None, spec_or_table=None, *, offsets=None, cu_seqlens=None, layout="bshd",
+def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layout="bshd",
           style=None, inplace=False, direction="forward", precision=None, rotary_offset=0, xpos_length=0,
           seq_len=None, reference=False):
     """Rotates q and k (head counts may differ) by RoPE at each token's position.
 
+    Every positional argument is required (k and positions may be None).
     q, k:          NumPy arrays (float32, float16, bfloat16 from ml_dtypes, float64), any
                    non-negative strides, in `layout` ("bshd", "bhsd", "sbhd", or "thd" with
                    cu_seqlens). k may be None to rotate q only.

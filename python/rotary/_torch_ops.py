@@ -191,12 +191,13 @@ def _check_tensor_args(q, k, positions, offsets, cu_seqlens):
             raise RotaryError(f"{name} must be on the CPU or on q's device {q.device} (got {tensor.device})")
 
 
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor] = None, spec_or_table=None, *,
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor], spec_or_table, *,
                  offsets: Optional[torch.Tensor] = None, cu_seqlens: Optional[torch.Tensor] = None,
                  layout: str = "bshd", style: Optional[str] = None, precision: Optional[str] = None,
                  direction: str = "forward", inplace: bool = False, rotary_offset: int = 0, xpos_length: int = 0,
                  seq_len: Optional[int] = None, out: Optional[tuple] = None, backend: str = "auto"):
-    """Rotates q and k (head counts may differ) by RoPE; returns (q_out, k_out).
+    """Rotates q and k (head counts may differ) by RoPE; returns (q_out, k_out). Every positional
+    argument is required (positions may be None).
 
     positions: per-token int tensor [batch, seq] ([1, seq] and [seq] broadcast over the batch;
     [tokens] for thd; M-RoPE [3, batch, seq]), or offsets ([batch]: position = offset + index),
