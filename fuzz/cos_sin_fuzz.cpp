@@ -116,7 +116,8 @@ CosSinCase decode(const uint8_t* data, size_t size) {
 
 std::string call(const CosSinCase& c) {
   try {
-    apply_cos_sin(c.views[0], c.views[1], c.views[2], c.views[3], c.style, c.direction, c.rounding, "x");
+    apply_cos_sin(c.views[0], c.views[1], c.views[2], c.views[3],
+                  {.style = c.style, .direction = c.direction, .rounding = c.rounding, .name = "x"});
   } catch (const Error& error) {
     return error.what();
   }

@@ -42,8 +42,14 @@ std::string_view to_string(Rounding rounding);  // "once", "like_torch"
 void check_cos_sin_arguments(const TensorView& x, const TensorView& out, const TensorView& cos,
                              const TensorView& sin, const char* name = "x");
 
+struct CosSinOptions {
+  Style style = Style::NeoX;  // how rotate() pairs elements: rotate_half (NeoX) or interleaved (GPT-J)
+  Direction direction = Direction::Forward;
+  Rounding rounding = Rounding::Once;
+  const char* name = "x";  // what errors call x ("q", "k"); out is name + "_out"
+};
+
 void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
-                   Style style, Direction direction = Direction::Forward, Rounding rounding = Rounding::Once,
-                   const char* name = "x");
+                   const CosSinOptions& options = {});
 
 }  // namespace rotary

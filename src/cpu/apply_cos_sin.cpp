@@ -317,7 +317,11 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
 }  // namespace
 
 void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
-                   Style style, Direction direction, Rounding rounding, const char* name) {
+                   const CosSinOptions& options) {
+  const Style style = options.style;
+  const Direction direction = options.direction;
+  const Rounding rounding = options.rounding;
+  const char* name = options.name != nullptr ? options.name : "x";
   if (style != Style::NeoX && style != Style::GPTJ) {
     throw Error(detail::concat("apply: style must be neox or gptj (got enum value ", static_cast<int>(style), ")"));
   }

@@ -337,7 +337,8 @@ PYBIND11_MODULE(_rotary, m) {
         const Style parsed_style = parse_style_or_fail(style);
         const Direction parsed_direction = parse_direction(direction);
         py::gil_scoped_release release;
-        apply_cos_sin(vx, vout, vcos, vsin, parsed_style, parsed_direction, mode, name.c_str());
+        apply_cos_sin(vx, vout, vcos, vsin,
+                      {.style = parsed_style, .direction = parsed_direction, .rounding = mode, .name = name.c_str()});
       },
       py::arg("x"), py::arg("out"), py::arg("cos"), py::arg("sin"), py::arg("style"), py::arg("direction"),
       py::arg("rounding"), py::arg("name"));

@@ -165,7 +165,8 @@ Result run_case(const Case& c, uint64_t seed) {
   Geometry go = make_geometry(c, c.in_place ? x.data() : out.data());
   const TensorView cos_view = contiguous_view(cs.data(), c.dtype, Layout::BSHD, {cos_batch, rows, 1, c.rotary_dim});
   const TensorView sin_view = contiguous_view(sn.data(), c.dtype, Layout::BSHD, {cos_batch, rows, 1, c.rotary_dim});
-  apply_cos_sin(gx.view, go.view, cos_view, sin_view, c.style, c.direction, c.rounding, "q");
+  apply_cos_sin(gx.view, go.view, cos_view, sin_view,
+                {.style = c.style, .direction = c.direction, .rounding = c.rounding, .name = "q"});
 
   const Buffer& result = c.in_place ? x : out;
   const int64_t batches = c.layout == Layout::THD ? 1 : c.batch;
@@ -295,7 +296,7 @@ TEST(ApplyCosSin, ThreadCountDoesNotChangeTheBits) {
       out.resize(n);
       const Geometry gx = make_geometry(c, x.data());
       const Geometry go = make_geometry(c, out.data());
-      apply_cos_sin(gx.view, go.view, cos_view, sin_view, Style::NeoX, Direction::Forward, Rounding::LikeTorch);
+      apply_cos_sin(gx.view, go.view, cos_view, sin_view, {.rounding = Rounding::LikeTorch});
       outs.push_back(out);
     }
     set_num_threads(previous);
@@ -336,7 +337,7 @@ TEST(ApplyCosSin, RejectsBadArgumentsWithoutWriting) {
   auto expect_error = [&](const TensorView& xx, const TensorView& oo, const TensorView& cc, const TensorView& ss,
                           const std::string& needle) {
     try {
-      apply_cos_sin(xx, oo, cc, ss, Style::NeoX);
+      apply_cos_sin(xx, oo, cc, ss);
       ADD_FAILURE() << "no error; expected one containing: " << needle;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -360,7 +361,7 @@ TEST(ApplyCosSin, RejectsBadArgumentsWithoutWriting) {
   TensorView partial = ov;  // overlaps x by half a tensor: partial overlap is an error
   partial.data = x.data() + 4;
   try {
-    apply_cos_sin(xv, partial, cv, sv, Style::NeoX);
+    apply_cos_sin(xv, partial, cv, sv);
     ADD_FAILURE() << "partial overlap accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
