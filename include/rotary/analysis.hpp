@@ -257,7 +257,7 @@ struct SchemeScaling {
   double effective_factor = 1.0;
   double attention_scaling = 1.0;
   std::string attention_scaling_source;
-  std::string longrope_factor_set;  // "short" / "long" for LongRoPE
+  LongRopeFactorSet longrope_factor_set = LongRopeFactorSet::None;
   std::vector<PairScaling> pairs;
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rotary/spec.hpp"
@@ -23,6 +24,10 @@ enum class PairRegime {
   Rescaled,      // a per-pair factor from a list (LongRoPE)
   Unrotated,     // zero frequency (Proportional's pairs past partial_rotary_factor)
 };
+
+// Which of LongRoPE's two factor lists is in use (None for every other scheme).
+enum class LongRopeFactorSet { None, Short, Long };
+std::string_view to_string(LongRopeFactorSet set);  // "", "short", "long"
 
 struct PairDiagnostics {
   double wavelength_tokens = 0.0;  // 2*pi / inv_freq: tokens per full turn (+inf if unrotated)
@@ -42,8 +47,7 @@ struct Frequencies {
   int64_t seq_len = 0;                 // the seq_len the values are for (0 = construction time)
   // How attention_scaling was obtained, for people: "0.1*ln(4)+1 = 1.1386 (YaRN mscale)".
   std::string attention_scaling_source;
-  // LongRoPE: which list is in use ("short" or "long"); empty for other schemes.
-  std::string longrope_factor_set;
+  LongRopeFactorSet longrope_factor_set = LongRopeFactorSet::None;
 };
 
 // seq_len is read only by the sequence-dependent schemes, with Hugging Face's semantics:

@@ -64,7 +64,7 @@ std::string describe_scheme(const RopeSpec& spec, const Frequencies& freqs) {
       break;
     }
     case ScalingType::LongRope:
-      out << ": per-pair factor lists, " << freqs.longrope_factor_set << " set in use (long when seq_len > "
+      out << ": per-pair factor lists, " << to_string(freqs.longrope_factor_set) << " set in use (long when seq_len > "
           << spec.original_context() << "), factor " << num(freqs.effective_factor);
       break;
     case ScalingType::Llama3:

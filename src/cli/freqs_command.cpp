@@ -52,7 +52,9 @@ int run_freqs(Args& args) {
     out.key("max_position_embeddings").value(spec.max_position_embeddings);
     out.key("original_max_position_embeddings").value(spec.original_context());
     out.key("seq_len").value(freqs.seq_len);
-    if (!freqs.longrope_factor_set.empty()) out.key("longrope_factor_set").value(freqs.longrope_factor_set);
+    if (freqs.longrope_factor_set != LongRopeFactorSet::None) {
+      out.key("longrope_factor_set").value(std::string(to_string(freqs.longrope_factor_set)));
+    }
     out.key("attention_scaling").value(freqs.attention_scaling);
     out.key("attention_scaling_source").value(freqs.attention_scaling_source);
     out.key("inv_freq").begin_array();
@@ -83,7 +85,9 @@ int run_freqs(Args& args) {
   if (freqs.effective_theta_base != spec.theta_base) {
     args.out() << "effective theta " << detail::shortest(freqs.effective_theta_base) << "\n";
   }
-  if (!freqs.longrope_factor_set.empty()) args.out() << "LongRoPE factors: " << freqs.longrope_factor_set << "\n";
+  if (freqs.longrope_factor_set != LongRopeFactorSet::None) {
+    args.out() << "LongRoPE factors: " << to_string(freqs.longrope_factor_set) << "\n";
+  }
   args.out() << "attention_scaling " << detail::shortest(freqs.attention_scaling) << "  = "
              << freqs.attention_scaling_source << "\n\n";
   args.out() << format_line(

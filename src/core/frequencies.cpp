@@ -283,7 +283,7 @@ Frequencies compute_frequencies(const RopeSpec& spec, int64_t seq_len, std::vect
       const int64_t original = spec.original_context();
       const bool use_long = seq_len > original;
       const std::vector<double>& factors = use_long ? s.long_factor : s.short_factor;
-      out.longrope_factor_set = use_long ? "long" : "short";
+      out.longrope_factor_set = use_long ? LongRopeFactorSet::Long : LongRopeFactorSet::Short;
       for (int64_t i = 0; i < num_pairs; ++i) theta[i] = reference[i] / static_cast<Real>(factors[i]);
       fill_diagnostics(out, theta, reference);
       const double f = out.effective_factor;
@@ -406,6 +406,15 @@ std::vector<PairCoverage> context_coverage(const RopeSpec& spec, const Frequenci
                       : 1.0;
   }
   return coverage;
+}
+
+std::string_view to_string(LongRopeFactorSet set) {
+  switch (set) {
+    case LongRopeFactorSet::None: return "";
+    case LongRopeFactorSet::Short: return "short";
+    case LongRopeFactorSet::Long: return "long";
+  }
+  return "?";
 }
 
 std::string_view to_string(PairRegime regime) {

@@ -98,7 +98,7 @@ py::dict frequencies_dict(const Frequencies& freqs) {
   out["effective_theta_base"] = freqs.effective_theta_base;
   out["effective_factor"] = freqs.effective_factor;
   out["seq_len"] = freqs.seq_len;
-  out["longrope_factor_set"] = freqs.longrope_factor_set;
+  out["longrope_factor_set"] = std::string(to_string(freqs.longrope_factor_set));
   std::vector<double> wavelength, factor, blend;
   std::vector<std::string> regime;
   for (const auto& pair : freqs.pairs) {

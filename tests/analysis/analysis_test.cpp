@@ -433,8 +433,8 @@ TEST(SchemeScaling, YarnCarriesItsAttentionScalingAndLongRopeItsFactorSet) {
   const RopeSpec phi = preset("phi-3-mini-128k").spec;
   const SchemeScaling short_set = scheme_scaling(phi, 4096);
   const SchemeScaling long_set = scheme_scaling(phi, 4097);
-  EXPECT_EQ(short_set.longrope_factor_set, "short");
-  EXPECT_EQ(long_set.longrope_factor_set, "long");
+  EXPECT_EQ(short_set.longrope_factor_set, LongRopeFactorSet::Short);
+  EXPECT_EQ(long_set.longrope_factor_set, LongRopeFactorSet::Long);
   for (size_t i = 0; i < long_set.pairs.size(); ++i) {
     EXPECT_NEAR(long_set.pairs[i].factor_applied, phi.scaling.long_factor[i], 1e-12 * phi.scaling.long_factor[i]);
   }

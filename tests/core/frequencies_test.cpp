@@ -217,7 +217,7 @@ TEST(Frequencies, LongRopeSwitchesFactorSetsPastTheOriginalContext) {
   for (int64_t seq_len : {int64_t{0}, int64_t{4096}, int64_t{4097}, int64_t{131072}}) {
     const Frequencies f = frequencies(spec, seq_len);
     const bool use_long = seq_len > 4096;
-    EXPECT_EQ(f.longrope_factor_set, use_long ? "long" : "short");
+    EXPECT_EQ(f.longrope_factor_set, use_long ? LongRopeFactorSet::Long : LongRopeFactorSet::Short);
     const auto& factors = use_long ? spec.scaling.long_factor : spec.scaling.short_factor;
     for (int64_t i = 0; i < 48; ++i) {
       expect_rel(f.inv_freq[i], 1.0 / (factors[i] * std::pow(1e4, 2.0 * static_cast<double>(i) / 96.0)), "pair");
