@@ -43,7 +43,7 @@ void hf_config_seeds(const fs::path& out, const fs::path& golden) {
       if (entry.path().extension() != ".json") continue;
       const rotary::json::Value root = rotary::json::parse_file(entry.path().string());
       if (const rotary::json::Value* config = root.find("config")) {
-        write_file(out / ("golden_" + entry.path().stem().string() + ".json"), rotary::json::serialize(*config, true));
+        write_file(out / ("golden_" + entry.path().stem().string() + ".json"), rotary::json::serialize(*config, rotary::json::TextLayout::Pretty));
       }
     }
   }

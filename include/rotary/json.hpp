@@ -104,12 +104,16 @@ Value parse(std::string_view text, std::string_view source_name,
 Value parse_file(const std::string& path, std::vector<std::string>* warnings = nullptr,
                  const ParseOptions& options = {});
 
+// How Writer and serialize() lay text out: Pretty indents by 2 spaces, one member per line;
+// Compact writes no whitespace.
+enum class TextLayout { Pretty, Compact };
+
 // Streaming writer for the CLI's --json output. Doubles are written in the shortest form that
 // reads back exactly (17 significant digits at most); NaN and infinities are written as null,
-// so the output is always strict JSON. Indentation: 2 spaces when `pretty`.
+// so the output is always strict JSON.
 class Writer {
  public:
-  explicit Writer(bool pretty = true);
+  explicit Writer(TextLayout layout = TextLayout::Pretty);
 
   Writer& begin_object();
   Writer& end_object();
@@ -140,7 +144,7 @@ class Writer {
 // A parsed (or built) value written back as JSON text: integers as integers, doubles in the
 // shortest round-trip form, NaN / infinities as null, object members in order (duplicates
 // kept). Parsing the result gives the same values.
-std::string serialize(const Value& value, bool pretty = false);
+std::string serialize(const Value& value, TextLayout layout = TextLayout::Compact);
 
 // Escapes a string as a JSON string literal, quotes included.
 std::string quote(std::string_view text);

@@ -106,7 +106,7 @@ int run_table(Args& args) {
   std::vector<float> c(static_cast<size_t>(pairs));
   std::vector<float> s(static_cast<size_t>(pairs));
   if (as_json) {
-    json::Writer out(false);
+    json::Writer out(json::TextLayout::Compact);
     out.begin_object();
     out.key("name").value(spec.name);
     out.key("precision").value(to_string(precision));

@@ -709,7 +709,7 @@ std::string double_text(double value) {
 
 }  // namespace
 
-Writer::Writer(bool pretty) : pretty_(pretty) {}
+Writer::Writer(TextLayout layout) : pretty_(layout == TextLayout::Pretty) {}
 
 void Writer::newline() {
   if (!pretty_) return;
@@ -880,8 +880,8 @@ void write_value(Writer& w, const Value& v) {
 
 }  // namespace
 
-std::string serialize(const Value& value, bool pretty) {
-  Writer writer(pretty);
+std::string serialize(const Value& value, TextLayout layout) {
+  Writer writer(layout);
   write_value(writer, value);
   return writer.str();
 }

@@ -708,7 +708,7 @@ TEST(Json, WriterPrettyPrintsWithTwoSpaces) {
 }
 
 TEST(Json, WriterCompactHasNoWhitespace) {
-  Writer writer(false);
+  Writer writer(rotary::json::TextLayout::Compact);
   write_sample(writer);
   EXPECT_EQ(writer.str(),
             R"({"name":"llama","theta":500000.0,"dims":[1,2],"empty":{},"none":[],)"
@@ -740,7 +740,7 @@ TEST(Json, WriterWritesTheShortestDoubleThatReadsBackExactly) {
       {-1.5e17, "-1.5e+17"},
   };
   for (const Case& c : cases) {
-    Writer writer(false);
+    Writer writer(rotary::json::TextLayout::Compact);
     writer.value(c.value);
     EXPECT_EQ(writer.str(), c.text);
     Value back = parse_text(writer.str());
@@ -750,7 +750,7 @@ TEST(Json, WriterWritesTheShortestDoubleThatReadsBackExactly) {
 }
 
 TEST(Json, WriterWritesNaNAndInfinitiesAsNull) {
-  Writer writer(false);
+  Writer writer(rotary::json::TextLayout::Compact);
   writer.begin_array()
       .value(std::numeric_limits<double>::quiet_NaN())
       .value(kInf)
@@ -761,7 +761,7 @@ TEST(Json, WriterWritesNaNAndInfinitiesAsNull) {
 }
 
 TEST(Json, WriterKeepsInt64Exact) {
-  Writer writer(false);
+  Writer writer(rotary::json::TextLayout::Compact);
   writer.begin_array()
       .value(std::numeric_limits<int64_t>::min())
       .value(std::numeric_limits<int64_t>::max())
@@ -797,7 +797,7 @@ TEST(Json, WriterRejectsMisuseWithoutBreakingItsOutput) {
               ThrowsMessage<rotary::Error>(HasSubstr("a second top-level value")));
 
   // Two values after one key: the second is refused and the writer carries on intact.
-  Writer writer(false);
+  Writer writer(rotary::json::TextLayout::Compact);
   writer.begin_object().key("a").value(1);
   EXPECT_THAT([&] { writer.value(2); },
               ThrowsMessage<rotary::Error>(HasSubstr("a value inside an object needs a key()")));
@@ -919,8 +919,8 @@ TEST(Json, WriterOutputParsesBackToTheSameStructure) {
                                    Value::make_null()})},
       {"empty", Value::make_object({})},
   });
-  for (bool pretty : {true, false}) {
-    Writer writer(pretty);
+  for (rotary::json::TextLayout layout : {rotary::json::TextLayout::Pretty, rotary::json::TextLayout::Compact}) {
+    Writer writer(layout);
     write_value(writer, original);
     EXPECT_TRUE(same(original, parse_text(writer.str()))) << writer.str();
   }
@@ -1008,7 +1008,7 @@ TEST(Json, RandomDocumentsSurviveAWriteAndParseRoundTrip) {
   RandomDocuments generator(20240611);
   for (int i = 0; i < 500; ++i) {
     Value original = generator.document();
-    Writer writer(i % 2 == 0);
+    Writer writer(i % 2 == 0 ? rotary::json::TextLayout::Pretty : rotary::json::TextLayout::Compact);
     write_value(writer, original);
     Value back;
     ASSERT_NO_THROW(back = parse(writer.str(), "random.json")) << writer.str();
