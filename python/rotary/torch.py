@@ -10,7 +10,8 @@ go through a pure-torch implementation of the same contract (``_apply_torch`` in
 selectable with backend="torch", which is how it is tested here, on CPU tensors).
 
 Hugging Face drop-in, two lines in a model:
-    model.model.rotary_emb = rotary.torch.RotaryEmbedding(model.config)
+    model.model.rotary_emb = rotary.torch.RotaryEmbedding(
+        model.config, dtype=model.model.rotary_emb.inv_freq.dtype)  # model.to(bf16) casts HF's buffer
     modeling_llama.apply_rotary_pos_emb = rotary.torch.apply_rotary_pos_emb
 (or rotary.torch.patch_model(model)). precision="hf" reproduces transformers' cos/sin and its
 arithmetic bit for bit; precision="exact" gives correctly rounded cos/sin and one rounding per

@@ -7,13 +7,13 @@ outputs are compared.
   precision="exact": correctly rounded cos/sin and one rounding per rotated element; the logits
                      differ by a bounded amount (derived below, before exact_logits_bound).
 
-patch_model replaces functions of the modeling_* module process-wide; every test restores them
-(the `restore_modeling` fixture records them with monkeypatch, which puts them back on teardown).
-Each test also checks that rotary's code really ran (call counters), so a patch that silently
-misses a model cannot pass as "bit-identical".
+patch_model replaces functions of the modeling_* modules process-wide; every test restores them
+(the `restore_modeling` fixture of hf_harness.py records them with monkeypatch, which puts them
+back on teardown). Each test also checks that rotary's code really ran (call counters), so a patch
+that silently misses a model cannot pass as "bit-identical". test_hf_families.py runs the
+family x dtype x position matrix with generation; this file keeps the per-scheme cases.
 """
 import copy
-import sys
 
 import pytest
 
@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
+from hf_harness import (build, counting, ids, one_torch_thread, output, restore_modeling,  # noqa: E402,F401
+                        rotary_module, small)
 
 U = 2.0**-24  # float32 unit roundoff
 
@@ -49,69 +51,6 @@ def exact_logits_bound(ref, layers, d):
 BF16_EXACT_RTOL = 16 * 2.0**-8
 
 
-@pytest.fixture
-def restore_modeling(monkeypatch):
-    """Records every apply_* function of a modeling module; monkeypatch restores them after the test."""
-
-    def record(model):
-        modeling = sys.modules[type(model).__module__]
-        for name in dir(modeling):
-            if name.startswith("apply_") and callable(getattr(modeling, name)):
-                monkeypatch.setattr(modeling, name, getattr(modeling, name))
-        return modeling
-
-    return record
-
-
-def counting(monkeypatch, modeling):
-    """Wraps the (patched) module-level apply functions and RotaryEmbedding.forward with counters."""
-    calls = {"embedding": 0, "apply": 0}
-    for name in dir(modeling):
-        fn = getattr(modeling, name)
-        if name.startswith("apply_") and getattr(fn, "func", None) in _ROTARY_APPLY:
-
-            def wrapped(*args, _fn=fn, **kwargs):
-                calls["apply"] += 1
-                return _fn(*args, **kwargs)
-
-            monkeypatch.setattr(modeling, name, wrapped)
-    forward = rt.RotaryEmbedding.forward
-
-    def counted_forward(self, *args, **kwargs):
-        calls["embedding"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(rt.RotaryEmbedding, "forward", counted_forward)
-    return calls
-
-
-_ROTARY_APPLY = {rt.apply_rotary_pos_emb, rt.apply_rotary_pos_emb_interleave, rt.apply_multimodal_rotary_pos_emb}
-
-
-def small(config_cls, **kwargs):
-    base = dict(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, attn_implementation="eager", pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    base.update(kwargs)
-    return config_cls(**base)
-
-
-def build(model_cls, config, dtype, seed=0):
-    torch.manual_seed(seed)
-    return model_cls(config).to(dtype).eval()
-
-
-def output(model, inputs):
-    with torch.no_grad():
-        out = model(**inputs)
-    return out.logits if hasattr(out, "logits") else out.last_hidden_state
-
-
-def rotary_module(model):
-    """The text rotary-embedding module (HF's has a config; a vision tower's does not)."""
-    return next(m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")
-                and (isinstance(m, rt.RotaryEmbedding) or getattr(m, "config", None) is not None))
-
-
 def record_cos_sin(model):
     """Records the (cos, sin) every forward of the model's rotary-embedding module returns."""
     seen = []
@@ -126,12 +65,12 @@ def compare(model, passes, precision, monkeypatch, restore_modeling, expect_patc
     patched = copy.deepcopy(model)  # before any pass: dynamic / LongRoPE modules start fresh
     hf_cos_sin = record_cos_sin(model)
     refs = [output(model, p) for p in passes]
-    modeling = restore_modeling(patched)
+    restore_modeling(patched)
     replaced = rt.patch_model(patched, precision=precision)
     for item in expect_patched:
         assert any(r.endswith(item) for r in replaced), f"patch_model did not replace {item}: {replaced}"
     assert isinstance(rotary_module(patched), rt.RotaryEmbedding)
-    calls = counting(monkeypatch, modeling)
+    calls = counting(monkeypatch, patched)
     ours_cos_sin = record_cos_sin(patched)
     got = [output(patched, p) for p in passes]
     layers = patched.config.get_text_config().num_hidden_layers
@@ -183,11 +122,6 @@ def check(model, passes, precision, monkeypatch, restore_modeling, expect_patche
     d = assert_cos_sin(cos_sin, precision, max_position(passes), scaling)
     assert_outputs(pairs, precision, model.config.get_text_config().num_hidden_layers, d)
     return pairs, cos_sin, patched
-
-
-def ids(batch, seq, seed):
-    g = torch.Generator().manual_seed(seed)
-    return {"input_ids": torch.randint(3, 97, (batch, seq), generator=g)}
 
 
 PRECISIONS = ["hf", "exact"]
@@ -322,7 +256,8 @@ def cohere_config(**extra):
                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **extra)
 
 
-@F32  # bfloat16 is not bit-comparable: Cohere's apply upcasts q, k to float32 and rounds back once
+@F32_BF16  # bfloat16 too: Cohere's apply upcasts q, k to float32 and rounds back once, and so does
+# the variant patch_model picks for it ("gptj pairs, float32", test_hf_apply.py)
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_cohere_interleaved(precision, dtype, monkeypatch, restore_modeling):
     # rotary's config reader takes the pair style from rope_interleave or the model type (cohere:
