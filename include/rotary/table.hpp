@@ -15,10 +15,12 @@
 //                        fl32(attention_scaling) in float32. Reproduces a model's training
 //                        numerics, errors and all (positions >= 2^24 round).
 //
-// Storage::Stored keeps rows [0, size()) in memory and grows on demand: readers of existing rows
-// never block and never see a partial row, while one writer at a time appends (docs/design.md,
-// "Table growth"). Storage::OnTheFly stores no rows; row() computes the identical values, for
-// very long contexts or bounded memory.
+// Storage::Stored keeps the rows calls use, in pages of 256 rows stored when a call first needs
+// a row in them: memory follows the rows used, not the largest position (a call at position 10^6
+// stores one page, 128 KiB at 64 pairs, not 10^6 rows). Readers of stored rows never block and
+// never see a partial row, while one writer at a time adds pages (docs/design.md, "Table
+// growth"). Storage::OnTheFly stores no rows; row() computes the identical values (the same
+// code), for bounded memory.
 //
 // The sequence-dependent schemes have Hugging Face's forward-time behaviour in RopeCache below;
 // a CosSinTable itself is for one fixed seq_len (TableOptions::seq_len).
@@ -30,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -90,30 +93,43 @@ class CosSinTable {
   // HFCompat: the float32 inv_freq in use. Exact: the doubles rounded to float32.
   const std::vector<float>& inv_freq_f32() const { return inv_freq_f32_; }
 
-  // Stored rows readable without growth. 0 for OnTheFly.
+  // The stored prefix: rows [0, size()) are all stored (readable by stored_row without growth).
+  // Pages stored further out, for calls at far positions, are not counted. 0 for OnTheFly.
   int64_t size() const { return size_.load(std::memory_order_acquire); }
+  // Whether the row of `position` is stored (false outside [0, max_position()], and for
+  // OnTheFly). Never blocks; a row once stored stays stored.
+  bool is_stored(int64_t position) const;
+  // Bytes the table holds for stored rows: its pages, the unused rest of the block they are
+  // carved from, and the page directory. TableOptions::max_bytes bounds it; 0 for OnTheFly.
+  int64_t stored_bytes() const;
   // The largest position row() accepts: fixed_positions - 1 for a fixed table, else kMaxPosition.
   int64_t max_position() const;
 
   // Cos and sin of one position, num_pairs() values each, pair order, scaling included.
-  // Stored: grows the table when the position is past size() (thread-safe). Errors: a negative
-  // position, a position past max_position(), growth past max_bytes.
+  // Stored: stores the position's page when it is not stored yet (thread-safe). Errors: a
+  // negative position, a position past max_position(), growth past max_bytes.
   void row(int64_t position, float* cos_out, float* sin_out) const;
 
   // A stored row: 2 * num_pairs() floats, cos then sin, valid for the table's lifetime.
-  // Requires Stored and 0 <= position < size() (checked: rotary::Error otherwise).
+  // Requires Stored and is_stored(position) (checked: rotary::Error otherwise).
   const float* stored_row(int64_t position) const;
 
-  // Grows a Stored table to at least `positions` rows (no-op for OnTheFly). Thread-safe.
+  // Stores rows [0, positions) of a Stored table (no-op for OnTheFly). Thread-safe.
   void reserve_positions(int64_t positions) const;
+
+  // Stores the rows of these positions (any order, repeats allowed): the pages holding them,
+  // nothing in between (no-op for OnTheFly). Thread-safe. Errors as row(); past max_bytes
+  // nothing is stored.
+  void reserve_rows(std::span<const int64_t> positions) const;
 
   // The same values in float64 before the final rounding. Exact: the exact value to ~1e-15
   // absolute; HFCompat: the float32 values widened. For the float64 reference.
   void row_f64(int64_t position, double* cos_out, double* sin_out) const;
 
  private:
+  struct PageRange;
   void check_position(int64_t position, const char* where) const;
-  void grow_locked(int64_t positions) const;
+  void store_pages(std::span<const PageRange> pages) const;
   void compute_rows(int64_t first, int64_t last, float* out) const;
 
   RopeSpec spec_;
@@ -126,13 +142,11 @@ class CosSinTable {
   struct Engine;  // the exact angle machinery (src/core/table.cpp)
   std::unique_ptr<Engine> engine_;
 
-  // Stored rows live in chunks whose sizes double (chunk c holds kChunkBase << c rows), so a
-  // row never moves once written and 32 chunk pointers cover every position.
-  static constexpr int kMaxChunks = 32;
-  mutable std::array<std::atomic<float*>, kMaxChunks> chunks_{};
-  mutable std::vector<std::unique_ptr<float[], void (*)(float*)>> chunk_storage_;
+  // Stored rows live in pages found through a directory (src/core/table.cpp), so a row never
+  // moves once written and memory follows the pages used. Null for OnTheFly.
+  struct StoredRows;
+  std::unique_ptr<StoredRows> stored_;
   mutable std::atomic<int64_t> size_{0};
-  mutable std::mutex grow_mutex_;
 };
 
 // The row in the layout Hugging Face returns and `rotary table` prints: rotary_dim values.

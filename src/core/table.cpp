@@ -26,7 +26,6 @@
 #include "rotary/table.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -49,17 +48,26 @@ using detail::Extended;
 constexpr int kDigitBits = 8;
 constexpr int64_t kDigitBase = int64_t{1} << kDigitBits;  // 256
 constexpr int kLevels = 4;                                // 256^4 = 2^32 > kMaxPosition
-constexpr int64_t kChunkBase = 4096;                      // rows in the first storage chunk
 // Below this magnitude an entry is recomputed exactly (see the header comment, step 4).
 constexpr double kTinyValue = 1.0 / 65536.0;
 
-// Chunk c holds rows [kChunkBase * (2^c - 1), kChunkBase * (2^(c+1) - 1)).
-int chunk_of(int64_t row) {
-  const auto scaled = static_cast<uint64_t>(row / kChunkBase + 1);
-  return 63 - std::countl_zero(scaled);
-}
-int64_t chunk_first_row(int chunk) { return kChunkBase * ((int64_t{1} << chunk) - 1); }
-int64_t chunk_rows(int chunk) { return kChunkBase << chunk; }
+// Stored rows (docs/design.md, "Table growth"): pages of 256 rows, stored when a call first
+// needs a row in them, found through a two-level directory:
+//   directory[position >> 20] -> leaf,  leaf[(position >> 8) & 4095] -> page,  row position & 255.
+// A page is one block of the position's lowest base-256 digit, so building it is a dense build's
+// work per row (one block base per page, then one complex product per entry), and a page at a
+// far position costs what a page near 0 costs. 2048 leaves of 4096 pages cover 2^31 positions;
+// the directory is 16 KiB, a leaf 32 KiB, a page 256 x 2 x num_pairs floats (128 KiB at 64 pairs).
+constexpr int kPageRowsLog2 = kDigitBits;
+constexpr int64_t kPageRows = int64_t{1} << kPageRowsLog2;  // 256
+constexpr int kLeafPagesLog2 = 12;
+constexpr int64_t kLeafPages = int64_t{1} << kLeafPagesLog2;  // 4096: 2^20 rows a leaf
+constexpr int64_t kDirectoryLeaves = (kMaxPosition + 1) >> (kPageRowsLog2 + kLeafPagesLog2);  // 2048
+// Pages are carved from blocks of memory ("slabs") that double with the table up to this size
+// (store_pages): few allocations while a table grows densely, and the unused rest of the newest
+// slab, the only unused one, stays below this size (and below what is stored, under 2 MiB).
+constexpr int64_t kMaxSlabBytes = int64_t{4} << 20;
+constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 
 float round_to_float(double value) { return static_cast<float>(value); }
 
@@ -85,22 +93,25 @@ int count_tiny(const float* cos_row, const float* sin_row, float tiny, int64_t n
   return count;
 }
 
+// The bytes allocate_rows takes for `bytes`: whole huge pages from 2 MiB up.
+int64_t allocation_bytes(int64_t bytes) {
+  return bytes >= kHugePageBytes ? (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : bytes;
+}
+
 // Uninitialized storage for table rows (every row is written before it is published). Large
-// chunks ask for transparent huge pages: a 131072 x 64 table is 64 MiB, and with 4 KiB pages the
+// slabs ask for transparent huge pages: a 131072 x 64 table is 64 MiB, and with 4 KiB pages the
 // first-touch page faults cost as much as computing the rows.
-std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t floats) {
-  const auto bytes = static_cast<size_t>(floats) * sizeof(float);
-  constexpr size_t kHugePage = size_t{2} << 20;
-  if (bytes >= kHugePage) {
-    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* memory = std::aligned_alloc(kHugePage, rounded);
+std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t bytes) {
+  const int64_t allocated = allocation_bytes(bytes);
+  if (bytes >= kHugePageBytes) {
+    void* memory = std::aligned_alloc(static_cast<size_t>(kHugePageBytes), static_cast<size_t>(allocated));
     if (memory == nullptr) throw std::bad_alloc();
 #if defined(__linux__)
-    madvise(memory, rounded, MADV_HUGEPAGE);  // advisory: failure only costs speed
+    madvise(memory, static_cast<size_t>(allocated), MADV_HUGEPAGE);  // advisory: failure only costs speed
 #endif
     return {static_cast<float*>(memory), [](float* p) { std::free(p); }};
   }
-  return {new float[static_cast<size_t>(floats)], [](float* p) { delete[] p; }};
+  return {new float[static_cast<size_t>(bytes) / sizeof(float)], [](float* p) { delete[] p; }};
 }
 
 }  // namespace
@@ -289,6 +300,43 @@ struct CosSinTable::Engine {
   }
 };
 
+// ---- stored rows -----------------------------------------------------------------------------
+
+// The pages of a Stored table. Readers follow published pointers (acquire) and never lock: a
+// pointer is stored (release) only after what it points to is complete, and never changes or
+// goes away before the table does. One writer at a time, under grow_mutex, adds leaves and pages.
+struct CosSinTable::StoredRows {
+  std::array<std::atomic<std::atomic<float*>*>, kDirectoryLeaves> directory{};  // null: no leaf yet
+  std::mutex grow_mutex;
+  // The writer's state (under grow_mutex).
+  std::vector<std::unique_ptr<std::atomic<float*>[]>> leaves;
+  std::vector<std::unique_ptr<float[], void (*)(float*)>> slabs;
+  float* slab_next = nullptr;  // the next unused page of the newest slab
+  int64_t slab_free_pages = 0;
+  int64_t pages = 0;
+  std::atomic<int64_t> bytes{static_cast<int64_t>(sizeof(directory))};  // stored_bytes()
+
+  // The row of `position` (in [0, kMaxPosition]), or null when its page is not stored.
+  const float* find(int64_t position, int64_t row_floats) const {
+    const std::atomic<float*>* leaf =
+        directory[static_cast<size_t>(position >> (kPageRowsLog2 + kLeafPagesLog2))].load(std::memory_order_acquire);
+    if (leaf == nullptr) return nullptr;
+    const float* page = leaf[(position >> kPageRowsLog2) & (kLeafPages - 1)].load(std::memory_order_acquire);
+    if (page == nullptr) return nullptr;
+    return page + (position & (kPageRows - 1)) * row_floats;
+  }
+  // Under grow_mutex: whether page `page` is stored.
+  bool has_page(int64_t page) const {
+    const std::atomic<float*>* leaf = directory[static_cast<size_t>(page >> kLeafPagesLog2)].load(std::memory_order_relaxed);
+    return leaf != nullptr && leaf[page & (kLeafPages - 1)].load(std::memory_order_relaxed) != nullptr;
+  }
+};
+
+// Pages [first, last), in increasing order when several ranges are given.
+struct CosSinTable::PageRange {
+  int64_t first = 0, last = 0;
+};
+
 // ---- the table -------------------------------------------------------------------------------
 
 CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spec), options_(std::move(options)) {
@@ -337,8 +385,11 @@ CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spe
     for (double v : inv_freq_) inv_freq_f32_.push_back(static_cast<float>(v));
   }
 
-  const int64_t build = options_.fixed_positions > 0 ? options_.fixed_positions : options_.initial_positions;
-  if (options_.storage == Storage::Stored && build > 0) reserve_positions(build);
+  if (options_.storage == Storage::Stored) {
+    stored_ = std::make_unique<StoredRows>();
+    const int64_t build = options_.fixed_positions > 0 ? options_.fixed_positions : options_.initial_positions;
+    if (build > 0) reserve_positions(build);
+  }
 }
 
 CosSinTable::~CosSinTable() = default;
@@ -379,60 +430,146 @@ void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
   }
 }
 
-void CosSinTable::reserve_positions(int64_t positions) const {
-  if (options_.storage != Storage::Stored) return;
-  if (positions <= size()) return;
-  if (positions - 1 > max_position()) check_position(positions - 1, "CosSinTable::reserve_positions");
-  std::lock_guard<std::mutex> lock(grow_mutex_);
-  if (positions <= size_.load(std::memory_order_relaxed)) return;
-  grow_locked(positions);
+bool CosSinTable::is_stored(int64_t position) const {
+  if (!stored_ || position < 0 || position > max_position()) return false;
+  return stored_->find(position, 2 * num_pairs_) != nullptr;
 }
 
-void CosSinTable::grow_locked(int64_t positions) const {
-  const int64_t old_size = size_.load(std::memory_order_relaxed);
-  // Amortize: grow by at least half again, within the table's limit.
-  int64_t target = std::max(positions, old_size + old_size / 2);
-  target = std::min(target, max_position() + 1);
+int64_t CosSinTable::stored_bytes() const { return stored_ ? stored_->bytes.load(std::memory_order_acquire) : 0; }
+
+void CosSinTable::reserve_positions(int64_t positions) const {
+  if (!stored_ || positions <= size()) return;
+  if (positions - 1 > max_position()) check_position(positions - 1, "CosSinTable::reserve_positions");
+  const PageRange pages{size() >> kPageRowsLog2, ((positions - 1) >> kPageRowsLog2) + 1};
+  store_pages({&pages, 1});
+}
+
+void CosSinTable::reserve_rows(std::span<const int64_t> positions) const {
+  if (!stored_) return;
   const int64_t row_floats = 2 * num_pairs_;
-  // Memory: every chunk up to the one holding the last row is allocated whole.
-  const int last_chunk = chunk_of(target - 1);
-  const int64_t bytes = (chunk_first_row(last_chunk) + chunk_rows(last_chunk)) * row_floats *
-                        static_cast<int64_t>(sizeof(float));
-  if (bytes > options_.max_bytes) {
-    throw Error(detail::concat("CosSinTable: storing ", target, " positions x ", num_pairs_, " pairs needs ", bytes,
-                               " bytes, more than max_bytes ", options_.max_bytes,
+  std::vector<int64_t> pages;  // of the rows not stored yet
+  for (const int64_t position : positions) {
+    check_position(position, "CosSinTable::reserve_rows");
+    if (stored_->find(position, row_floats) != nullptr) continue;
+    const int64_t page = position >> kPageRowsLog2;
+    if (pages.empty() || pages.back() != page) pages.push_back(page);
+  }
+  if (pages.empty()) return;
+  if (!std::is_sorted(pages.begin(), pages.end())) std::sort(pages.begin(), pages.end());
+  std::vector<PageRange> ranges;
+  for (const int64_t page : pages) {
+    if (!ranges.empty() && ranges.back().last > page) continue;  // a repeat
+    if (!ranges.empty() && ranges.back().last == page) {
+      ++ranges.back().last;
+    } else {
+      ranges.push_back({page, page + 1});
+    }
+  }
+  store_pages(ranges);
+}
+
+// Stores the pages of `ranges` (increasing, disjoint) that are not stored yet: all of them, or
+// none when they would take the table past max_bytes (checked before anything is allocated).
+void CosSinTable::store_pages(std::span<const PageRange> ranges) const {
+  StoredRows& rows = *stored_;
+  const int64_t row_floats = 2 * num_pairs_;
+  const int64_t page_floats = kPageRows * row_floats;
+  const int64_t page_bytes = page_floats * static_cast<int64_t>(sizeof(float));
+  const auto leaf_bytes = static_cast<int64_t>(kLeafPages * sizeof(std::atomic<float*>));
+  const int64_t end_position = max_position() + 1;
+  std::lock_guard<std::mutex> lock(rows.grow_mutex);
+
+  // What is missing now (another writer may have stored some of it since the caller looked).
+  int64_t new_pages = 0;
+  int64_t new_leaves = 0;
+  int64_t last_new_page = -1;
+  for (const PageRange& range : ranges) {
+    for (int64_t page = range.first; page < range.last; ++page) {
+      if (rows.has_page(page)) continue;
+      const int64_t leaf = page >> kLeafPagesLog2;
+      const bool leaf_counted = last_new_page >= 0 && (last_new_page >> kLeafPagesLog2) == leaf;
+      if (!leaf_counted && rows.directory[static_cast<size_t>(leaf)].load(std::memory_order_relaxed) == nullptr) {
+        ++new_leaves;
+      }
+      ++new_pages;
+      last_new_page = page;
+    }
+  }
+  if (new_pages == 0) return;
+  // Pages beyond the newest slab's free ones come from a new slab: those pages, and at least as
+  // many as the table stores already, up to kMaxSlabBytes, so that slabs double while a table
+  // grows. Its unused rest is below kMaxSlabBytes (a slab of 2 MiB or more is rounded up to whole
+  // huge pages, and the rounding is usable pages too) and, under 2 MiB, below what is stored.
+  const int64_t pages_past_slab = std::max<int64_t>(0, new_pages - rows.slab_free_pages);
+  int64_t slab_bytes = 0;
+  if (pages_past_slab > 0) {
+    const int64_t doubling = std::clamp<int64_t>(rows.pages, 1, std::max<int64_t>(1, kMaxSlabBytes / page_bytes));
+    slab_bytes = allocation_bytes(std::max(pages_past_slab, doubling) * page_bytes);
+  }
+  const int64_t total_bytes = rows.bytes.load(std::memory_order_relaxed) + new_leaves * leaf_bytes + slab_bytes;
+  if (total_bytes > options_.max_bytes) {
+    const int64_t last_row = std::min((last_new_page + 1) * kPageRows, end_position) - 1;
+    throw Error(detail::concat("CosSinTable: storing ", new_pages, " more pages (", kPageRows, " rows x ", num_pairs_,
+                               " pairs each, up to position ", last_row, ") needs ", total_bytes,
+                               " bytes in all, more than max_bytes ", options_.max_bytes,
                                " (use Storage::OnTheFly for very long contexts, or raise max_bytes)"));
   }
-  for (int64_t row = old_size; row < target;) {
-    const int chunk = chunk_of(row);
-    if (chunks_[chunk].load(std::memory_order_relaxed) == nullptr) {
-      chunk_storage_.push_back(allocate_rows(chunk_rows(chunk) * row_floats));
-      chunks_[chunk].store(chunk_storage_.back().get(), std::memory_order_release);
+
+  std::unique_ptr<float[], void (*)(float*)> new_slab(nullptr, [](float*) {});
+  if (slab_bytes > 0) new_slab = allocate_rows(slab_bytes);
+  for (const PageRange& range : ranges) {
+    for (int64_t page = range.first; page < range.last; ++page) {
+      if (rows.has_page(page)) continue;
+      std::atomic<std::atomic<float*>*>& leaf_slot = rows.directory[static_cast<size_t>(page >> kLeafPagesLog2)];
+      std::atomic<float*>* leaf = leaf_slot.load(std::memory_order_relaxed);
+      if (leaf == nullptr) {
+        rows.leaves.push_back(std::make_unique<std::atomic<float*>[]>(kLeafPages));  // value-initialized: null
+        leaf = rows.leaves.back().get();
+        rows.bytes.fetch_add(leaf_bytes, std::memory_order_relaxed);
+        leaf_slot.store(leaf, std::memory_order_release);
+      }
+      if (rows.slab_free_pages == 0) {
+        rows.slab_free_pages = slab_bytes / page_bytes;
+        rows.slab_next = new_slab.get();
+        rows.slabs.push_back(std::move(new_slab));
+        rows.bytes.fetch_add(slab_bytes, std::memory_order_relaxed);
+      }
+      float* rows_of_page = rows.slab_next;
+      rows.slab_next += page_floats;
+      --rows.slab_free_pages;
+      const int64_t first_row = page << kPageRowsLog2;
+      compute_rows(first_row, std::min(first_row + kPageRows, end_position), rows_of_page);
+      // Publish: the page's rows are complete before any reader can find them.
+      leaf[page & (kLeafPages - 1)].store(rows_of_page, std::memory_order_release);
+      ++rows.pages;
     }
-    const int64_t end = std::min(target, chunk_first_row(chunk) + chunk_rows(chunk));
-    float* base = chunks_[chunk].load(std::memory_order_relaxed);
-    compute_rows(row, end, base + (row - chunk_first_row(chunk)) * row_floats);
-    row = end;
   }
-  // Publish: rows below the new size are complete before any reader can see the size.
-  size_.store(target, std::memory_order_release);
+  // The stored prefix [0, size()) grows over the pages now stored from its end on.
+  int64_t prefix = size_.load(std::memory_order_relaxed);
+  while (prefix < end_position && rows.has_page(prefix >> kPageRowsLog2)) {
+    prefix = std::min(((prefix >> kPageRowsLog2) + 1) << kPageRowsLog2, end_position);
+  }
+  size_.store(prefix, std::memory_order_release);
 }
 
 const float* CosSinTable::stored_row(int64_t position) const {
-  if (options_.storage != Storage::Stored) throw Error("CosSinTable::stored_row: the table stores no rows (Storage::OnTheFly)");
-  const int64_t stored = size();
-  if (position < 0 || position >= stored) {
-    throw Error(detail::concat("CosSinTable::stored_row: position must be in [0, ", stored, ") (got ", position, ")"));
+  if (!stored_) throw Error("CosSinTable::stored_row: the table stores no rows (Storage::OnTheFly)");
+  const float* row = position >= 0 && position <= max_position() ? stored_->find(position, 2 * num_pairs_) : nullptr;
+  if (row == nullptr) {
+    throw Error(detail::concat("CosSinTable::stored_row: position must be a stored row (see is_stored(); "
+                               "reserve_rows() stores rows) (got ", position, ")"));
   }
-  const int chunk = chunk_of(position);
-  return chunks_[chunk].load(std::memory_order_acquire) + (position - chunk_first_row(chunk)) * 2 * num_pairs_;
+  return row;
 }
 
 void CosSinTable::row(int64_t position, float* cos_out, float* sin_out) const {
   check_position(position, "CosSinTable::row");
-  if (options_.storage == Storage::Stored) {
-    if (position >= size()) reserve_positions(position + 1);
-    const float* stored = stored_row(position);
+  if (stored_) {
+    const float* stored = stored_->find(position, 2 * num_pairs_);
+    if (stored == nullptr) {
+      reserve_rows({&position, 1});
+      stored = stored_->find(position, 2 * num_pairs_);
+    }
     std::memcpy(cos_out, stored, static_cast<size_t>(num_pairs_) * sizeof(float));
     std::memcpy(sin_out, stored + num_pairs_, static_cast<size_t>(num_pairs_) * sizeof(float));
     return;

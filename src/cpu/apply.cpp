@@ -384,13 +384,20 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     return positions.sequence_offsets != nullptr ? positions.sequence_offsets[b] + s : s;
   };
 
-  // Stored tables grow once, here, so workers only read.
+  // Stored tables store the rows this call reads here, once, so workers only read: the pages of
+  // its positions that are not stored yet, not a table up to its largest position (a decode step
+  // at position 10^6 stores one page). Growth past max_bytes throws here, before any output is
+  // written.
   if (stored) {
-    int64_t max_position = 0;
+    const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
+    std::vector<int64_t> missing;
     for (int64_t t = 0; t < tokens; ++t) {
-      for (int s = 0; s < streams; ++s) max_position = std::max(max_position, position_of(t, s));
+      for (int s = 0; s < streams; ++s) {
+        const int64_t position = position_of(t, s);
+        if (position >= stored_prefix && !table.is_stored(position)) missing.push_back(position);
+      }
     }
-    table.reserve_positions(max_position + 1);
+    table.reserve_rows(missing);
   }
 
   // xPos: zeta_i = (2i + 0.4 d) / (1.4 d), e(p) = (p - L // 2) / scale_base (flash-attn).

@@ -153,21 +153,23 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     if (positions.sequence_offsets != nullptr) return positions.sequence_offsets[n] + s;
     return s;
   };
-  // A stored table whose rows are read (float32 values; HFCompat's row_f64 widens them) grows
-  // here, once, before anything is written: growth can fail (past TableOptions::max_bytes), and
-  // a call that throws must leave the outputs as they were.
+  // A stored table whose rows are read (float32 values; HFCompat's row_f64 widens them) stores
+  // the rows of this call here, once, before anything is written: growth can fail (past
+  // TableOptions::max_bytes), and a call that throws must leave the outputs as they were.
   const bool reads_stored_rows = table.storage() == Storage::Stored &&
                                  (values == TableValues::TableFloat32 || table.precision() == Precision::HFCompat);
   if (reads_stored_rows) {
-    int64_t max_position = -1;
+    const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
+    std::vector<int64_t> missing;
     for (size_t n = 0; n < sequences.size(); ++n) {
       for (int64_t s = 0; s < sequences[n].length; ++s) {
         for (int stream = 0; stream < streams; ++stream) {
-          max_position = std::max(max_position, position_of(n, s, stream));
+          const int64_t position = position_of(n, s, stream);
+          if (position >= stored_prefix && !table.is_stored(position)) missing.push_back(position);
         }
       }
     }
-    table.reserve_positions(max_position + 1);
+    table.reserve_rows(missing);
   }
 
   // xPos (flash-attn RotaryEmbedding, scale_base): zeta_i = (2i + 0.4 d) / (1.4 d),

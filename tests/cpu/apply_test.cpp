@@ -430,10 +430,10 @@ Family draw_family(uint64_t seed) {
   TableOptions& options = family.table_options;
   options.precision = rng.percent(30) ? Precision::HFCompat : Precision::Exact;
   const int64_t storage = rng.uniform(0, 99);
-  if (storage < 40) {  // stored, grown by the calls; kept small
+  if (storage < 40) {  // stored, grown by the calls: the pages of their positions, up to 2^31 - 1
     options.storage = Storage::Stored;
     options.initial_positions = rng.coin() ? 0 : rng.uniform(1, 300);
-    family.position_limit = 12000;
+    family.position_limit = kMaxPosition;
   } else if (storage < 50) {  // a fixed table: the calls' positions stay below its length
     options.storage = Storage::Stored;
     options.fixed_positions = rng.uniform(16, 3000);
@@ -1785,6 +1785,80 @@ TEST(ApplyCpu, DecodeCallRunsOnTheCallingThread) {
   }
 }
 
+// The user probe behind stored pages: decode steps of 16 sequences x 1 token at positions
+// 10^6 .. 10^6 + 1000, and up to 2^31 - 1, on a stored table. Every call writes the bytes the
+// same call writes with an on-the-fly table (the same rows, the same kernel), the reference
+// agrees within tolerance, and the table holds the 9 pages those positions fall in (a page: 256
+// rows x 2 x 64 floats = 128 KiB), where it used to hold 10^6 rows (0.5 GB), and failed past
+// max_bytes at 2^31 - 1.
+TEST(ApplyCpu, DecodeAtFarPositionsStoresOnlyTheirPagesAndMatchesTheReference) {
+  const uint64_t seed = 37000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const Family family = family_of(text_spec(128, Style::NeoX));
+  const Family fly_family = family_of(text_spec(128, Style::NeoX), {.storage = Storage::OnTheFly});
+  const CosSinTable stored(family.spec, family.table_options);
+  const CosSinTable fly(fly_family.spec, fly_family.table_options);
+  for (const int64_t first : {int64_t{1000000}, kMaxPosition - 1000}) {
+    for (int64_t step = 0; step <= 1000; ++step) {
+      const DType dtype = step % 2 == 0 ? DType::F32 : DType::BF16;
+      Config c = plain_config(family, Layout::BSHD, 16, 1, 8, 2, 128, dtype);
+      c.seed = seed + static_cast<uint64_t>(step);
+      c.source = Source::PerToken;
+      c.per_token.assign(16, first + step);
+      c.per_token[15] = first + 1000 - step;  // one sequence walks down: pages out of order
+      c.in_place = step % 3 == 0;
+      plan_tensors(c, nullptr);
+      SCOPED_TRACE(c.describe());
+      const Buffers initial = make_buffers(c);
+      Buffers on_stored = initial, on_fly = initial;
+      ASSERT_EQ(run(c, stored, on_stored, true), std::nullopt);
+      ASSERT_EQ(run(c, fly, on_fly, true), std::nullopt);
+      ASSERT_TRUE(on_stored == on_fly) << "stored and on-the-fly rows gave different outputs";
+      if (step % 50 == 0) {
+        const std::string problems = run_and_check(c, stored, &initial);
+        ASSERT_TRUE(problems.empty()) << problems;
+      }
+    }
+  }
+  // Pages 3906-3910 (10^6 .. 10^6 + 1000) and 8388604-8388607 (2^31 - 1001 .. 2^31 - 1); leaves
+  // 0 and 2047 (32 KiB each); the directory (16 KiB); slabs at most double what is used
+  // (under 2 MiB).
+  constexpr int64_t kPageBytes = 256 * 2 * 64 * 4;
+  EXPECT_EQ(stored.size(), 0);
+  EXPECT_GE(stored.stored_bytes(), 16384 + 2 * 32768 + 9 * kPageBytes);
+  EXPECT_LE(stored.stored_bytes(), 16384 + 2 * 32768 + 2 * 9 * kPageBytes);  // 2.4 MB
+}
+
+// Growth past max_bytes is the one error apply() meets after its checks: it is thrown before
+// anything is written (every byte of every buffer as it was), with the reference's message, and
+// stores nothing; a call whose pages fit then runs.
+TEST(ApplyCpu, GrowthPastMaxBytesThrowsBeforeWritingAnything) {
+  const uint64_t seed = 38000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // 32 pairs: a page is 64 KiB, a leaf 32 KiB, the directory 16 KiB.
+  const Family family = family_of(text_spec(64, Style::GPTJ), {.max_bytes = 256 << 10});
+  const CosSinTable table(family.spec, family.table_options);
+  Config c = plain_config(family, Layout::BSHD, 16, 1, 4, 2, 64, DType::BF16);
+  c.seed = seed;
+  c.source = Source::PerToken;
+  for (int64_t n = 0; n < 16; ++n) c.per_token.push_back((n + 1) << 20);  // 16 leaves, 16 pages: 1.5 MB
+  plan_tensors(c, nullptr);
+  const Buffers initial = make_buffers(c);
+  Buffers fast = initial, ref = initial;
+  const std::optional<std::string> fast_error = run(c, table, fast, true);
+  const std::optional<std::string> ref_error = run(c, table, ref, false);
+  ASSERT_TRUE(fast_error.has_value());
+  EXPECT_THAT(*fast_error, HasSubstr("needs 1589248 bytes in all, more than max_bytes 262144"));
+  EXPECT_EQ(ref_error, fast_error);
+  EXPECT_TRUE(fast == initial) << "apply() wrote before throwing";
+  EXPECT_TRUE(ref == initial) << "reference::apply wrote before throwing";
+  EXPECT_EQ(table.stored_bytes(), 16384);
+  EXPECT_FALSE(table.is_stored(int64_t{1} << 20));
+  c.per_token.assign(16, 1000000);  // one page and one leaf: 112 KiB in all
+  const std::string problems = run_and_check(c, table, &initial);
+  EXPECT_TRUE(problems.empty()) << problems;
+  EXPECT_EQ(table.stored_bytes(), 16384 + 32768 + 65536);
+}
 
 // A single head may have any head stride (it is never stepped), e.g. 2^62 elements, whose byte
 // count overflows int64: the kernels must not multiply it (a fuzzer finding, 2026-11-25,

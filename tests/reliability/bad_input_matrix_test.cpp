@@ -399,9 +399,10 @@ std::vector<MatrixCase> matrix() {
         c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.storage = Storage::OnTheFly});
         c.per_token[1] = int64_t{1} << 31;
       }));
-  add("ApplyTableGrowthPastMaxBytes", "apply", "position 10^6 on a stored table limited to 1 MiB",
-      "CosSinTable: storing 1000001 positions x 8 pairs needs 66846720 bytes, more than max_bytes 1048576", apply_case([](ApplyCall& c) {
-        c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.max_bytes = int64_t{1} << 20});
+  add("ApplyTableGrowthPastMaxBytes", "apply", "positions 0-104 and 10^6 on a stored table limited to 64 KiB",
+      "CosSinTable: storing 2 more pages (256 rows x 8 pairs each, up to position 1000191) needs 81920 bytes in all, "
+      "more than max_bytes 65536", apply_case([](ApplyCall& c) {
+        c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.max_bytes = int64_t{1} << 16});
         c.per_token[9] = 1000000;
       }));
   add("ApplyDynamicTableForAnotherSeqLen", "apply",
