@@ -143,7 +143,9 @@ class Table:
     rotary_dim = property(lambda self: 2 * self._native.num_pairs)
     attention_scaling = property(lambda self: self._native.attention_scaling)
     max_position = property(lambda self: self._native.max_position, doc="the largest position accepted")
-    size = property(lambda self: self._native.size, doc="rows stored so far")
+    size = property(lambda self: self._native.size, doc="rows [0, size) are all stored (a prefix)")
+    stored_bytes = property(lambda self: self._native.stored_bytes,
+                            doc="memory of the stored rows: pages of 256 rows, stored where calls used them")
 
     @property
     def inv_freq(self) -> np.ndarray:

@@ -239,6 +239,7 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("size", &CosSinTable::size)
       .def_property_readonly("max_position", &CosSinTable::max_position)
       .def_property_readonly("seq_len", &CosSinTable::seq_len)
+      .def_property_readonly("stored_bytes", &CosSinTable::stored_bytes)
       .def("reserve_positions", &CosSinTable::reserve_positions, py::call_guard<py::gil_scoped_release>())
       // Rows for `count` positions at `positions` into float32 (cos, sin) buffers of count x
       // num_pairs each (pair order, attention_scaling included), or float64 for exact64.

@@ -455,6 +455,21 @@ def test_a_discarded_spec_frees_its_tables_without_the_cyclic_gc():
         gc.enable()
 
 
+def test_far_decode_steps_store_rows_not_a_table_up_to_them():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q = rng().standard_normal((16, 32, 1, 128)).astype(np.float32)
+    k = rng(1).standard_normal((16, 8, 1, 128)).astype(np.float32)
+    for step in range(300):  # 16 sequences decoding near position 10^6
+        rotary.apply(q, k, np.arange(16)[:, None] * 10 + 1_000_000 + step, spec, layout="bhsd")
+    qt, kt = torch.from_numpy(q), torch.from_numpy(k)
+    rt.apply_rotary(qt, kt, torch.full((16, 1), 4_000_000), spec, layout="bhsd", inplace=True)
+    shared = rotary.Table.shared(spec)
+    # Rows 10^6 .. 10^6 + 450 span 2-3 pages of 256 rows x 64 pairs x 8 bytes (128 KiB each), 4e6 one
+    # more, plus the page directory and leaves: well under 2 MB, where a table up to 4e6 would be 2 GB.
+    assert 0 < shared.stored_bytes < 2 << 20, shared.stored_bytes
+    assert shared.size == 0  # no prefix was stored
+
+
 def test_table_memory_limit_is_settable_and_named():
     table = rotary.Table(PLAIN, max_bytes=4096)
     with pytest.raises(rotary.RotaryError, match="max_bytes"):
