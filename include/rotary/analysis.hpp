@@ -129,9 +129,6 @@ struct InvarianceOptions {
   uint64_t seed = 2;
   int64_t max_position = kMaxPosition;  // m, n, t log-uniform with max(m, n) + t <= max_position
   int64_t seq_len = 0;
-  // Fault injection, for tests and demonstrations: the shifted evaluation moves k by
-  // t + k_shift_extra instead of t. Any non-zero value must make the check fail.
-  int64_t k_shift_extra = 0;
 };
 
 struct RelativeInvariance {
@@ -144,6 +141,13 @@ struct RelativeInvariance {
 
 RelativeInvariance relative_invariance(const RopeSpec& spec, const InvarianceOptions& options = {});
 RelativeInvariance relative_invariance(const Rotation& rotation, const InvarianceOptions& options = {});
+
+namespace fault_injection {
+// Fault injection, for tests and demonstrations: the shifted evaluation moves k by
+// t + k_shift_extra instead of t. Any non-zero value must make the check fail.
+RelativeInvariance relative_invariance_with_k_shift(const RopeSpec& spec, const InvarianceOptions& options,
+                                                    int64_t k_shift_extra);
+}  // namespace fault_injection
 
 // ---- 3. long-term decay ------------------------------------------------------------------------
 //

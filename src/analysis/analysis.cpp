@@ -407,11 +407,14 @@ NormPreservation norm_preservation(const RopeSpec& spec, const NormOptions& opti
 
 // ---- 2. relative-position invariance -----------------------------------------------------------------
 
-RelativeInvariance relative_invariance(const Rotation& rotation, const InvarianceOptions& options) {
+namespace {
+
+RelativeInvariance relative_invariance_shifted(const Rotation& rotation, const InvarianceOptions& options,
+                                               int64_t k_shift_extra) {
   check_rotation(rotation, "relative_invariance");
   check_samples(options.num_samples, "relative_invariance");
   const int64_t max_position = std::clamp<int64_t>(options.max_position, 0, rotation.max_position);
-  const int64_t extra = options.k_shift_extra;
+  const int64_t extra = k_shift_extra;
   if (extra < -max_position / 4 || extra > max_position / 4) {
     throw Error(detail::concat("relative_invariance: k_shift_extra must be within a quarter of max_position ",
                                max_position, " (got ", extra, ")"));
@@ -460,8 +463,19 @@ RelativeInvariance relative_invariance(const Rotation& rotation, const Invarianc
   return out;
 }
 
+}  // namespace
+
+RelativeInvariance relative_invariance(const Rotation& rotation, const InvarianceOptions& options) {
+  return relative_invariance_shifted(rotation, options, 0);
+}
+
 RelativeInvariance relative_invariance(const RopeSpec& spec, const InvarianceOptions& options) {
   return relative_invariance(exact_rotation(spec, options.seq_len), options);
+}
+
+RelativeInvariance fault_injection::relative_invariance_with_k_shift(const RopeSpec& spec, const InvarianceOptions& options,
+                                                            int64_t k_shift_extra) {
+  return relative_invariance_shifted(exact_rotation(spec, options.seq_len), options, k_shift_extra);
 }
 
 // ---- 3. long-term decay ------------------------------------------------------------------------------

@@ -250,9 +250,8 @@ TEST(RelativeInvariance, ScoreDependsOnlyOnRelativePosition) {
 }
 
 TEST(RelativeInvariance, FailsWhenKIsShiftedByADifferentOffsetInOneEvaluation) {
-  InvarianceOptions options;
-  options.k_shift_extra = 1;  // <R_m q, R_n k> vs <R_(m+t) q, R_(n+t+1) k>
-  const RelativeInvariance r = relative_invariance(preset("llama-2-7b").spec, options);
+  // <R_m q, R_n k> vs <R_(m+t) q, R_(n+t+1) k>
+  const RelativeInvariance r = fault_injection::relative_invariance_with_k_shift(preset("llama-2-7b").spec, {}, 1);
   EXPECT_FALSE(r.passed());
   EXPECT_GT(r.max_deviation, 0.01);
 }
@@ -297,8 +296,7 @@ TEST(RelativeInvariance, HuggingFaceFloat32AnglesBreakItAtLargePositions) {
 TEST(RelativeInvariance, RejectsAnInjectedOffsetLargerThanTheRange) {
   InvarianceOptions options;
   options.max_position = 100;
-  options.k_shift_extra = 50;
-  EXPECT_THAT([&] { relative_invariance(preset("llama-2-7b").spec, options); },
+  EXPECT_THAT([&] { fault_injection::relative_invariance_with_k_shift(preset("llama-2-7b").spec, options, 50); },
               ThrowsMessage<Error>(HasSubstr("k_shift_extra must be within a quarter of max_position 100 (got 50)")));
 }
 
