@@ -7,11 +7,12 @@
 //   BM_Prefill   BSHD, batch 1, 4096 tokens, q 32 heads, k 8 heads, head_dim 128, positions 0..4095
 //   BM_Decode    BSHD, 64 sequences x 1 token at scattered positions, q 40 heads
 //   BM_Varlen    THD, 8 packed sequences of 128..2560 tokens (8192), cu_seqlens, positions from 0
-//   BM_Copy / BM_Memcpy / BM_CopyInPlace  the streams of bench/copy_bandwidth.hpp over q + k of
-//                BM_Prefill: streaming-store copy (the out-of-place floor), glibc's memcpy (for
-//                reference: at this size it uses ordinary stores here, see copy_bandwidth.hpp),
+//   BM_Copy / BM_Memcpy / BM_CopyInPlace  the streams of src/cpu/bandwidth/streams.hpp over q + k
+//                of BM_Prefill: streaming-store copy (the out-of-place floor), glibc's memcpy (for
+//                reference: at this size it uses ordinary stores here, see streams.hpp),
 //                read-modify-write in place (the in-place floor); copy and in place each
-//                sequentially and four pages at a time (the faster is the floor)
+//                sequentially and four pages at a time (the faster is the floor), with the
+//                kernels' SIMD target (the label; $ROTARY_CPU_TARGET forces both)
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads, or std::threads for the
 // streams), in_place (output view == input view). Bytes processed per call = (q + k elements) x
 // element size x 2 (read once, written once), so bytes_per_second is the GB/s of `rotary bench`.
@@ -24,7 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "copy_bandwidth.hpp"
+#include "cpu/bandwidth/buffer.hpp"
+#include "cpu/bandwidth/streams.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
@@ -84,10 +86,10 @@ void run_apply(benchmark::State& state, Layout layout, std::array<int64_t, 4> q_
   const int64_t q_elements = product(q_shape, layout);
   const int64_t k_elements = product(k_shape, layout);
   const int64_t element_bytes = rotary::dtype_size(dtype);
-  rotary::bench::Buffer q(static_cast<size_t>(q_elements * element_bytes));
-  rotary::bench::Buffer k(static_cast<size_t>(k_elements * element_bytes));
-  rotary::bench::Buffer q_out(in_place ? 0 : q.bytes());
-  rotary::bench::Buffer k_out(in_place ? 0 : k.bytes());
+  rotary::bandwidth::Buffer q(static_cast<size_t>(q_elements * element_bytes));
+  rotary::bandwidth::Buffer k(static_cast<size_t>(k_elements * element_bytes));
+  rotary::bandwidth::Buffer q_out(in_place ? 0 : q.bytes());
+  rotary::bandwidth::Buffer k_out(in_place ? 0 : k.bytes());
   fill_random(q.data(), dtype, q_elements, 1);
   fill_random(k.data(), dtype, k_elements, 2);
   const rotary::TensorView q_view = rotary::contiguous_view(q.data(), dtype, layout, q_shape);
@@ -146,36 +148,36 @@ size_t prefill_bytes(DType dtype) {
 }
 
 // The streams take a fourth argument, the access pattern: 0 sequential, 1 four pages at a time
-// (copy_bandwidth.hpp; which is faster depends on the machine, and `rotary bench` takes the faster).
-rotary::bench::Pattern pattern_arg(const benchmark::State& state) {
-  return state.range(2) == 0 ? rotary::bench::Pattern::Sequential : rotary::bench::Pattern::FourPages;
+// (streams.hpp; which is faster depends on the machine, and `rotary bench` takes the faster).
+rotary::bandwidth::Pattern pattern_arg(const benchmark::State& state) {
+  return state.range(2) == 0 ? rotary::bandwidth::Pattern::Sequential : rotary::bandwidth::Pattern::FourPages;
 }
 
 void BM_Copy(benchmark::State& state) {
   const size_t bytes = prefill_bytes(dtype_arg(state));
   const int threads = static_cast<int>(state.range(1));
-  const rotary::bench::Pattern pattern = pattern_arg(state);
-  rotary::bench::Buffer src(bytes);
-  rotary::bench::Buffer dst(bytes);
-  rotary::bench::copy_inplace_init(src.data(), bytes);
-  rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads, pattern);  // warm-up
+  const rotary::bandwidth::Pattern pattern = pattern_arg(state);
+  rotary::bandwidth::Buffer src(bytes);
+  rotary::bandwidth::Buffer dst(bytes);
+  rotary::bandwidth::copy_inplace_init(src.data(), bytes);
+  rotary::bandwidth::copy_stream(dst.data(), src.data(), bytes, threads, pattern);  // warm-up
   for (auto _ : state) {
-    rotary::bench::copy_stream(dst.data(), src.data(), bytes, threads, pattern);
+    rotary::bandwidth::copy_stream(dst.data(), src.data(), bytes, threads, pattern);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
-  state.SetLabel(rotary::bench::stream_isa());
+  state.SetLabel(rotary::bandwidth::stream_target());
 }
 
 void BM_Memcpy(benchmark::State& state) {
   const size_t bytes = prefill_bytes(dtype_arg(state));
   const int threads = static_cast<int>(state.range(1));
-  rotary::bench::Buffer src(bytes);
-  rotary::bench::Buffer dst(bytes);
-  rotary::bench::copy_inplace_init(src.data(), bytes);
-  rotary::bench::memcpy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
+  rotary::bandwidth::Buffer src(bytes);
+  rotary::bandwidth::Buffer dst(bytes);
+  rotary::bandwidth::copy_inplace_init(src.data(), bytes);
+  rotary::bandwidth::memcpy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
   for (auto _ : state) {
-    rotary::bench::memcpy_stream(dst.data(), src.data(), bytes, threads);
+    rotary::bandwidth::memcpy_stream(dst.data(), src.data(), bytes, threads);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
@@ -184,15 +186,16 @@ void BM_Memcpy(benchmark::State& state) {
 void BM_CopyInPlace(benchmark::State& state) {
   const size_t bytes = prefill_bytes(dtype_arg(state));
   const int threads = static_cast<int>(state.range(1));
-  const rotary::bench::Pattern pattern = pattern_arg(state);
-  rotary::bench::Buffer data(bytes);
-  rotary::bench::copy_inplace_init(data.data(), bytes);
-  rotary::bench::copy_inplace_stream(data.data(), bytes, threads, pattern);  // warm-up
+  const rotary::bandwidth::Pattern pattern = pattern_arg(state);
+  rotary::bandwidth::Buffer data(bytes);
+  rotary::bandwidth::copy_inplace_init(data.data(), bytes);
+  rotary::bandwidth::copy_inplace_stream(data.data(), bytes, threads, pattern);  // warm-up
   for (auto _ : state) {
-    rotary::bench::copy_inplace_stream(data.data(), bytes, threads, pattern);
+    rotary::bandwidth::copy_inplace_stream(data.data(), bytes, threads, pattern);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes) * 2);
+  state.SetLabel(rotary::bandwidth::stream_target());
 }
 
 // dtype x threads x in_place.

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -33,6 +34,7 @@ using ::testing::Not;
 using Result = test::CliResult;
 using test::read_all;
 using test::write_temp;
+using test::ScratchDir;
 
 Result run(const std::string& arguments, const std::string& shell_prefix = "") {
   return test::run_cli(arguments, shell_prefix);
@@ -385,12 +387,192 @@ TEST(Cli, BenchJsonRowsNameTheirCaseAndBaseline) {
   EXPECT_EQ(cases["copy_4pages"], 1);
 }
 
+// The floors run with the kernels' target: every stream row but glibc's memcpy names it.
+TEST(Cli, BenchStreamsRunWithTheKernelsTarget) {
+  const std::string target = cpu_targets().back();  // the last: never the default on a SIMD CPU
+  const Result r = run("bench --json --cases copy --dtypes float32 --threads 1 --repetitions 1 --torch none --target " +
+                       target);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value rows = json::parse(r.out, "bench --json");
+  ASSERT_TRUE(rows.is_array());
+  ASSERT_FALSE(rows.as_array().empty());
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    EXPECT_EQ(row.find("target")->as_string(), name == "memcpy" ? "glibc" : target) << name;
+  }
+}
+
+// $ROTARY_CPU_TARGET forces the target of the streams and of the kernels alike (the rows say
+// which), and a --target that names another one is refused: rotary::apply would force the
+// environment's at its first call, after --target.
+TEST(Cli, BenchFollowsRotaryCpuTargetAndRefusesAnotherTarget) {
+  const std::vector<std::string> targets = cpu_targets();
+  if (targets.size() < 2) GTEST_SKIP() << "one target only";
+  const std::string forced = targets[1];
+  const Result r = run("bench --json --quick --cases decode --dtypes float32 --threads 1 --repetitions 1 --torch none",
+                       "ROTARY_CPU_TARGET=" + forced + " ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value rows = json::parse(r.out, "bench --json");
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    EXPECT_EQ(row.find("target")->as_string(), name == "memcpy" ? "glibc" : forced) << name;
+  }
+  const Result refused = run("bench --torch none --target " + targets[0], "ROTARY_CPU_TARGET=" + forced + " ");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("bench: --target must agree with $ROTARY_CPU_TARGET, which rotary::apply forces"
+                                     " at its first call (got --target " + targets[0] + " and ROTARY_CPU_TARGET=" +
+                                     forced + ")"));
+}
+
+// ---- `rotary bench`'s PyTorch peer: the project's own script, found without ../shared ----------
+
+// The command's smallest run that still asks the peer for rows (decode is a shape it can run).
+const char* const kBenchPeerRun =
+    "bench --json --quick --cases decode --dtypes float32 --threads 1 --repetitions 1";
+
+// A stand-in for a Python (a shell script) in `dir`: `python -c "import torch"` succeeds if
+// `has_torch`; run on a script, it writes the script's path to dir/peer_script_path and the JSON
+// the peer writes (one torch_copy row) where --json says.
+std::string write_fake_python(const ScratchDir& dir, const std::string& name, bool has_torch) {
+  const std::string path = dir / name;
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "if [ \"$1\" = \"-c\" ]; then exit " << (has_torch ? 0 : 1) << "; fi\n"
+                      << "printf '%s\\n' \"$1\" > '" << (dir / "peer_script_path") << "'\n"
+                      << "out=''\n"
+                      << "while [ $# -gt 0 ]; do if [ \"$1\" = --json ]; then out=\"$2\"; fi; shift; done\n"
+                      << "printf '%s' '{\"meta\": {\"torch_version\": \"0-fake\", \"cpu_capability\": \"fake\"},"
+                         " \"results\": [{\"method\": \"copy\", \"layout\": \"-\", \"dtype\": \"float32\","
+                         " \"threads\": 1, \"median_ms\": 0.5, \"min_ms\": 0.4, \"reps\": 1}]}' > \"$out\"\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+
+std::vector<std::string> torch_cases(const std::string& json_out) {
+  std::vector<std::string> names;
+  const json::Value rows = json::parse(json_out, "bench --json");
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    if (name.rfind("torch_", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// Run from a directory with no ../shared, nor ROTARY_PEERS_DIR: the build-tree command finds the
+// project's own bench/peers/torch_rope_bench.py.
+TEST(CliBenchPeer, RunsTheProjectsOwnScriptFromAnyDirectory) {
+  const ScratchDir dir("rotary_bench_peer_own");
+  const std::string python = write_fake_python(dir, "python", true);
+  const Result r = run(std::string(kBenchPeerRun) + " --torch " + python,
+                       "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string script = read_all(dir / "peer_script_path");
+  ASSERT_FALSE(script.empty()) << "the peer did not run: " << r.err;
+  script.pop_back();  // the newline
+  EXPECT_TRUE(std::filesystem::equivalent(script, ROTARY_SOURCE_PEER_SCRIPT)) << script;
+  EXPECT_THAT(script, Not(HasSubstr("shared")));
+  EXPECT_EQ(torch_cases(r.out), std::vector<std::string>{"torch_copy"});
+  const json::Value rows = json::parse(r.out, "bench --json");
+  for (const json::Value& row : rows.as_array()) {
+    if (row.find("case")->as_string() != "torch_copy") continue;
+    EXPECT_EQ(row.find("target")->as_string(), "torch:fake");
+    EXPECT_EQ(row.find("baseline")->as_string(), "copy");  // our floor, not torch's copy
+    EXPECT_GT(row.find("ratio_to_copy")->as_double(), 0.0);
+  }
+}
+
+// --peers-dir first, then $ROTARY_PEERS_DIR; a directory named without the script is reported,
+// not passed over for another one, and the run goes on without PyTorch rows.
+TEST(CliBenchPeer, LooksWherePeersDirThenTheEnvironmentSay) {
+  const ScratchDir dir("rotary_bench_peer_dirs");
+  const std::string python = write_fake_python(dir, "python", true);
+  std::filesystem::create_directories(dir.path / "peers");
+  std::filesystem::create_directories(dir.path / "empty");
+  std::filesystem::copy_file(ROTARY_SOURCE_PEER_SCRIPT, dir.path / "peers" / "torch_rope_bench.py");
+  const std::string in_dir = "cd '" + dir.path.string() + "' && ";
+
+  const Result from_env = run(std::string(kBenchPeerRun) + " --torch " + python,
+                              in_dir + "ROTARY_PEERS_DIR='" + (dir / "peers") + "' ");
+  ASSERT_EQ(from_env.exit_code, 0) << from_env.err;
+  EXPECT_EQ(read_all(dir / "peer_script_path"), (dir / "peers") + "/torch_rope_bench.py\n");
+
+  std::filesystem::remove(dir.path / "peer_script_path");
+  const Result from_flag = run(std::string(kBenchPeerRun) + " --torch " + python + " --peers-dir " + (dir / "empty"),
+                               in_dir + "ROTARY_PEERS_DIR='" + (dir / "peers") + "' ");
+  ASSERT_EQ(from_flag.exit_code, 0) << from_flag.err;
+  EXPECT_THAT(from_flag.err, HasSubstr("torch: torch_rope_bench.py not found in --peers-dir " + (dir / "empty") +
+                                       " (PyTorch rows skipped)"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path / "peer_script_path"));
+  EXPECT_TRUE(torch_cases(from_flag.out).empty());
+}
+
+// Without torch the command says so, leaves out the PyTorch rows and succeeds: a Python that
+// cannot import torch given with --torch, or none found (here python3 on PATH is one that cannot).
+TEST(CliBenchPeer, WithoutTorchSaysSoAndSkipsThePyTorchRows) {
+  const ScratchDir dir("rotary_bench_peer_no_torch");
+  const std::string python = write_fake_python(dir, "python", false);
+  std::filesystem::create_directories(dir.path / "bin");
+  write_fake_python(dir, "bin/python3", false);
+  const std::string in_dir = "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ";
+
+  const Result given = run(std::string(kBenchPeerRun) + " --torch " + python, in_dir);
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_THAT(given.err, HasSubstr("torch: " + python + " cannot import torch (PyTorch rows skipped)"));
+  EXPECT_TRUE(torch_cases(given.out).empty());
+
+  const Result found = run(kBenchPeerRun, in_dir + "PATH='" + (dir / "bin") + "':\"$PATH\" ");
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_THAT(found.err, HasSubstr("torch: not installed (PyTorch rows skipped)"));
+  EXPECT_TRUE(torch_cases(found.out).empty());
+}
+
+// The same run as users get it, in a temporary directory without ROTARY_PEERS_DIR, with whatever
+// python3 this machine has: PyTorch rows from the project's script if it imports torch, else the
+// note that it does not. Either way the command succeeds.
+TEST(CliBenchPeer, RunsWithThisMachinesPython) {
+  const ScratchDir dir("rotary_bench_peer_machine");
+  const Result r = run(kBenchPeerRun, "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> cases = torch_cases(r.out);
+  if (cases.empty()) {
+    EXPECT_THAT(r.err, HasSubstr("(PyTorch rows skipped)"));
+    EXPECT_THAT(r.err, Not(HasSubstr("not found")));
+  } else {
+    EXPECT_THAT(cases, ::testing::Contains("torch_copy"));
+    EXPECT_THAT(cases, ::testing::Contains("torch_hf"));
+  }
+}
+
+// The project's script with real torch (the project's .venv, if it has torch): the rows the
+// command reads from its JSON, one per formulation the script runs on float32.
+TEST(CliBenchPeer, ReadsEveryFormulationOfTheProjectsScript) {
+  const std::string python = ROTARY_PROJECT_PYTHON;
+  if (std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << python << " cannot import torch";
+  }
+  const ScratchDir dir("rotary_bench_peer_torch");
+  const Result r = run(std::string(kBenchPeerRun) + " --torch " + python,
+                       "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> cases = torch_cases(r.out);
+  std::sort(cases.begin(), cases.end());
+  EXPECT_EQ(cases, (std::vector<std::string>{"torch_copy", "torch_hf", "torch_hf_apply", "torch_hf_noalloc",
+                                             "torch_meta"}));
+  const json::Value rows = json::parse(r.out, "bench --json");
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    if (name.rfind("torch_", 0) != 0) continue;
+    EXPECT_EQ(row.find("bytes")->as_int64(), 64 * (40 + 8) * 128 * 4 * 2) << name;
+    EXPECT_EQ(row.find("layout")->as_string(), name == "torch_copy" ? "-" : "bshd") << name;
+    EXPECT_GT(row.find("median_ms")->as_double(), 0.0) << name;
+    EXPECT_EQ(row.find("repetitions")->as_int64(), 1) << name;
+    EXPECT_THAT(row.find("target")->as_string(), HasSubstr("torch:")) << name;
+  }
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Files the command writes: never two outputs on one file, never an input replaced, all or
 // nothing, never a truncated file, and a message with the path and the system's reason.
-
-using test::ScratchDir;
 
 void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 

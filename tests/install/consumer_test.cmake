@@ -13,4 +13,8 @@ foreach(step
     message(FATAL_ERROR "step failed (${result}): ${step}\n${out}\n${err}")
   endif()
 endforeach()
+# `rotary bench` finds its PyTorch peer beside the installed command (src/cli/bench_peer.hpp).
+if(NOT EXISTS "${WORK_DIR}/prefix/share/rotary/peers/torch_rope_bench.py")
+  message(FATAL_ERROR "the PyTorch peer was not installed as share/rotary/peers/torch_rope_bench.py")
+endif()
 message(STATUS "installed rotary consumed: ${out}")

@@ -1,0 +1,70 @@
+// src/cli/bench_output.hpp: what `rotary bench` prints: its rows as a text table or as JSON, the
+// lines that say how they were measured, and the notes at the end.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rotary::cli::bench {
+
+// One measured row: a stream, a kernel call, or a PyTorch formulation.
+struct Row {
+  std::string name;      // the case: "prefill", "copy", "torch_hf", ...
+  std::string workload;  // the shape it ran on: "prefill", "decode", ...
+  std::string dtype;
+  int threads = 1;
+  bool in_place = false;
+  std::string layout;
+  std::string shape;
+  int64_t bytes = 0;  // per call: (q + k elements) x element size x 2
+  double median_ms = 0.0;
+  double min_ms = 0.0;
+  double gb_per_s = 0.0;
+  // gb_per_s / baseline_gb_per_s; NaN (null in JSON) when no stream of this dtype and thread count
+  // was measured.
+  double ratio_to_copy = 0.0;
+  // The stream ratio_to_copy divides by: "copy" or "copy_inplace" (over q + k of prefill), or for
+  // calls that fit in the caches "cached_copy" or "cached_copy_inplace" (over the call's own bytes).
+  std::string baseline;
+  // That stream's GB/s: for kernel rows, measured in alternation with the row's own repetitions
+  // (time_paired); for PyTorch rows, the copy row of the same dtype and threads.
+  double baseline_gb_per_s = 0.0;
+  std::string target;
+  int repetitions = 0;
+  int64_t calls_per_repetition = 1;
+  // The core's effective clock just before the row was timed (add_chain_ghz), NaN (null) where
+  // not measured (PyTorch rows): the rows bound by arithmetic move with it.
+  double core_ghz = std::nan("");
+};
+
+// The text output's first lines: how the rows were measured, then the table's header.
+struct Preamble {
+  std::string preset;
+  int64_t table_rows = 0;
+  double table_ms = 0.0;
+  std::string target;
+  int repetitions = 0;
+  int long_repetitions_cap = 0;
+};
+void print_preamble(std::ostream& out, const Preamble& preamble);
+
+// One row of the text table.
+void print_row(std::ostream& out, const Row& row);
+
+// What people should know after the rows: the PyTorch peer's note, how much CPU other processes
+// took, the core's clock at the start and the end.
+struct Closing {
+  std::string torch_note;
+  std::string contention;
+  std::string core_clock;
+  double total_s = 0.0;
+};
+// Text: the notes as "#" lines and the row count. JSON: every row as one JSON list on `out` (one
+// document), the notes people need (PyTorch skipped, a busy machine, the clock) on `err`.
+void print_closing_text(std::ostream& out, const Closing& closing, size_t num_rows);
+void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& rows, const Closing& closing);
+
+}  // namespace rotary::cli::bench

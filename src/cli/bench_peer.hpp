@@ -1,0 +1,44 @@
+// src/cli/bench_peer.hpp: the PyTorch peer of `rotary bench`: the project's own
+// torch_rope_bench.py (bench/peers/, installed as share/rotary/peers/), run in another process
+// on the same shapes, dtypes and thread counts, its JSON results read back as rows.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "bench_output.hpp"
+#include "bench_workloads.hpp"
+#include "rotary/spec.hpp"
+
+namespace rotary::cli::bench {
+
+// The script's name; it is looked for, in this order and each only when the one before is not
+// given (an explicit directory without the script is reported, not passed over):
+//   1. --peers-dir DIR
+//   2. $ROTARY_PEERS_DIR
+//   3. the installed location: <directory of the executable>/ROTARY_PEERS_FROM_EXE
+//      (../share/rotary/peers with the default install directories), then the project's source
+//      tree as configured (ROTARY_SOURCE_PEERS_DIR, bench/peers) for a build-tree executable.
+constexpr const char* kPeerScript = "torch_rope_bench.py";
+
+struct PeerOptions {
+  std::optional<std::string> python;     // --torch: a Python, "none", or unset (.venv/bin/python, python3)
+  std::optional<std::string> peers_dir;  // --peers-dir
+  std::vector<int> threads;
+  std::vector<DType> dtypes;
+  int repetitions = 0;
+  bool quick = false;
+  bool progress = false;  // a "# torch: running ..." line per workload on `progress`
+};
+
+// Finds a Python that imports torch and the script, runs the script once per workload it can
+// express (BSHD: prefill, prefill_long, decode; not varlen), and hands each row to add_row
+// (ratio_to_copy left to the caller). Never throws: returns one line for people saying what ran,
+// or why PyTorch rows are missing ("... skipped"), or "" when no workload needed it.
+std::string run_torch_peer(const PeerOptions& options, const std::vector<Workload>& workloads, const RopeSpec& spec,
+                           std::ostream& progress, const std::function<void(Row)>& add_row);
+
+}  // namespace rotary::cli::bench
