@@ -104,9 +104,11 @@ void set_num_threads(int n);
 int num_threads();
 
 // The SIMD targets compiled into this build that this CPU supports, best first ("AVX3",
-// "AVX2", "SSE4", "SSSE3", "EMU128" / "SCALAR"), and forcing one of them (for tests and
-// benchmarks; also $ROTARY_CPU_TARGET). force_cpu_target("") restores the automatic choice.
-// An unknown or unsupported name is a rotary::Error listing the available ones.
+// "AVX2", "SSE4", "SSSE3", "EMU128" / "SCALAR"; the whole list whatever is forced), and forcing
+// one of them (for tests and benchmarks). $ROTARY_CPU_TARGET forces one at the first call of any
+// of these functions or of apply(); an explicit force_cpu_target() after it wins.
+// force_cpu_target("") restores the automatic choice. An unknown or unsupported name is a
+// rotary::Error listing the available ones. current_cpu_target() is the one in use.
 std::vector<std::string> cpu_targets();
 void force_cpu_target(std::string_view name);
 std::string current_cpu_target();

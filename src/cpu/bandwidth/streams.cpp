@@ -4,10 +4,8 @@
 #include "cpu/bandwidth/streams.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -20,16 +18,10 @@ namespace {
 
 constexpr size_t kPartAlignment = 4096;
 
-// $ROTARY_CPU_TARGET, applied once per process before the first stream, exactly as rotary::apply
-// applies it before its first call (src/cpu/apply.cpp): whichever of the two runs first forces
-// the target and the other forces the same one, so streams and kernels run with one target.
-// An unknown name throws rotary::Error from force_cpu_target, and the next stream tries again.
-void follow_target_environment() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (const char* env = std::getenv("ROTARY_CPU_TARGET"); env != nullptr && *env != '\0') force_cpu_target(env);
-  });
-}
+// $ROTARY_CPU_TARGET, applied once per process before the first stream, as before rotary::apply's
+// first call (src/cpu/targets.hpp): the streams and the kernels run with one target, and an
+// explicit force_cpu_target() after it wins. current_cpu_target() applies it.
+void follow_target_environment() { (void)current_cpu_target(); }
 
 // Runs part(begin, end) over `threads` contiguous parts of [0, bytes), each starting a multiple
 // of 4 KiB from 0: the calling thread takes the first part, std::threads the rest.

@@ -1,0 +1,134 @@
+// src/cpu/targets.cpp: the SIMD target the kernels run (Highway's runtime dispatch, forced by
+// name for tests and benchmarks) and the per-CPU head order; the environment variables that
+// set them (src/cpu/targets.hpp).
+#include "src/cpu/targets.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "src/cpu/kernels.hpp"
+
+namespace rotary {
+
+namespace {
+
+// ---- head order -------------------------------------------------------------------------------
+
+std::atomic<int64_t> g_max_head_groups{0};  // 0: the default (below), decided at first use
+
+int64_t default_max_head_groups() {
+  if (const char* env = std::getenv("ROTARY_HEAD_GROUPS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 8) return n;
+    throw Error(detail::concat("ROTARY_HEAD_GROUPS must be an integer in [1, 8] (got \"", env, "\")"));
+  }
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  // Measured on one machine of each (kernels.hpp, head_groups; docs/performance.md).
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel")) return 4;
+#endif
+  return 1;
+}
+
+// ---- targets ----------------------------------------------------------------------------------
+
+std::mutex g_target_mutex;
+
+int64_t target_bit(std::string_view name) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(target)) return target;
+  }
+  return 0;
+}
+
+std::vector<std::string> names_of_supported_targets() {
+  std::vector<std::string> names;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(target));
+  return names;
+}
+
+// Every compiled target this CPU supports, whatever is forced: read once, before the first force
+// narrows what Highway reports (guarded by g_target_mutex).
+std::vector<std::string> g_all_targets;
+
+const std::vector<std::string>& all_targets_locked() {
+  if (g_all_targets.empty()) {
+    // Empty only before the first force (force_target fills it after its reset): nothing is
+    // forced, so Highway reports every supported target.
+    g_all_targets = names_of_supported_targets();
+  }
+  return g_all_targets;
+}
+
+// force_cpu_target without the environment step (which itself forces a target).
+void force_target(std::string_view name) {
+  std::lock_guard<std::mutex> lock(g_target_mutex);
+  if (name.empty()) {
+    hwy::SetSupportedTargetsForTest(0);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    return;
+  }
+  // Look among every compiled target this CPU supports, not only the currently forced one.
+  hwy::SetSupportedTargetsForTest(0);
+  const std::vector<std::string>& all = all_targets_locked();
+  const int64_t bit = target_bit(name);
+  if (bit == 0) {
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    std::string names;
+    for (const std::string& n : all) names += (names.empty() ? "" : ", ") + n;
+    throw Error(detail::concat("force_cpu_target: name must be one of ", names, " (got \"", name, "\")"));
+  }
+  hwy::SetSupportedTargetsForTest(bit);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+}  // namespace
+
+void cpu::apply_target_from_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (const char* env = std::getenv("ROTARY_CPU_TARGET"); env != nullptr && *env != '\0') force_target(env);
+  });
+}
+
+int64_t cpu::max_head_groups() {
+  int64_t n = g_max_head_groups.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = default_max_head_groups();
+    g_max_head_groups.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+void cpu::set_max_head_groups(int64_t n) {
+  if (n < 0 || n > 8) throw Error(detail::concat("set_max_head_groups: n must be in [0, 8] (got ", n, ")"));
+  g_max_head_groups.store(n, std::memory_order_relaxed);
+}
+
+std::vector<std::string> cpu_targets() {
+  cpu::apply_target_from_environment();
+  std::lock_guard<std::mutex> lock(g_target_mutex);
+  return all_targets_locked();  // a force fills it before narrowing what Highway reports
+}
+
+std::string current_cpu_target() {
+  cpu::apply_target_from_environment();
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  return targets.empty() ? std::string() : std::string(hwy::TargetName(targets.front()));
+}
+
+void force_cpu_target(std::string_view name) {
+  cpu::apply_target_from_environment();  // first, so that this explicit choice wins
+  force_target(name);
+}
+
+}  // namespace rotary
