@@ -284,7 +284,7 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
         a.num_pairs = num_pairs;
         a.cos = which == 0 ? q_cos : k_cos;
         a.sin = which == 0 ? q_sin : k_sin;
-        a.neox = spec.style == Style::NeoX;
+        a.style = spec.style;
         a.copy_passthrough = !p.in_place;
         a.stream_stores = !p.in_place && memory_bound;
         a.max_head_groups = max_head_groups;

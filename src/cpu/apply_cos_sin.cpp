@@ -150,7 +150,7 @@ struct RowPlan {
   int64_t rotary_dim = 0;
   std::vector<int64_t> sin_index;  // j forward, p(j) backward
   std::vector<double> sign;        // sigma(j) forward, -sigma(j) backward
-  bool neox = true;                // p(j) = j +- R/2; else GPT-J's p(2i) = 2i + 1
+  Style style = Style::NeoX;       // NeoX: p(j) = j +- R/2; GPT-J: p(2i) = 2i + 1
 };
 
 // The arithmetic type of a mode: LikeTorch computes in float32 as torch does for float32, bf16
@@ -253,7 +253,7 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
       // the pair-swapped head.
       Bits* dest = out_data + out_base;
       const int64_t stride = to.stride_dim;
-      if (plan.neox) {
+      if (plan.style == Style::NeoX) {
         const int64_t half = r / 2;
         rotate_head<D, LikeTorch>(half, h.data(), h.data() + half, c_row, t_row, dest, stride);
         rotate_head<D, LikeTorch>(half, h.data() + half, h.data(), c_row + half, t_row + half, dest + half * stride,
@@ -340,7 +340,7 @@ void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView&
   RowPlan plan;
   plan.rotary_dim = cos.shape[3];
   const bool backward = direction == Direction::Backward;
-  plan.neox = style == Style::NeoX;
+  plan.style = style;
   const int64_t half = plan.rotary_dim / 2;
   for (int64_t j = 0; j < plan.rotary_dim; ++j) {
     const bool first = style == Style::NeoX ? j < half : j % 2 == 0;

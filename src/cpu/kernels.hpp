@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "rotary/spec.hpp"
 #include "rotary/tensor.hpp"
 
 namespace rotary::cpu {
@@ -33,7 +34,7 @@ struct HeadsArgs {
   int64_t num_pairs = 0;
   const float* cos = nullptr;
   const float* sin = nullptr;
-  bool neox = true;            // false: GPT-J (interleaved) pairs
+  Style style = Style::NeoX;   // NeoX: pairs (i, i + d/2); GPT-J: interleaved pairs (2i, 2i + 1)
   bool copy_passthrough = false;  // out-of-place: copy the elements outside the rotated block
   // Large out-of-place calls: non-temporal stores where the output is vector-aligned (the
   // result is not read back soon, and streaming saves the read-for-ownership of each line).

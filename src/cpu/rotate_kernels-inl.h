@@ -750,7 +750,7 @@ void RotateTokenImpl(const HeadsArgs& q, const HeadsArgs* k) {
 
 template <DType kType>
 void RotateTokenTyped(const HeadsArgs& q, const HeadsArgs* k) {
-  if (q.neox) {
+  if (q.style == Style::NeoX) {
     RotateTokenImpl<kType, true>(q, k);
   } else {
     RotateTokenImpl<kType, false>(q, k);
