@@ -119,7 +119,7 @@ namespace reference {
 //   TableFloat32: the table's float32 values, widened — what every kernel computes with, so a
 //                 kernel's difference from the reference is its arithmetic alone.
 //   Exact64:      the table's float64 values before rounding (CosSinTable::row_f64) — for
-//                 comparisons with exact float64 results such as ../shared/golden exact_f64.
+//                 comparisons with exact float64 results such as tests/golden exact_f64.
 enum class TableValues { TableFloat32, Exact64 };
 
 // The float64 definition of apply(): loads any storage dtype as double, computes in double,

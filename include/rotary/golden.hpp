@@ -1,6 +1,6 @@
 // include/rotary/golden.hpp: checking rotary against Hugging Face golden vectors.
 //
-// A golden case file (format "rotary-golden/1", ../shared/golden/README.md) holds a config, the
+// A golden case file (format "rotary-golden/1", tests/golden/README.md) holds a config, the
 // numbers transformers' own code produced for it in float32 (hf_f32), and the exact values of
 // the same formulas (exact_f64). verify_golden_case() checks, with the tolerances the README
 // derives (docs/numerics.md restates them):

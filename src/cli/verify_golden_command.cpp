@@ -11,7 +11,7 @@ const char* const kVerifyGoldenHelp =
     "usage: rotary verify-golden DIR [--verbose]\n"
     "\n"
     "Checks rotary against every golden case file in DIR (the rotary-golden/1 format of\n"
-    "../shared/golden: Hugging Face's float32 numbers and the exact values of the same\n"
+    "tests/golden: Hugging Face's float32 numbers and the exact values of the same\n"
     "formulas). Positive cases: config reading, inv_freq and attention scaling, the exact and\n"
     "the Hugging Face-compatible tables, and rotated q/k in both conventions, each against the\n"
     "tolerance the golden README derives. Negative cases: the config must be rejected.\n"
@@ -23,7 +23,7 @@ int run_verify_golden(Args& args) {
   const bool verbose = args.has_switch("--verbose");
   const std::optional<std::string> directory = args.positional();
   args.finish();
-  if (!directory) throw UsageError("verify-golden: DIR is required (e.g. ../shared/golden)");
+  if (!directory) throw UsageError("verify-golden: DIR is required (e.g. tests/golden)");
   if (args.parse_only()) return 0;
   const std::vector<GoldenCaseResult> results = verify_golden_dir(*directory);
   int passed = 0;

@@ -155,7 +155,7 @@ const std::vector<PresetRecord>& preset_records() {
       // Qwen2 / Qwen2.5 files also carry "sliding_window" (131072 or 32768) together with
       // "use_sliding_window": false, so the window is off; both keys are left out here.
 
-      // Qwen/Qwen2-7B-Instruct config.json; the keys match /work/shared/golden/
+      // Qwen/Qwen2-7B-Instruct config.json; the keys match tests/golden/
       // theta1e6_qwen2_7b.json. The base Qwen/Qwen2-7B file says max_position_embeddings 131072.
       {"qwen2-7b-instruct",
        "default RoPE, theta 1e6, head_dim 128, 32k context",
@@ -378,7 +378,7 @@ const std::vector<PresetRecord>& preset_records() {
 })json"},
 
       // microsoft/Phi-3-mini-128k-instruct config.json. The 48 + 48 factors are exactly the
-      // lists of /work/shared/golden/longrope_phi3_mini_128k_long.json config.rope_scaling (from
+      // lists of tests/golden/longrope_phi3_mini_128k_long.json config.rope_scaling (from
       // a Microsoft script, t-pranavv/local-rollouts eval_long_context.py LONGROPE_PARAMS,
       // checked against public quotes of this file). Surprise: original_max_position_embeddings
       // is a top-level key, not inside rope_scaling, and the key is the legacy "type". The

@@ -1,6 +1,6 @@
 // src/cpu/golden.cpp: verify_golden_case(), the checks behind `rotary verify-golden`.
 //
-// Tolerances are the golden README's (../shared/golden/README.md, "Errors and tolerances"),
+// Tolerances are the golden README's (tests/golden/README.md, "Errors and tolerances"),
 // restated in include/rotary/golden.hpp and docs/numerics.md. Each check records the largest
 // ratio error / tolerance it saw, so the margins are visible, not just pass/fail.
 #include "rotary/golden.hpp"

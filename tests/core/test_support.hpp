@@ -11,7 +11,7 @@
 
 namespace rotary::test {
 
-// ../shared/golden, or $ROTARY_GOLDEN_DIR when set. The golden tests fail (never skip) when it
+// tests/golden, or $ROTARY_GOLDEN_DIR when set. The golden tests fail (never skip) when it
 // is missing: CI always has shared/ beside the checkout.
 inline std::filesystem::path golden_dir() {
   if (const char* env = std::getenv("ROTARY_GOLDEN_DIR"); env != nullptr && *env != '\0') return env;

@@ -1,6 +1,6 @@
 // tests/cpu/reference_golden_test.cpp: reference::apply and its tables against every positive
-// case of ../shared/golden (Hugging Face transformers' float32 path, and exact values rounded
-// once to float64; see ../shared/golden/README.md).
+// case of tests/golden (Hugging Face transformers' float32 path, and exact values rounded
+// once to float64; see tests/golden/README.md).
 //
 // Checks, per case (p = position, s = max(1, attention_scaling), (a, c) = the pair's inputs):
 //   1. Exact table + Exact64 apply on float64 inputs vs exact_f64.{q,k}_embed_half_split (NeoX)

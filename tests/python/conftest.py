@@ -1,7 +1,7 @@
 """Shared fixtures of the Python tests: the golden vectors and a seeded random generator.
 
-The golden files are ../shared/golden beside the project (or $ROTARY_GOLDEN_DIR); CI has them,
-so their absence is an error, not a skip."""
+The golden files are the project's tests/golden (or $ROTARY_GOLDEN_DIR); their absence is an
+error, not a skip."""
 import json
 import os
 import pathlib
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GOLDEN_DIR = pathlib.Path(os.environ.get("ROTARY_GOLDEN_DIR", ROOT.parent / "shared" / "golden"))
+GOLDEN_DIR = pathlib.Path(os.environ.get("ROTARY_GOLDEN_DIR", ROOT / "tests" / "golden"))
 
 
 def golden_cases(kind: str):

@@ -1,4 +1,4 @@
-"""Golden parity through the Python API: every case of ../shared/golden (Hugging Face's own
+"""Golden parity through the Python API: every case of tests/golden (Hugging Face's own
 outputs, and exact float64 values computed independently of rotary).
 
 Tolerances (docs/numerics.md): u = 2^-24.
