@@ -25,8 +25,8 @@ import pytest
 
 import rotary
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # required: a missing dependency fails, never skips
+import transformers  # required: a missing dependency fails, never skips
 import rotary.torch as rt  # noqa: E402
 
 U = 2.0**-24  # float32 unit roundoff

@@ -5,7 +5,7 @@ import pytest
 
 import rotary
 
-torch = pytest.importorskip("torch")
+import torch  # required: a missing dependency fails, never skips
 import rotary.torch as rt  # noqa: E402
 
 SPEC = rotary.Spec.preset("llama-3.1-8b")

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # required: a missing dependency fails, never skips
+import transformers  # required: a missing dependency fails, never skips
 import rotary.torch as rt  # noqa: E402
 from rotary import _torch_hf  # noqa: E402
 from hf_harness import one_torch_thread  # noqa: E402,F401

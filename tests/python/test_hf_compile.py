@@ -29,8 +29,8 @@ RotaryEmbedding construction raise during tracing and running).
 """
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # required: a missing dependency fails, never skips
+import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
 from rotary import _handles  # noqa: E402

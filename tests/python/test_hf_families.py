@@ -20,8 +20,8 @@ import copy
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # required: a missing dependency fails, never skips
+import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
 from hf_harness import build, counting, one_torch_thread, restore_modeling, small  # noqa: E402,F401

@@ -7,7 +7,7 @@ storage format at |exact| (float32: u |exact|), M <= 2 s max|x|, s = max(1, atte
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
 
@@ -238,7 +238,7 @@ def test_inplace_refuses_tensors_that_need_gradients():
 
 
 def test_rotary_embedding_matches_hf_dynamic_growth_and_reset():
-    transformers = pytest.importorskip("transformers")
+    import transformers  # required: a missing dependency fails, never skips
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=64,

@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-matplotlib = pytest.importorskip("matplotlib")
+import matplotlib  # required: a missing dependency fails, never skips
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
