@@ -60,7 +60,7 @@ int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostr
     return tokens.empty() ? 2 : 0;
   }
   if (tokens[0] == "--version") {
-    out << "rotary 0.1.0\n";
+    out << "rotary " << ROTARY_VERSION << "\n";  // CMake's project(VERSION): the one version string
     return 0;
   }
   for (const Command& command : kCommands) {

@@ -225,3 +225,20 @@ def test_float_positions_and_unsigned_positions():
     a, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.uint32), spec)
     b, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.int64), spec)
     np.testing.assert_array_equal(a, b)
+
+
+def test_one_version_string():
+    """CMake's project(rotary VERSION ...) is the version of the package, its metadata and the command."""
+    import importlib.metadata
+    import pathlib
+    import re
+    import shutil
+    import subprocess
+
+    cmake = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    version = re.search(r"project\(rotary VERSION ([0-9.]+)", cmake).group(1)
+    assert rotary.__version__ == version
+    assert importlib.metadata.version("rotary") == version
+    command = shutil.which("rotary", path=str(pathlib.Path(__import__("sys").executable).parent))
+    assert command is not None, "the package installs the rotary command"
+    assert subprocess.run([command, "--version"], capture_output=True, text=True, check=True).stdout == f"rotary {version}\n"
