@@ -54,6 +54,12 @@ const Command kCommands[] = {
 
 namespace rotary::cli {
 
+std::vector<std::string> command_names() {
+  std::vector<std::string> names;
+  for (const Command& command : kCommands) names.emplace_back(command.name);
+  return names;
+}
+
 int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err, Effects effects) {
   if (tokens.empty() || tokens[0] == "--help" || tokens[0] == "-h" || tokens[0] == "help") {
     out << kUsage;

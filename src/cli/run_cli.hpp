@@ -18,4 +18,7 @@ namespace rotary::cli {
 int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
             Effects effects = Effects::Run);
 
+// Every subcommand's name, in the order `rotary --help` lists them (for tests: each has a help).
+std::vector<std::string> command_names();
+
 }  // namespace rotary::cli

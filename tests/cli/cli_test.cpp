@@ -22,6 +22,7 @@
 #include "cli_runner.hpp"
 #include "rotary/json.hpp"
 #include "rotary/npy.hpp"
+#include "run_cli.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 
@@ -342,12 +343,17 @@ TEST(Cli, ApplyRejectsBadInputNamingIt) {
 }
 
 TEST(Cli, HelpForEveryCommand) {
-  for (const char* command : {"presets", "freqs", "explain", "table", "apply", "verify-golden"}) {
-    const Result r = run(std::string(command) + " --help");
+  const Result usage = run("--help");
+  EXPECT_EQ(usage.exit_code, 0);
+  const std::vector<std::string> commands = cli::command_names();
+  EXPECT_EQ(commands.size(), 9u);  // presets freqs explain table apply verify-golden check bench report
+  for (const std::string& command : commands) {
+    SCOPED_TRACE(command);
+    const Result r = run(command + " --help");
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_THAT(r.out, HasSubstr(std::string("usage: rotary ") + command));
+    EXPECT_THAT(r.out, HasSubstr("usage: rotary " + command));
+    EXPECT_THAT(usage.out, HasSubstr("  " + command + " "));  // `rotary --help` lists it
   }
-  EXPECT_EQ(run("--help").exit_code, 0);
   EXPECT_EQ(run("").exit_code, 2);
 }
 
