@@ -25,7 +25,6 @@
 #include <utility>
 #include <vector>
 
-#include "rotary/json.hpp"
 #include "rotary/spec.hpp"
 
 namespace rotary {
@@ -46,8 +45,6 @@ struct HfRopeConfig {
 
 // `source_name` starts every message ("config.json", a path, "preset qwen2.5-7b").
 HfRopeConfig parse_hf_config(std::string_view json_text, std::string_view source_name = "config.json");
-HfRopeConfig parse_hf_config(const json::Value& root, std::string_view source_name,
-                             std::vector<std::string> parse_warnings = {});
 // Reads the file; an unreadable file is a ConfigError naming the path and the reason.
 HfRopeConfig load_hf_config(const std::string& path);
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "rotary/error.hpp"
+#include "rotary/json.hpp"
 
 namespace rotary {
 
@@ -647,23 +648,22 @@ HfRopeConfig ConfigReader::read() {
   return result;
 }
 
-}  // namespace
-
-HfRopeConfig parse_hf_config(const json::Value& root, std::string_view source_name,
-                             std::vector<std::string> parse_warnings) {
-  return ConfigReader(root, source_name, std::move(parse_warnings)).read();
+HfRopeConfig read_config(const json::Value& root, std::string_view source_name, std::vector<std::string> warnings) {
+  return ConfigReader(root, source_name, std::move(warnings)).read();
 }
+
+}  // namespace
 
 HfRopeConfig parse_hf_config(std::string_view json_text, std::string_view source_name) {
   std::vector<std::string> warnings;
   const json::Value root = json::parse(json_text, source_name, &warnings);
-  return parse_hf_config(root, source_name, std::move(warnings));
+  return read_config(root, source_name, std::move(warnings));
 }
 
 HfRopeConfig load_hf_config(const std::string& path) {
   std::vector<std::string> warnings;
   const json::Value root = json::parse_file(path, &warnings);
-  return parse_hf_config(root, path, std::move(warnings));
+  return read_config(root, path, std::move(warnings));
 }
 
 }  // namespace rotary

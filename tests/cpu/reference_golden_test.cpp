@@ -107,7 +107,7 @@ const GoldenCase& load_case(const std::filesystem::path& path) {
   const json::Value root = json::parse_file(path.string());
   auto c = std::make_unique<GoldenCase>();
   c->name = path.stem().string();
-  c->spec = parse_hf_config(*root.find("config"), path.filename().string()).spec;
+  c->spec = parse_hf_config(json::serialize(*root.find("config")), path.filename().string()).spec;
   for (const json::Value& p : root.find("positions")->as_array()) c->positions.push_back(p.as_int64());
   const json::Value& inputs = *root.find("inputs");
   const json::Value& hf = *root.find("hf_f32");
