@@ -1,4 +1,4 @@
-// tests/analysis/check_cli_test.cpp: `rotary check` as a user runs it: exit codes, the table,
+// tests/cli/check_cli_test.cpp: `rotary check` as a user runs it: exit codes, the table,
 // --json, and a config.json whose RoPE violates a property (exit 1, not 2).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

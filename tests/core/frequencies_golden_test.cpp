@@ -1,4 +1,4 @@
-// tests/core/golden_test.cpp: parity with Hugging Face on every case of tests/golden.
+// tests/core/frequencies_golden_test.cpp: parity with Hugging Face on every case of tests/golden.
 //
 // Positive cases: the case's config.json goes through parse_hf_config, then frequencies() at the
 // seq_len Hugging Face's forward would see (max(positions) + 1). Checked:
