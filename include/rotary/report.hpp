@@ -40,10 +40,7 @@ struct ReportOptions {
 // their wavelengths and scaling factors. Throws what run_checks throws for an invalid spec.
 std::string render_report(const std::vector<ReportModel>& models, const ReportOptions& options = {});
 
-// The number of plots (<svg> elements) in a page render_report made.
+// The number of plots (<svg> elements) in a page render_report made (`rotary report` says it).
 int64_t count_report_plots(std::string_view html);
-
-// Text made safe for HTML element content and attribute values (& < > " ').
-std::string html_escape(std::string_view text);
 
 }  // namespace rotary::analysis

@@ -15,6 +15,7 @@
 
 #include "rotary/analysis.hpp"
 #include "rotary/frequencies.hpp"
+#include "src/analysis/html.hpp"
 
 namespace rotary::analysis {
 

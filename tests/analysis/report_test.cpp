@@ -13,6 +13,7 @@
 
 #include "rotary/analysis.hpp"
 #include "rotary/presets.hpp"
+#include "src/analysis/html.hpp"
 
 namespace rotary::analysis {
 namespace {
