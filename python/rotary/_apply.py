@@ -114,7 +114,7 @@ def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layo
         rotary_offset,
         xpos_length,
         -1 if named_seq_len is None else named_seq_len,
-        use_reference,
+        "reference" if use_reference else "kernels",
     )
     return q_out, k_out
 

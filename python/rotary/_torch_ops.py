@@ -5,7 +5,7 @@ The public names are re-exported by rotary.torch (python/rotary/torch.py).
 One contract for every backend: apply_rotary checks its Python arguments (types, devices,
 out= / inplace / autograd rules), and every call, whichever computes it, then passes through the
 same C++ checks (check_apply_arguments: shapes, strides, overlap, positions, seq_len) before a
-byte is written. The pure-torch path runs those checks too (_rotary.apply with check_only).
+byte is written. The pure-torch path runs those checks too (_rotary.apply with implementation "checks").
 
 torch.compile: the Python wrapper creates and registers nothing. A spec or table crosses into the
 ops as its handle (rotary/_handles.py, given when it was made), and the table a call needs is
@@ -84,9 +84,9 @@ def _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, 
     call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                     direction, rotary_offset, xpos_length)
     if _kernel_ok(q, k, q_out, k_out):
-        _rotary.apply(*call.args, q.dtype == torch.float64 or k.dtype == torch.float64)
+        _rotary.apply(*call.args, "reference" if torch.float64 in (q.dtype, k.dtype) else "kernels")
         return
-    _rotary.apply(*call.args, False, check_only=True)
+    _rotary.apply(*call.args, "checks")
     rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
     q_out.copy_(rq)
     k_out.copy_(rk)
@@ -262,7 +262,7 @@ def _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, pr
     q_out, k_out = (q, k) if inplace else out if out is not None else (q, k)
     call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                     direction, rotary_offset, xpos_length)
-    _rotary.apply(*call.args, False, check_only=True)
+    _rotary.apply(*call.args, "checks")
     rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
     if inplace or out is not None:
         with torch.no_grad():

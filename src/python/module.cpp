@@ -296,8 +296,13 @@ PYBIND11_MODULE(_rotary, m) {
       "apply",
       [](const py::handle& q, const py::handle& k, const py::handle& q_out, const py::handle& k_out,
          const py::handle& per_token, const py::handle& offsets, const py::handle& cu_seqlens, const CosSinTable& table,
-         const std::string& direction, int64_t rotary_offset, int64_t xpos_length, int64_t seq_len, bool reference,
-         bool check_only) {
+         const std::string& direction, int64_t rotary_offset, int64_t xpos_length, int64_t seq_len,
+         const std::string& implementation) {
+        // "kernels" (rotary::apply), "reference" (the float64 definition), or "checks" (only
+        // check_apply_arguments: the pure-torch path checks the same way, then torch computes).
+        if (implementation != "kernels" && implementation != "reference" && implementation != "checks") {
+          fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + implementation + "')");
+        }
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k");
         const TensorView vq_out = to_view(q_out, "q_out"), vk_out = to_view(k_out, "k_out");
         Positions positions;
@@ -311,9 +316,9 @@ PYBIND11_MODULE(_rotary, m) {
         options.xpos_length = xpos_length;
         options.seq_len = seq_len;
         py::gil_scoped_release release;
-        if (check_only) {  // the pure-torch path: the same checks, then torch computes
+        if (implementation == "checks") {
           check_apply_arguments(vq, vk, vq_out, vk_out, positions, table, options);
-        } else if (reference) {
+        } else if (implementation == "reference") {
           reference::apply(vq, vk, vq_out, vk_out, positions, table, options);
         } else {
           rotary::apply(vq, vk, vq_out, vk_out, positions, table, options);
@@ -321,7 +326,7 @@ PYBIND11_MODULE(_rotary, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("per_token"), py::arg("offsets"),
       py::arg("cu_seqlens"), py::arg("table"), py::arg("direction"), py::arg("rotary_offset"), py::arg("xpos_length"),
-      py::arg("seq_len"), py::arg("reference"), py::arg("check_only") = false);
+      py::arg("seq_len"), py::arg("implementation"));
 
   m.def(
       "apply_cos_sin",
