@@ -20,7 +20,7 @@ import numpy as np
 from . import _handles, _rotary
 from ._rotary import RotaryError
 from ._spec import Spec
-from ._views import int64_positions, int_arg, ints_descriptor  # noqa: F401 (int64_positions: rotary.torch)
+from ._views import int64_positions, int_arg, ints_descriptor
 
 PRECISIONS = ("exact", "hf")
 STYLES = ("neox", "gptj")
@@ -221,8 +221,6 @@ def expand(pair_values: np.ndarray, style: str) -> np.ndarray:
         return np.concatenate([pair_values, pair_values], axis=-1)
     return np.repeat(pair_values, 2, axis=-1)
 
-
-_expand = expand  # the name rotary.torch's drop-in uses
 
 
 def table(spec, positions, precision: str | None = None, *, seq_len: int | None = None):

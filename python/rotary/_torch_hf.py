@@ -26,7 +26,8 @@ import torch
 from . import _rotary
 from ._rotary import RotaryError
 from ._spec import Spec
-from ._table import _expand, int64_positions, native_rows
+from ._table import expand, native_rows
+from ._views import int64_positions
 from ._torch_ops import _DTYPES, _kernel_ok, _view
 
 ROUNDINGS = ("like_torch", "once")
@@ -432,7 +433,7 @@ def _embedding_cos_sin_op(position_ids: torch.Tensor, embedding: int,
     # The table RopeCache chose serves this call (its history, as transformers'): read at its seq_len.
     cos, sin = native_rows(module._current, positions, seq_len=module._current.seq_len)
     if module.cos_sin_layout != "half":
-        cos, sin = _expand(cos, module.cos_sin_layout), _expand(sin, module.cos_sin_layout)
+        cos, sin = expand(cos, module.cos_sin_layout), expand(sin, module.cos_sin_layout)
     return torch.from_numpy(cos).to(position_ids.device), torch.from_numpy(sin).to(position_ids.device)
 
 

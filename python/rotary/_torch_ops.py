@@ -303,13 +303,8 @@ def _to_bshd(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def _from_bshd(x: torch.Tensor, layout: str) -> torch.Tensor:
-    if layout == "bshd":
-        return x
-    if layout == "bhsd":
-        return x.transpose(1, 2)
-    if layout == "sbhd":
-        return x.transpose(0, 1)
-    return x.squeeze(0)
+    # The transposes are their own inverses; only thd's added batch axis goes back.
+    return x.squeeze(0) if layout == "thd" else _to_bshd(x, layout)
 
 
 def _apply_torch(q, k, call: _Call, layout: str, direction: str, rotary_offset: int, xpos_length: int):
