@@ -4,7 +4,7 @@ NumPy API (this module):
     spec = rotary.Spec.preset("llama-3.1-8b")            # or Spec.from_hf_config(dict | path | config)
     freqs = spec.frequencies()                            # inv_freq (float64), attention_scaling
     cos, sin = rotary.table(spec, positions)              # Hugging Face's cos/sin layout, float32
-    q_out, k_out = rotary.apply(q, k, positions, spec)    # float32 / float16 / bfloat16, any strides
+    q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a

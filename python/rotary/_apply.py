@@ -58,7 +58,7 @@ def prepare_positions(positions, offsets, cu_seqlens, layout: str, q_shape, stre
     return per_token, seq_offsets, cu, batch, seq
 
 
-def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layout="bshd",
+def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layout="bhsd",
           style=None, inplace=False, direction="forward", precision=None, rotary_offset=0, xpos_length=0,
           seq_len=None, reference=False):
     """Rotates q and k (head counts may differ) by RoPE at each token's position.

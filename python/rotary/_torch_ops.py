@@ -28,15 +28,17 @@ _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: 
 
 
 # ---- descriptors ----------------------------------------------------------------------------------
-def _view(tensor: torch.Tensor, name: str, layout: str):
+def _view(tensor: Optional[torch.Tensor], name: str, layout: str):
+    if tensor is None:
+        return None  # k = None: q only
     dtype = _DTYPES.get(tensor.dtype)
     if dtype is None:
         raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
     return (tensor.data_ptr(), dtype, layout, tuple(tensor.shape), tuple(tensor.stride()))
 
 
-def _kernel_ok(*tensors: torch.Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.dtype in _DTYPES for t in tensors)
+def _kernel_ok(*tensors: Optional[torch.Tensor]) -> bool:
+    return all(t.device.type == "cpu" and t.dtype in _DTYPES for t in tensors if t is not None)
 
 
 def _host_ints(tensor: Optional[torch.Tensor], name: str, device: torch.device) -> Optional[np.ndarray]:
@@ -84,34 +86,37 @@ def _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, 
     call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                     direction, rotary_offset, xpos_length)
     if _kernel_ok(q, k, q_out, k_out):
-        _rotary.apply(*call.args, "reference" if torch.float64 in (q.dtype, k.dtype) else "kernels")
+        f64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
+        _rotary.apply(*call.args, "reference" if f64 else "kernels")
         return
     _rotary.apply(*call.args, "checks")
     rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
     q_out.copy_(rq)
-    k_out.copy_(rk)
+    if k is not None:
+        k_out.copy_(rk)
 
 
 # ---- the custom ops -------------------------------------------------------------------------------
-# Arguments after the tensors: source (a Spec's or Table's handle), precision ("" = exact, or the
+# k may be None (q only): the fresh op then returns an empty k_out, which apply_rotary turns back
+# into None. Arguments after the tensors: source (a Spec's or Table's handle), precision ("" = exact, or the
 # table's), style ("" = the spec's), seq_len (-1 = the largest position + 1), layout, direction,
 # rotary_offset, xpos_length.
 @torch.library.custom_op("rotary::apply_rotary", mutates_args=())
-def _apply_rotary_op(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor],
+def _apply_rotary_op(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor],
                      offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str, precision: str,
                      style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
                      xpos_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    k_out = None if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
          rotary_offset, xpos_length)
-    return q_out, k_out
+    return q_out, (q.new_empty(0) if k_out is None else k_out)
 
 
 @_apply_rotary_op.register_fake
 def _(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction, rotary_offset,
       xpos_length):
-    return q.new_empty(q.shape), k.new_empty(k.shape)
+    return q.new_empty(q.shape), (q.new_empty(0) if k is None else k.new_empty(k.shape))
 
 
 def _apply_rotary_setup(ctx, inputs, output):
@@ -129,19 +134,21 @@ def _apply_rotary_backward(ctx, grad_q, grad_k):
     q, k = ctx.shapes
     if grad_q is None:
         grad_q = torch.zeros_like(q)
-    if grad_k is None:
+    if k is None:
+        grad_k = None
+    elif grad_k is None:
         grad_k = torch.zeros_like(k)
     # The rotation is linear in q and k: the gradient is the transposed rotation of the gradient,
     # at the same positions, so with the same table (the same seq_len).
     gq, gk = _apply_rotary_op(grad_q, grad_k, positions, offsets, cu_seqlens, *ctx.args)
-    return (gq, gk) + (None,) * 11
+    return (gq, None if k is None else gk) + (None,) * 11
 
 
 _apply_rotary_op.register_autograd(_apply_rotary_backward, setup_context=_apply_rotary_setup)
 
 
 @torch.library.custom_op("rotary::apply_rotary_", mutates_args=("q", "k"))
-def _apply_rotary_inplace_op(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor],
+def _apply_rotary_inplace_op(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor],
                              offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str,
                              precision: str, style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
                              xpos_length: int) -> None:
@@ -156,7 +163,8 @@ def _(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, l
 
 
 @torch.library.custom_op("rotary::apply_rotary_out", mutates_args=("q_out", "k_out"))
-def _apply_rotary_out_op(q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
+def _apply_rotary_out_op(q: torch.Tensor, k: Optional[torch.Tensor], q_out: torch.Tensor,
+                         k_out: Optional[torch.Tensor],
                          positions: Optional[torch.Tensor], offsets: Optional[torch.Tensor],
                          cu_seqlens: Optional[torch.Tensor], source: str, precision: str, style: str, seq_len: int,
                          layout: str, direction: str, rotary_offset: int, xpos_length: int) -> None:
@@ -172,11 +180,13 @@ def _(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, sty
 
 def _check_tensor_args(q, k, positions, offsets, cu_seqlens):
     for name, tensor in (("q", q), ("k", k)):
+        if tensor is None and name == "k":
+            continue
         if not isinstance(tensor, torch.Tensor):
             raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
         if tensor.dtype not in _DTYPES:
             raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
-    if q.device != k.device:
+    if k is not None and q.device != k.device:
         raise RotaryError(f"q and k must be on one device (got q on {q.device}, k on {k.device})")
     for name, tensor in (("positions", positions), ("offsets", offsets), ("cu_seqlens", cu_seqlens)):
         if tensor is None:
@@ -191,19 +201,23 @@ def _check_tensor_args(q, k, positions, offsets, cu_seqlens):
             raise RotaryError(f"{name} must be on the CPU or on q's device {q.device} (got {tensor.device})")
 
 
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Tensor], spec_or_table, *,
+def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor], spec_or_table, *,
                  offsets: Optional[torch.Tensor] = None, cu_seqlens: Optional[torch.Tensor] = None,
-                 layout: str = "bshd", style: Optional[str] = None, precision: Optional[str] = None,
+                 layout: str = "bhsd", style: Optional[str] = None, precision: Optional[str] = None,
                  direction: str = "forward", inplace: bool = False, rotary_offset: int = 0, xpos_length: int = 0,
                  seq_len: Optional[int] = None, out: Optional[tuple] = None, backend: str = "auto"):
     """Rotates q and k (head counts may differ) by RoPE; returns (q_out, k_out). Every positional
-    argument is required (positions may be None).
+    argument is required (k and positions may be None; k=None rotates q only and returns
+    (q_out, None)).
+
+    layout: "bhsd" by default, Hugging Face's [batch, heads, seq, head_dim] (the same default as
+    rotary.apply); "bshd", "sbhd", "thd" otherwise.
 
     positions: per-token int tensor [batch, seq] ([1, seq] and [seq] broadcast over the batch;
     [tokens] for thd; M-RoPE [3, batch, seq]), or offsets ([batch]: position = offset + index),
     or neither (0, 1, 2, ...). cu_seqlens: [num_sequences + 1] token offsets for layout "thd".
     spec_or_table: rotary.Spec (its shared table of `precision`, default "exact") or rotary.Table.
-    layout: "bshd", "bhsd", "sbhd", "thd". seq_len: the seq_len of the frequencies (dynamic NTK,
+    seq_len: the seq_len of the frequencies (dynamic NTK,
     LongRoPE); None for the call's largest position + 1, Hugging Face's rule.
     inplace=True rotates q and k in place; out=(q_out, k_out) writes into preallocated tensors of
     q's and k's shapes and dtypes (both without autograd; fresh outputs cost page faults that can
@@ -228,13 +242,18 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Ten
     if out is not None:
         if inplace:
             raise RotaryError("out= and inplace=True exclude each other (got both)")
-        if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
-            raise RotaryError(f"out must be a pair of tensors (q_out, k_out) (got {type(out).__name__})")
+        if not (isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[0], torch.Tensor)
+                and (isinstance(out[1], torch.Tensor) if k is not None else out[1] is None)):
+            want = "(q_out, k_out)" if k is not None else "(q_out, None) when k is None"
+            raise RotaryError(f"out must be a pair of tensors {want} (got {_describe_out(out)})")
         for name, given, like in (("q_out", out[0], q), ("k_out", out[1], k)):
+            if like is None:
+                continue
             if given.dtype != like.dtype or given.device != like.device or given.shape != like.shape:
                 raise RotaryError(f"{name} must have shape {tuple(like.shape)} and dtype {like.dtype} on {like.device} "
                                   f"(got shape {tuple(given.shape)}, {given.dtype} on {given.device})")
-    if (out is not None or inplace) and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+    if (out is not None or inplace) and torch.is_grad_enabled() and (
+            q.requires_grad or (k is not None and k.requires_grad)):
         what = "out=" if out is not None else "inplace=True"
         raise RotaryError(f"{what} does not record gradients (got q or k with requires_grad=True); "
                           "use a fresh output (neither out= nor inplace=True) for training")
@@ -252,8 +271,15 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: Optional[torch.Ten
         _apply_rotary_inplace_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                                  direction, rotary_offset, xpos_length)
         return q, k
-    return _apply_rotary_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
-                            rotary_offset, xpos_length)
+    q_out, k_out = _apply_rotary_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                                    direction, rotary_offset, xpos_length)
+    return q_out, (None if k is None else k_out)
+
+
+def _describe_out(out) -> str:
+    if isinstance(out, (tuple, list)):
+        return "(" + ", ".join("None" if t is None else type(t).__name__ for t in out) + ")"
+    return type(out).__name__
 
 
 def _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
@@ -267,7 +293,8 @@ def _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, pr
     if inplace or out is not None:
         with torch.no_grad():
             q_out.copy_(rq)
-            k_out.copy_(rk)
+            if k is not None:
+                k_out.copy_(rk)
         return q_out, k_out
     return rq, rk
 
@@ -335,6 +362,9 @@ def _apply_torch(q, k, call: _Call, layout: str, direction: str, rotary_offset: 
         scale_k = 1.0 / scale_q
     results = []
     for x, scale in ((q, scale_q), (k, scale_k)):
+        if x is None:
+            results.append(None)
+            continue
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         c = cos.to(compute)
         s = sin.to(compute)

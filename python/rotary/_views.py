@@ -108,18 +108,33 @@ def token_axes(shape, layout: str):
     return 1, shape[0]
 
 
+def _shape_text(shape) -> str:
+    return str(tuple(shape))
+
+
 def position_shape_rule(layout: str, batch: int, seq: int, streams: int) -> str:
-    lead = f"{streams}, " if streams > 1 else ""
+    """The shapes per-token positions may have for q's tokens, as users write shapes."""
+    lead = (streams,) if streams > 1 else ()
     if layout == "thd":
         what = "[streams, tokens]" if streams > 1 else "[tokens]"
-        return f"[{lead}{seq}] or [{lead}1, {seq}] ({what}; Hugging Face's packed position_ids are [1, tokens])"
-    forms = [f"[{lead}{batch}, {seq}]"]
+        forms = [lead + (seq,), lead + (1, seq)]
+        return f"{' or '.join(map(_shape_text, forms))} ({what}; Hugging Face's packed position_ids are [1, tokens])"
+    forms = [lead + (batch, seq)]
     if batch != 1:
-        forms.append(f"[{lead}1, {seq}]")
+        forms.append(lead + (1, seq))
     if streams == 1:
-        forms.append(f"[{seq}]")
-        return f"{' or '.join(forms)} ([batch, seq]; batch 1 or no batch axis broadcasts over the batch)"
-    return f"{' or '.join(forms)} ([streams, batch, seq]; batch 1 broadcasts over the batch)"
+        forms.append((seq,))
+        rule = "[batch, seq]; batch 1 or no batch axis broadcasts over the batch"
+    else:
+        rule = "[streams, batch, seq]; batch 1 broadcasts over the batch"
+    return f"{', '.join(map(_shape_text, forms[:-1]))}{' or ' if len(forms) > 1 else ''}{_shape_text(forms[-1])} ({rule})"
+
+
+def tokens_text(layout: str, batch: int, seq: int) -> str:
+    """q's tokens in users' words: "q has 128 tokens (batch 2 x seq 64, layout bhsd)"."""
+    if layout == "thd":
+        return f"q has {seq} tokens (layout thd)"
+    return f"q has {batch * seq} tokens (batch {batch} x seq {seq}, layout {layout})"
 
 
 def token_positions(array: np.ndarray, name: str, layout: str, batch: int, seq: int, streams: int) -> np.ndarray:
@@ -141,8 +156,8 @@ def token_positions(array: np.ndarray, name: str, layout: str, batch: int, seq: 
         accepted = shape in forms
     if not accepted:
         raise RotaryError(
-            f"{name} must have shape {position_shape_rule(layout, batch, seq, streams)} for q's tokens "
-            f"(got shape {shape})"
+            f"{name} has shape {_shape_text(shape)}; {tokens_text(layout, batch, seq)}: expected "
+            f"{position_shape_rule(layout, batch, seq, streams)}"
         )
     if layout != "thd" and shape != lead + (batch, seq):
         array = np.broadcast_to(array.reshape(lead + (1, seq)), lead + (batch, seq))
@@ -152,7 +167,7 @@ def token_positions(array: np.ndarray, name: str, layout: str, batch: int, seq: 
 def sequence_values(array: np.ndarray, name: str, count: int, what: str) -> np.ndarray:
     """offsets (one per sequence) or cu_seqlens (sequences + 1): 1-D of `count` values."""
     if array.shape != (count,):
-        raise RotaryError(f"{name} must have shape [{count}] ({what}) (got shape {tuple(array.shape)})")
+        raise RotaryError(f"{name} has shape {_shape_text(array.shape)}: expected ({count},) ({what})")
     return array
 
 

@@ -11,7 +11,7 @@ over W ranks:
 
     pos = rotary.distributed.zigzag_positions(seq_len, world_size, rank)     # [S/W] int64
     q_shard = rotary.distributed.zigzag_shard(q, world_size, rank, seq_dim=1)
-    q_out, k_out = rotary.torch.apply_rotary(q_shard, k_shard, pos.expand(batch, -1), spec)
+    q_out, k_out = rotary.torch.apply_rotary(q_shard, k_shard, pos.expand(batch, -1), spec, layout="bshd")
     full = rotary.distributed.unshard(gathered_shards, "zigzag", seq_dim=1)
 
 Pure torch, no communication (gather the shards with torch.distributed as you like);

@@ -1,6 +1,6 @@
 """rotary.torch: RoPE for PyTorch tensors, and a Hugging Face drop-in.
 
-    q_out, k_out = rotary.torch.apply_rotary(q, k, positions, spec, layout="bhsd")
+    q_out, k_out = rotary.torch.apply_rotary(q, k, position_ids, spec)   # HF's [batch, heads, seq, dim]
 
 apply_rotary is the torch custom op ``rotary::apply_rotary`` (torch.library): autograd (the
 gradient is the transposed rotation, computed by the same kernel), a fake implementation for

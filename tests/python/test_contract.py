@@ -115,6 +115,7 @@ def test_named_seq_len_overrides_the_rule():
 def rotate_all_ways(spec_or_table, q, k, positions, **kwargs):
     """rotary.apply (kernel and reference) and rotary.torch.apply_rotary (both backends, three output
     modes) on the same call; returns {way: (q_out, k_out)} as NumPy arrays."""
+    kwargs.setdefault("layout", "bshd")  # qk() makes bshd arrays
     out = {"numpy": rotary.apply(q, k, positions, spec_or_table, **kwargs),
            "numpy-reference": rotary.apply(q, k, positions, spec_or_table, reference=True, **kwargs)}
     pos = None if positions is None else torch.from_numpy(np.asarray(positions))
@@ -138,8 +139,8 @@ def test_every_apply_path_uses_the_calls_seq_len(spec, positions):
     q, k = qk(spec)
     seq_len = int(positions.max()) + 1
     right = rotary.Table(spec, seq_len=seq_len, storage="on_the_fly")
-    want_q, want_k = rotary.apply(q, k, positions, right, reference=True)
-    stale_q, _ = rotary.apply(q, k, positions, rotary.Table(spec, storage="on_the_fly"), seq_len=0, reference=True)
+    want_q, want_k = rotary.apply(q, k, positions, right, reference=True, layout="bshd")
+    stale_q, _ = rotary.apply(q, k, positions, rotary.Table(spec, storage="on_the_fly"), seq_len=0, reference=True, layout="bshd")
     scale = 2 * max(1.0, right.attention_scaling) * float(np.abs(q).max())
     bound = 3 * U * scale  # docs/numerics.md: the kernels are within 2u M + u |ref| of the reference
     assert np.max(np.abs(stale_q - want_q)) > 1000 * bound  # the old answer was wrong: this can fail
@@ -151,7 +152,7 @@ def test_every_apply_path_uses_the_calls_seq_len(spec, positions):
 def test_offsets_and_arange_calls_use_their_seq_len():
     q, k = qk(DYNAMIC)
     for kwargs, seq_len in ((dict(offsets=[0, 200]), 205), (dict(), 5), (dict(offsets=[10, 0]), 15)):
-        want, _ = rotary.apply(q, k, None, rotary.Table(DYNAMIC, seq_len=seq_len, storage="on_the_fly"), **kwargs)
+        want, _ = rotary.apply(q, k, None, rotary.Table(DYNAMIC, seq_len=seq_len, storage="on_the_fly"), layout="bshd", **kwargs)
         for way, (got, _) in rotate_all_ways(DYNAMIC, q, k, None, **kwargs).items():
             assert np.max(np.abs(got - want)) <= 3 * U * 2 * float(np.abs(q).max()), way
 
@@ -170,15 +171,15 @@ def test_a_table_that_cannot_serve_the_seq_len_is_an_error(way):
     qt, kt = torch.from_numpy(q), torch.from_numpy(k)
     out = (torch.full_like(qt, 7.0), torch.full_like(kt, 7.0))
     calls = {
-        "apply": lambda: rotary.apply(q, k, positions, STALE_TABLE),
-        "apply-reference": lambda: rotary.apply(q, k, positions, STALE_TABLE, reference=True),
+        "apply": lambda: rotary.apply(q, k, positions, STALE_TABLE, layout="bshd"),
+        "apply-reference": lambda: rotary.apply(q, k, positions, STALE_TABLE, reference=True, layout="bshd"),
         "table": lambda: rotary.table(STALE_TABLE, positions),
         "rows": lambda: STALE_TABLE.rows(positions),
         "cos_sin": lambda: STALE_TABLE.cos_sin(positions),
-        "torch-auto": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE),
-        "torch-torch": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, backend="torch"),
-        "torch-out": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, out=out),
-        "torch-inplace": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, inplace=True),
+        "torch-auto": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, layout="bshd"),
+        "torch-torch": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, backend="torch", layout="bshd"),
+        "torch-out": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, out=out, layout="bshd"),
+        "torch-inplace": lambda: rt.apply_rotary(qt, kt, torch.from_numpy(positions), STALE_TABLE, inplace=True, layout="bshd"),
     }
     with pytest.raises(rotary.RotaryError, match="seq_len") as error:
         calls[way]()
@@ -188,14 +189,14 @@ def test_a_table_that_cannot_serve_the_seq_len_is_an_error(way):
     assert np.array_equal(q, q0) and np.array_equal(k, k0)
     assert bool((out[0] == 7.0).all()) and bool((out[1] == 7.0).all())
     # Named on purpose, the same table answers.
-    rotary.apply(q, k, positions, STALE_TABLE, seq_len=0)
+    rotary.apply(q, k, positions, STALE_TABLE, seq_len=0, layout="bshd")
 
 
 def test_dynamic_grown_tables_are_kept_few_and_computed_on_the_fly():
     spec = rotary.Spec.from_hf_config(dict(DYNAMIC_CONFIG, model_type="llama"))
     q, k = qk(spec, batch=1, seq=1)
     for position in range(100, 140):  # a decode loop past max_position_embeddings: one seq_len per step
-        rotary.apply(q, k, np.array([[position]]), spec)
+        rotary.apply(q, k, np.array([[position]]), spec, layout="bshd")
     entries = rotary._table._SHARED[spec]
     grown = [slot for slot in entries if slot[2] != 0]
     assert len(grown) == rotary._table._GROWN_TABLES_KEPT
@@ -231,8 +232,8 @@ def test_apply_in_place_refuses_read_only_arrays(read_only_mmap):
     x = read_only_mmap  # bhsd-shaped (1, 2, 4, 32) read as bshd: 1 batch, 2 tokens, 4 heads
     before = np.array(x)
     k = np.zeros((1, 2, 1, 32), np.float32)
-    for name, call in (("q", lambda: rotary.apply(x, k, None, PLAIN, inplace=True)),
-                       ("k", lambda: rotary.apply(k, x, None, PLAIN, inplace=True))):
+    for name, call in (("q", lambda: rotary.apply(x, k, None, PLAIN, inplace=True, layout="bshd")),
+                       ("k", lambda: rotary.apply(k, x, None, PLAIN, inplace=True, layout="bshd"))):
         with pytest.raises(rotary.RotaryError, match=rf"{name} must be writable \(got a read-only array\)"):
             call()
     assert np.array_equal(np.array(x), before)
@@ -243,17 +244,17 @@ def bad_calls():
     """(name, kwargs for apply / apply_rotary, message fragments). q (2, 5, 3, 32), k (2, 5, 2, 32) bshd."""
     return [
         ("transposed positions", dict(positions=np.zeros((5, 2), np.int64)),
-         ["positions must have shape [2, 5] or [1, 5] or [5]", "got shape (5, 2)"]),
-        ("position count", dict(positions=np.zeros((2, 4), np.int64)), ["positions must have shape", "got shape (2, 4)"]),
-        ("flat positions", dict(positions=np.zeros(10, np.int64)), ["positions must have shape", "got shape (10,)"]),
-        ("empty positions", dict(positions=[]), ["positions must have shape", "got shape (0,)"]),
+         ["positions has shape (5, 2); q has 10 tokens (batch 2 x seq 5, layout bshd): expected (2, 5), (1, 5) or (5,)"]),
+        ("position count", dict(positions=np.zeros((2, 4), np.int64)), ["positions has shape (2, 4); q has 10 tokens", "expected (2, 5)"]),
+        ("flat positions", dict(positions=np.zeros(10, np.int64)), ["positions has shape (10,); q has 10 tokens", "expected (2, 5)"]),
+        ("empty positions", dict(positions=[]), ["positions has shape (0,); q has 10 tokens", "expected (2, 5)"]),
         ("float positions", dict(positions=np.zeros((2, 5))), ["positions must hold integers (got dtype ", "float64)"]),
         ("uint64 positions", dict(positions=np.full((2, 5), 2**63, np.uint64)),
          ["positions values must fit in int64 (got 9223372036854775808)"]),
         ("negative position", dict(positions=np.array([[0, 1, -4, 2, 3]] * 2)), ["positions.per_token[2]", "got -4"]),
-        ("offsets count", dict(offsets=np.array([0, 1, 2])), ["offsets must have shape [2]", "got shape (3,)"]),
-        ("empty offsets", dict(offsets=[]), ["offsets must have shape [2]", "got shape (0,)"]),
-        ("offsets 2-D", dict(offsets=np.zeros((2, 1), np.int64)), ["offsets must have shape [2]", "got shape (2, 1)"]),
+        ("offsets count", dict(offsets=np.array([0, 1, 2])), ["offsets has shape (3,): expected (2,)"]),
+        ("empty offsets", dict(offsets=[]), ["offsets has shape (0,): expected (2,)"]),
+        ("offsets 2-D", dict(offsets=np.zeros((2, 1), np.int64)), ["offsets has shape (2, 1): expected (2,)"]),
         ("cu_seqlens for bshd", dict(cu_seqlens=np.array([0, 10])), ["cu_seqlens is only for the thd layout"]),
         ("fractional rotary_offset", dict(rotary_offset=1.5), ["rotary_offset must be an integer (got 1.5)"]),
         ("bool rotary_offset", dict(rotary_offset=True), ["rotary_offset must be an integer (got True)"]),
@@ -277,9 +278,9 @@ def thd_bad_calls():
                                                                 "got 4"]),
         ("2-D cu_seqlens", dict(cu_seqlens=np.array([[0, 10]])), ["cu_seqlens must be 1-D", "got shape (1, 2)"]),
         ("thd positions [tokens, 1]", dict(cu_seqlens=np.array([0, 10]), positions=np.zeros((10, 1), np.int64)),
-         ["positions must have shape [10] or [1, 10]", "got shape (10, 1)"]),
+         ["positions has shape (10, 1); q has 10 tokens (layout thd): expected (10,) or (1, 10)"]),
         ("thd offsets count", dict(cu_seqlens=np.array([0, 4, 10]), offsets=np.array([0])),
-         ["offsets must have shape [2]", "got shape (1,)"]),
+         ["offsets has shape (1,): expected (2,)"]),
     ]
 
 
@@ -287,9 +288,8 @@ def mrope_bad_calls():
     """M-RoPE q (1, 5, 2, 128), k (1, 5, 1, 128) bshd."""
     return [
         ("mrope [tokens, 3]", dict(positions=np.zeros((5, 3), np.int64)),
-         ["positions must have shape [3, 1, 5]", "got shape (5, 3)"]),
-        ("mrope one stream", dict(positions=np.zeros((1, 5), np.int64)), ["positions must have shape [3, 1, 5]",
-                                                                         "got shape (1, 5)"]),
+         ["positions has shape (5, 3)", "expected (3, 1, 5)"]),
+        ("mrope one stream", dict(positions=np.zeros((1, 5), np.int64)), ["positions has shape (1, 5)", "expected (3, 1, 5)"]),
     ]
 
 
@@ -342,23 +342,23 @@ def test_one_validation_for_every_api_and_backend(name, spec, layout, kwargs, fr
 
 def test_torch_backend_honours_out_and_refuses_what_the_kernel_refuses():
     q, k = (torch.from_numpy(a) for a in qk(PLAIN))
-    want = rt.apply_rotary(q, k, None, PLAIN)
+    want = rt.apply_rotary(q, k, None, PLAIN, layout="bshd")
     buffers = (torch.zeros_like(q), torch.zeros_like(k))
-    got = rt.apply_rotary(q, k, None, PLAIN, out=buffers, backend="torch")
+    got = rt.apply_rotary(q, k, None, PLAIN, out=buffers, backend="torch", layout="bshd")
     assert got[0] is buffers[0] and got[1] is buffers[1]
     assert torch.allclose(buffers[0], want[0], rtol=0, atol=1e-6) and float(buffers[0].abs().max()) > 0
     for backend in ("auto", "torch"):
         with pytest.raises(rotary.RotaryError, match=r"out= and inplace=True exclude each other \(got both\)"):
-            rt.apply_rotary(q, k, None, PLAIN, out=buffers, inplace=True, backend=backend)
+            rt.apply_rotary(q, k, None, PLAIN, out=buffers, inplace=True, backend=backend, layout="bshd")
         leaf = q.clone().requires_grad_()
         with pytest.raises(rotary.RotaryError, match=r"inplace=True does not record gradients"):
-            rt.apply_rotary(leaf, k, None, PLAIN, inplace=True, backend=backend)
+            rt.apply_rotary(leaf, k, None, PLAIN, inplace=True, backend=backend, layout="bshd")
         with pytest.raises(rotary.RotaryError, match=r"out= does not record gradients"):
-            rt.apply_rotary(leaf, k, None, PLAIN, out=buffers, backend=backend)
+            rt.apply_rotary(leaf, k, None, PLAIN, out=buffers, backend=backend, layout="bshd")
         with pytest.raises(rotary.RotaryError, match=r"q_out must have shape \(2, 5, 3, 32\) and dtype torch.float32"):
-            rt.apply_rotary(q, k, None, PLAIN, out=(torch.zeros(2, 5, 3, 31), buffers[1]), backend=backend)
+            rt.apply_rotary(q, k, None, PLAIN, out=(torch.zeros(2, 5, 3, 31), buffers[1]), backend=backend, layout="bshd")
         with pytest.raises(rotary.RotaryError, match=r"k_out must have shape .* \(got shape \(2, 5, 2, 32\), torch.float16"):
-            rt.apply_rotary(q, k, None, PLAIN, out=(buffers[0], buffers[1].half()), backend=backend)
+            rt.apply_rotary(q, k, None, PLAIN, out=(buffers[0], buffers[1].half()), backend=backend, layout="bshd")
 
 
 @pytest.mark.parametrize("argument", ["positions", "offsets"])
@@ -375,7 +375,7 @@ def test_meta_positions_with_cpu_tensors_are_refused(argument):
 
 def test_meta_tensors_give_shapes_only():
     q, k = torch.empty(2, 5, 3, 32, device="meta"), torch.empty(2, 5, 2, 32, device="meta")
-    got_q, got_k = rt.apply_rotary(q, k, torch.zeros(2, 5, dtype=torch.int64, device="meta"), PLAIN)
+    got_q, got_k = rt.apply_rotary(q, k, torch.zeros(2, 5, dtype=torch.int64, device="meta"), PLAIN, layout="bshd")
     assert got_q.device.type == "meta" and got_q.shape == q.shape and got_k.shape == k.shape
 
 
@@ -384,21 +384,21 @@ def test_uint_positions_in_torch_report_their_true_value():
     huge = torch.full((2, 5), 2**63 + 5, dtype=torch.uint64)
     for backend in ("auto", "torch"):
         with pytest.raises(rotary.RotaryError, match=r"positions values must fit in int64 \(got 9223372036854775813\)"):
-            rt.apply_rotary(q, k, huge, PLAIN, backend=backend)
+            rt.apply_rotary(q, k, huge, PLAIN, backend=backend, layout="bshd")
     small = torch.from_numpy(np.arange(10, dtype=np.uint16).reshape(2, 5))
-    want = rt.apply_rotary(q, k, small.to(torch.int64), PLAIN)
-    assert torch.equal(rt.apply_rotary(q, k, small, PLAIN)[0], want[0])
+    want = rt.apply_rotary(q, k, small.to(torch.int64), PLAIN, layout="bshd")
+    assert torch.equal(rt.apply_rotary(q, k, small, PLAIN, layout="bshd")[0], want[0])
 
 
 def test_positions_broadcast_like_hugging_faces_position_ids():
     q, k = qk(PLAIN)
     row = np.arange(7, 12)
     full = np.stack([row, row])
-    want = rotary.apply(q, k, full, PLAIN)
+    want = rotary.apply(q, k, full, PLAIN, layout="bshd")
     for given in (row, row[None]):
-        got = rotary.apply(q, k, given, PLAIN)
+        got = rotary.apply(q, k, given, PLAIN, layout="bshd")
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-        got_t = rt.apply_rotary(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(given), PLAIN)
+        got_t = rt.apply_rotary(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(given), PLAIN, layout="bshd")
         assert np.array_equal(got_t[0].numpy(), want[0])
 
 
@@ -443,8 +443,8 @@ def test_a_discarded_spec_frees_its_tables_without_the_cyclic_gc():
         shared_before = len(rotary._table._SHARED)
         spec = rotary.Spec.preset("llama-3.1-8b")
         q = rng().standard_normal((1, 4, 2, 128)).astype(np.float32)
-        rotary.apply(q, None, None, spec)
-        rotary.apply(q, None, None, spec, style="gptj", precision="hf")
+        rotary.apply(q, None, None, spec, layout="bshd")
+        rotary.apply(q, None, None, spec, style="gptj", precision="hf", layout="bshd")
         rotary.table(spec, np.arange(10))
         assert len(rotary._table._SHARED) == shared_before + 1
         alive = weakref.ref(spec)

@@ -82,7 +82,7 @@ def test_apply_matches_exact_q_k_embed(case, style):
     expected_q = tensor(case["exact_f64"][f"q_embed_{suffix}"])
     expected_k = tensor(case["exact_f64"][f"k_embed_{suffix}"])
     # [tokens, heads, dim] as bshd with batch 1; positions [1, tokens].
-    q_out, k_out = rotary.apply(q[None], k[None], positions[None], table)
+    q_out, k_out = rotary.apply(q[None], k[None], positions[None], table, layout="bshd")
     cos, sin = table.cos_sin(positions, float64=True)
     for x, got, ref in ((q, q_out[0], expected_q), (k, k_out[0], expected_k)):
         d = cos.shape[-1]

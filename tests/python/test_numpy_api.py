@@ -97,12 +97,12 @@ def test_out_of_place_leaves_inputs_and_in_place_is_zero_copy(rng):
     q = rng.standard_normal((2, 5, 4, 128)).astype(np.float32)
     k = rng.standard_normal((2, 5, 2, 128)).astype(np.float32)
     q0 = q.copy()
-    q_out, _ = rotary.apply(q, k, None, spec)
+    q_out, _ = rotary.apply(q, k, None, spec, layout="bshd")
     np.testing.assert_array_equal(q, q0)
     assert not np.array_equal(q_out[:, 1:], q0[:, 1:])  # position 0 is the identity
     np.testing.assert_array_equal(q_out[:, 0], q0[:, 0])
     address = q.__array_interface__["data"][0]
-    out, _ = rotary.apply(q, k, None, spec, inplace=True)
+    out, _ = rotary.apply(q, k, None, spec, inplace=True, layout="bshd")
     assert out.__array_interface__["data"][0] == address
     np.testing.assert_array_equal(q, q_out)
 
@@ -112,8 +112,8 @@ def test_backward_inverts_forward_without_scaling(rng):
     q = rng.standard_normal((1, 64, 4, 128))
     k = rng.standard_normal((1, 64, 2, 128))
     positions = rng.integers(0, 100000, size=(1, 64))
-    fq, fk = rotary.apply(q, k, positions, spec)
-    bq, bk = rotary.apply(fq, fk, positions, spec, direction="backward")
+    fq, fk = rotary.apply(q, k, positions, spec, layout="bshd")
+    bq, bk = rotary.apply(fq, fk, positions, spec, direction="backward", layout="bshd")
     # float64 storage goes through the float64 reference: error ~ a few 2^-52 times the angle's
     # float32 table rounding cancels exactly (same C, S both ways); 1e-12 absolute is generous.
     np.testing.assert_allclose(bq, q, atol=1e-12)
@@ -123,10 +123,10 @@ def test_backward_inverts_forward_without_scaling(rng):
 def test_style_override_matches_a_gptj_spec(rng):
     spec = rotary.Spec.preset("llama-2-7b")
     q = rng.standard_normal((1, 9, 2, 128)).astype(np.float32)
-    a, _ = rotary.apply(q, None, None, spec, style="gptj")
-    b, _ = rotary.apply(q, None, None, spec.replace(style="gptj"))
+    a, _ = rotary.apply(q, None, None, spec, style="gptj", layout="bshd")
+    b, _ = rotary.apply(q, None, None, spec.replace(style="gptj"), layout="bshd")
     np.testing.assert_array_equal(a, b)
-    c, _ = rotary.apply(q, None, None, spec)
+    c, _ = rotary.apply(q, None, None, spec, layout="bshd")
     assert not np.array_equal(a, c)
 
 
@@ -155,8 +155,8 @@ def test_mrope_positions_pick_streams(rng):
     q = rng.standard_normal((1, 12, 4, spec.head_dim)).astype(np.float32)
     k = rng.standard_normal((1, 12, 2, spec.head_dim)).astype(np.float32)
     positions = rng.integers(0, 5000, size=(3, 1, 12))
-    q_out, k_out = rotary.apply(q, k, positions, spec)
-    q_ref, k_ref = rotary.apply(q, k, positions, spec, reference=True)
+    q_out, k_out = rotary.apply(q, k, positions, spec, layout="bshd")
+    q_ref, k_ref = rotary.apply(q, k, positions, spec, reference=True, layout="bshd")
     assert_close_to_reference(q_out, q_ref, q, "float32", 1.0)
     assert_close_to_reference(k_out, k_ref, k, "float32", 1.0)
 
@@ -167,11 +167,11 @@ def test_every_cpu_target_matches_the_reference(rng, target):
     q = rng.standard_normal((2, 33, 8, 128)).astype(np.float32)
     k = rng.standard_normal((2, 33, 2, 128)).astype(np.float32)
     positions = rng.integers(0, 1 << 20, size=(2, 33))
-    q_ref, _ = rotary.apply(q, k, positions, spec, reference=True)
+    q_ref, _ = rotary.apply(q, k, positions, spec, reference=True, layout="bshd")
     try:
         rotary.force_cpu_target(target)
         assert rotary.current_cpu_target() == target
-        q_out, _ = rotary.apply(q, k, positions, spec)
+        q_out, _ = rotary.apply(q, k, positions, spec, layout="bshd")
     finally:
         rotary.force_cpu_target("")
     assert_close_to_reference(q_out, q_ref, q, "float32", 1.0)
@@ -184,9 +184,9 @@ def test_results_do_not_depend_on_the_thread_count(rng):
     before = rotary.num_threads()
     try:
         rotary.set_num_threads(1)
-        one = rotary.apply(q, k, None, spec)
+        one = rotary.apply(q, k, None, spec, layout="bshd")
         rotary.set_num_threads(2)
-        two = rotary.apply(q, k, None, spec)
+        two = rotary.apply(q, k, None, spec, layout="bshd")
     finally:
         rotary.set_num_threads(before)
     np.testing.assert_array_equal(one[0], two[0])
@@ -222,8 +222,8 @@ def test_presets_and_layer_types():
 def test_float_positions_and_unsigned_positions():
     spec = rotary.Spec.preset("llama-2-7b")
     q = np.ones((1, 3, 1, 128), np.float32)
-    a, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.uint32), spec)
-    b, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.int64), spec)
+    a, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.uint32), spec, layout="bshd")
+    b, _ = rotary.apply(q, None, np.array([[0, 1, 2]], np.int64), spec, layout="bshd")
     np.testing.assert_array_equal(a, b)
 
 

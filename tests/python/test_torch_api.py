@@ -136,10 +136,10 @@ def test_gradient_is_the_transposed_rotation_in_float32():
     spec = rotary.Spec.preset("llama-3.1-8b")
     q = torch.randn(1, 16, 4, 128, requires_grad=True)
     k = torch.randn(1, 16, 2, 128, requires_grad=True)
-    q_out, k_out = rt.apply_rotary(q, k, None, spec)
+    q_out, k_out = rt.apply_rotary(q, k, None, spec, layout="bshd")
     gq, gk = torch.randn_like(q_out), torch.randn_like(k_out)
     (q_out * gq).sum().add((k_out * gk).sum()).backward()
-    expect_q, expect_k = rt.apply_rotary(gq, gk, None, spec, direction="backward")
+    expect_q, expect_k = rt.apply_rotary(gq, gk, None, spec, direction="backward", layout="bshd")
     assert torch.equal(q.grad, expect_q) and torch.equal(k.grad, expect_k)
 
 
@@ -183,11 +183,11 @@ def test_non_contiguous_inputs_and_in_place():
     qkv = torch.randn(2, 9, 32 + 8 + 8, 128)  # a fused qkv projection, bshd
     q, k = qkv[:, :, :32], qkv[:, :, 32:40]
     assert not q.is_contiguous()
-    expect_q, expect_k = rt.apply_rotary(q.contiguous(), k.contiguous(), None, spec)
-    got_q, got_k = rt.apply_rotary(q, k, None, spec)
+    expect_q, expect_k = rt.apply_rotary(q.contiguous(), k.contiguous(), None, spec, layout="bshd")
+    got_q, got_k = rt.apply_rotary(q, k, None, spec, layout="bshd")
     assert torch.equal(got_q, expect_q) and torch.equal(got_k, expect_k)
     v_before = qkv[:, :, 40:].clone()
-    out_q, out_k = rt.apply_rotary(q, k, None, spec, inplace=True)
+    out_q, out_k = rt.apply_rotary(q, k, None, spec, inplace=True, layout="bshd")
     assert out_q is q and torch.equal(q, expect_q) and torch.equal(k, expect_k)
     assert torch.equal(qkv[:, :, 40:], v_before)  # v untouched
 
@@ -205,7 +205,7 @@ def test_torch_compile_fullgraph():
             qk = self.proj(x)
             q = qk[..., : 4 * 128].unflatten(-1, (4, 128))
             k = qk[..., 4 * 128:].unflatten(-1, (2, 128))
-            q, k = rt.apply_rotary(q, k, positions, spec)
+            q, k = rt.apply_rotary(q, k, positions, spec, layout="bshd")
             return (q.sum(-2) * k.sum(-2)).sum()
 
     model = Attention()
@@ -224,8 +224,8 @@ def test_torch_compile_fullgraph():
     # The op's own output is the kernel's, bit for bit, inside the compiled graph.
     q = torch.randn(2, 8, 4, 128)
     k = torch.randn(2, 8, 2, 128)
-    compiled_op = torch.compile(lambda a, b: rt.apply_rotary(a, b, positions, spec), fullgraph=True)
-    got, expect = compiled_op(q, k), rt.apply_rotary(q, k, positions, spec)
+    compiled_op = torch.compile(lambda a, b: rt.apply_rotary(a, b, positions, spec, layout="bshd"), fullgraph=True)
+    got, expect = compiled_op(q, k), rt.apply_rotary(q, k, positions, spec, layout="bshd")
     assert torch.equal(got[0], expect[0]) and torch.equal(got[1], expect[1])
 
 
@@ -234,7 +234,7 @@ def test_inplace_refuses_tensors_that_need_gradients():
     q = torch.randn(1, 2, 2, 128, requires_grad=True)
     k = torch.randn(1, 2, 2, 128)
     with pytest.raises(rotary.RotaryError, match="inplace=True does not record gradients"):
-        rt.apply_rotary(q, k, None, spec, inplace=True)
+        rt.apply_rotary(q, k, None, spec, inplace=True, layout="bshd")
 
 
 def test_rotary_embedding_matches_hf_dynamic_growth_and_reset():
