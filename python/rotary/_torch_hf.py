@@ -14,6 +14,7 @@ as an integer id given once, at construction.
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
 import itertools
 import math
@@ -960,7 +961,8 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     layer type. The inv_freq buffers keep the dtype model.to(dtype) gave transformers' (dtype rule:
     RotaryEmbedding). Rotary-embedding modules without a config (vision towers' position embeddings,
     forward(seqlen)) are left as they are. The module-level functions are replaced in the modeling
-    module, so every model of those classes in the process uses them."""
+    module, so every model of those classes in the process uses them, until unpatch_model (or the
+    `patched` context manager) undoes the patch of the last model that uses them."""
     if precision not in ("hf", "exact"):
         raise RotaryError(f"precision must be 'hf' or 'exact' (got {precision!r})")
     if rounding is not None and rounding not in ROUNDINGS:
@@ -998,17 +1000,99 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
             function.rotary_original = original
             function.rotary_variant = description
             functions.append((modeling, name, function))
-    # 2. Apply.
+    # 2. Apply, keeping what unpatch_model needs to put everything back.
     replaced = []
+    undo = _PatchRecord()
     for path, new in embeddings:
         parent_name, _, attr = path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
+        undo.modules.append((parent_name, attr, getattr(parent, attr)))
         setattr(parent, attr, new)
         replaced.append(path)
     for path, holder, table in tables:
+        undo.buffers.append((path, holder.embed_positions, "embed_positions" not in holder._non_persistent_buffers_set))
         holder.register_buffer("embed_positions", table, persistent=False)
         replaced.append(f"{path}.embed_positions")
     for modeling, name, function in functions:
+        key = (modeling.__name__, name)
+        original, users = _FUNCTION_USERS.setdefault(key, (function.rotary_original, weakref.WeakSet()))
+        users.add(model)
+        undo.functions.append(key)
         setattr(modeling, name, function)
         replaced.append(f"{modeling.__name__}.{name}")
+    model._rotary_patch = undo
     return replaced
+
+
+class _PatchRecord:
+    """What patch_model replaced in one model: (parent path, attribute, old module), (holder path,
+    old buffer, persistent) and the module-level functions' keys. Kept on the model as
+    model._rotary_patch (a plain attribute: not a submodule, not in the state dict); paths, not
+    modules, so that the record makes no reference cycle through the model."""
+
+    def __init__(self):
+        self.modules: list = []
+        self.buffers: list = []
+        self.functions: list = []
+
+
+# Module-level functions are process-wide: every patched model of a modeling module shares them.
+# (module name, function name) -> (transformers' original, the live patched models using it);
+# the original goes back when the last of those models is unpatched (a model that was dropped
+# without unpatch_model stops counting once it is collected).
+_FUNCTION_USERS: dict = {}
+
+
+def unpatch_model(model) -> list:
+    """Undoes patch_model(model): puts back the model's own rotary-embedding modules and position
+    tables, and transformers' apply functions in the modeling modules once no other patched model
+    uses rotary's (they are process-wide). Returns the list of what was restored. A model that
+    patch_model did not patch is a RotaryError."""
+    undo = getattr(model, "_rotary_patch", None)
+    if not isinstance(undo, _PatchRecord):
+        raise RotaryError(f"unpatch_model: {type(model).__name__} was not patched by rotary.torch.patch_model "
+                          "(nothing to undo)")
+    restored = []
+    for parent_name, attr, old in undo.modules:
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, old)
+        restored.append(f"{parent_name}.{attr}" if parent_name else attr)
+    for path, old, persistent in undo.buffers:
+        model.get_submodule(path).register_buffer("embed_positions", old, persistent=persistent)
+        restored.append(f"{path}.embed_positions")
+    collected = False
+    for key in undo.functions:
+        entry = _FUNCTION_USERS.get(key)
+        if entry is None:
+            continue
+        original, users = entry
+        users.discard(model)
+        if users and not collected:
+            gc.collect()  # patched models dropped in a reference cycle no longer count
+            collected = True
+        if users:
+            continue
+        module = sys.modules.get(key[0])
+        current = getattr(module, key[1], None)
+        if module is not None and getattr(current, "rotary_original", None) is original:
+            setattr(module, key[1], original)  # only rotary's own replacement is taken back
+            restored.append(f"{key[0]}.{key[1]}")
+        del _FUNCTION_USERS[key]
+    del model._rotary_patch
+    return restored
+
+
+class patched:
+    """patch_model as a context manager: ``with rotary.torch.patched(model): ...`` runs the block
+    on rotary's RoPE and undoes the patch on exit (also when the block raises). Takes
+    patch_model's arguments; `as` gives the list of what was replaced."""
+
+    def __init__(self, model, **kwargs):
+        self._model = model
+        self._kwargs = kwargs
+
+    def __enter__(self) -> list:
+        return patch_model(self._model, **self._kwargs)
+
+    def __exit__(self, *exc) -> None:
+        unpatch_model(self._model)

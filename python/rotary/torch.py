@@ -13,7 +13,9 @@ Hugging Face drop-in, two lines in a model:
     model.model.rotary_emb = rotary.torch.RotaryEmbedding(
         model.config, dtype=model.model.rotary_emb.inv_freq.dtype)  # model.to(bf16) casts HF's buffer
     modeling_llama.apply_rotary_pos_emb = rotary.torch.apply_rotary_pos_emb
-(or rotary.torch.patch_model(model)). precision="hf" reproduces transformers' cos/sin and its
+(or rotary.torch.patch_model(model); unpatch_model(model) or `with rotary.torch.patched(model):`
+undoes it; the module-level functions are replaced process-wide while any model is patched).
+precision="hf" reproduces transformers' cos/sin and its
 arithmetic bit for bit; precision="exact" gives correctly rounded cos/sin and one rounding per
 output. Sources: transformers modeling_rope_utils.py (ROPE_INIT_FUNCTIONS, dynamic_rope_update)
 and modeling_llama.py (LlamaRotaryEmbedding, apply_rotary_pos_emb, rotate_half).
@@ -25,7 +27,9 @@ from ._torch_hf import (
     apply_rotary_pos_emb_interleave,
     hf_inv_freq,
     patch_model,
+    patched,
     rotate_half,
+    unpatch_model,
 )
 from ._torch_ops import apply_rotary
 
@@ -37,5 +41,7 @@ __all__ = [
     "rotate_half",
     "RotaryEmbedding",
     "patch_model",
+    "unpatch_model",
+    "patched",
     "hf_inv_freq",
 ]

@@ -296,3 +296,80 @@ def test_deep_copy_of_a_patched_model_has_its_own_state(restore_modeling):
     at(model, 0)  # the original resets ...
     assert not torch.equal(at(model, 60), grown)  # ... and grows to 68: new frequencies
     assert torch.equal(at(twin, 60), grown)  # the copy still has its own, grown state
+
+
+# ---- undoing the patch ----------------------------------------------------------------------------------
+def test_unpatch_model_restores_the_model_and_transformers_functions(restore_modeling):
+    from transformers.models.llama import modeling_llama
+
+    model = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
+    restore_modeling(model)
+    original_module = model.model.rotary_emb
+    original_function = modeling_llama.apply_rotary_pos_emb
+    ids = {"input_ids": torch.randint(3, 97, (2, 7), generator=torch.Generator().manual_seed(3)),
+           "position_ids": torch.arange(7)[None] + 4000}
+    before = output(model, ids)
+    replaced = rt.patch_model(model, precision="exact")
+    assert isinstance(model.model.rotary_emb, rt.RotaryEmbedding)
+    assert modeling_llama.apply_rotary_pos_emb is not original_function
+    exact = output(model, ids)
+    assert not torch.equal(exact, before)  # exact cos/sin at 4000+ differ from float32 angles: the patch ran
+    restored = rt.unpatch_model(model)
+    assert model.model.rotary_emb is original_module
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+    assert restored == ["model.rotary_emb", "transformers.models.llama.modeling_llama.apply_rotary_pos_emb"]
+    assert replaced == ["model.rotary_emb", "transformers.models.llama.modeling_llama.apply_rotary_pos_emb"]
+    assert torch.equal(output(model, ids), before)
+    with pytest.raises(rotary.RotaryError, match=r"unpatch_model: LlamaForCausalLM was not patched by "
+                                                 r"rotary.torch.patch_model \(nothing to undo\)"):
+        rt.unpatch_model(model)
+    rt.patch_model(model)  # a model unpatched can be patched again
+    rt.unpatch_model(model)
+
+
+def test_the_functions_stay_patched_while_another_model_uses_them(restore_modeling):
+    from transformers.models.llama import modeling_llama
+
+    first = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
+    second = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32, seed=1)
+    restore_modeling(first)
+    original_function = modeling_llama.apply_rotary_pos_emb
+    rt.patch_model(first)
+    rt.patch_model(second)
+    rt.unpatch_model(first)
+    assert hasattr(modeling_llama.apply_rotary_pos_emb, "rotary_original")  # second still runs on it
+    assert isinstance(second.model.rotary_emb, rt.RotaryEmbedding)
+    rt.unpatch_model(second)
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+
+
+def test_patched_context_manager_undoes_on_exit_and_on_error(restore_modeling):
+    from transformers.models.llama import modeling_llama
+
+    model = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
+    restore_modeling(model)
+    original_function = modeling_llama.apply_rotary_pos_emb
+    with rt.patched(model, precision="exact") as replaced:
+        assert "model.rotary_emb" in replaced
+        assert isinstance(model.model.rotary_emb, rt.RotaryEmbedding)
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+    assert not isinstance(model.model.rotary_emb, rt.RotaryEmbedding)
+    with pytest.raises(KeyError):
+        with rt.patched(model):
+            raise KeyError("inside")
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+    assert not isinstance(model.model.rotary_emb, rt.RotaryEmbedding)
+
+
+def test_unpatch_puts_gptj_position_tables_back(restore_modeling):
+    config = small(T.GPTJConfig, n_embd=64, n_head=4, n_layer=2, rotary_dim=8, n_positions=64)
+    model = build(T.GPTJForCausalLM, config, torch.float32)
+    restore_modeling(model)
+    holder = next(m for m in model.modules() if hasattr(m, "embed_positions"))
+    table = holder.embed_positions
+    persistent = "embed_positions" not in holder._non_persistent_buffers_set
+    rt.patch_model(model)
+    assert holder.embed_positions is not table
+    rt.unpatch_model(model)
+    assert holder.embed_positions is table
+    assert ("embed_positions" not in holder._non_persistent_buffers_set) == persistent
