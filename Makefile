@@ -1,7 +1,9 @@
 # The README's commands. A thin wrapper over CMake; every target first installs what is missing.
-#   make run    install, build, then on the default preset (llama-3.1-8b): explain, check,
-#               a short bench, and the HTML report (build/report.html)
-#   make test   install, build, run every test (ctest, then pytest on the installed Python package)
+#   make run    install the C++ build's packages only (compiler, CMake, Ninja, Highway), build,
+#               then on the default preset (llama-3.1-8b): explain, check, a short bench, and the
+#               HTML report (build/report.html)
+#   make test   install everything (tests, browser, clang, Python packages), build, run every
+#               test (ctest, then pytest on the installed Python package)
 #   make python install the Python package into .venv (pip install ., incremental)
 #   make install   headers, libraries, CMake package and command under PREFIX (default /usr/local)
 #   make bench  install, build, run the benchmarks
@@ -14,24 +16,35 @@ CMAKE ?= cmake
 PYTHON ?= .venv/bin/python
 PREFIX ?= /usr/local
 
-.PHONY: all deps configure build python install run test bench sanitize fuzz-build fuzz fuzz-brief clean
+.PHONY: all deps deps-run configure configure-run build build-run python install run test bench sanitize \
+        fuzz-build fuzz fuzz-brief clean
 
 all: build
 
+# What each job installs (scripts/install-deps.sh): `run` the C++ build alone; everything else
+# the whole set (tests, benchmarks, browser, clang, the Python packages).
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh test
+deps-run:
+	@scripts/install-deps.sh run
 
+# One build directory for both; `make run` configures it without the tests and benchmarks (their
+# libraries are not installed for it), `make test` with them. Switching reuses every object.
 configure: deps
-	@if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
-	  $(CMAKE) -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE); \
-	fi
+	$(CMAKE) -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DROTARY_BUILD_TESTS=ON \
+	  -DROTARY_BUILD_BENCH=ON >/dev/null
+configure-run: deps-run
+	$(CMAKE) -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DROTARY_BUILD_TESTS=OFF \
+	  -DROTARY_BUILD_BENCH=OFF >/dev/null
 
 build: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+build-run: configure-run
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
 # The main job on the default preset (llama-3.1-8b): what its RoPE does, its property checks, a
 # short benchmark against this machine's copy bandwidth, and the HTML report.
-run: build
+run: build-run
 	./$(BUILD_DIR)/rotary explain
 	./$(BUILD_DIR)/rotary check
 	./$(BUILD_DIR)/rotary bench --quick --torch none
@@ -43,7 +56,7 @@ run: build
 python: deps
 	$(PYTHON) -m pip install --no-build-isolation -q .
 
-install: build
+install: build-run
 	$(CMAKE) --install $(BUILD_DIR) --prefix $(PREFIX)
 
 test: build python

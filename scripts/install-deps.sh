@@ -1,18 +1,43 @@
 #!/usr/bin/env bash
-# Installs what rotary's build and tests need, and nothing else; skips what is already there.
+# Installs what one of rotary's jobs needs, and nothing else; skips what is already there.
 # Idempotent: a second run installs nothing and takes well under a second.
 #
-#   System packages (Debian, apt-get): the compiler, CMake >= 3.25, Ninja, GoogleTest/GoogleMock,
-#   Google Benchmark, Highway (libhwy-dev 1.0.3, the SIMD kernels), Chromium (the report's
-#   browser test, headless), clang with libclang-rt-14-dev (libFuzzer and the sanitizer
-#   runtimes, for the fuzz targets in fuzz/).
-#   Python packages (PyPI, into .venv): listed in scripts/requirements.txt (torch, transformers,
-#   NumPy, pytest, matplotlib, and the build backend of the Python package).
+#   scripts/install-deps.sh run     the C++ build and the `rotary` command (`make run`, `make
+#                                   install`): compiler, CMake >= 3.25, Ninja, Highway (libhwy-dev,
+#                                   the SIMD kernels). No Python package, no browser, no clang.
+#   scripts/install-deps.sh [test]  everything (`make test`, `make sanitize`, `make fuzz`): the
+#                                   above, GoogleTest/GoogleMock, Google Benchmark, Chromium (the
+#                                   report's browser test, headless), clang with libclang-rt-14-dev
+#                                   (libFuzzer and the sanitizer runtimes), and the Python packages
+#                                   of scripts/requirements.txt (torch, transformers, NumPy, pytest,
+#                                   matplotlib, the build backend of the Python package) into .venv.
+#   scripts/install-deps.sh --list JOB   prints what JOB needs (Debian packages, then Python
+#                                   packages), installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(g++ make cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev chromium
-              clang libclang-rt-14-dev)
+list_only=0
+if [[ ${1:-} == --list ]]; then
+  list_only=1
+  shift
+fi
+job=${1:-test}
+run_packages=(g++ make cmake ninja-build libhwy-dev)
+test_packages=(libgtest-dev libgmock-dev libbenchmark-dev chromium clang libclang-rt-14-dev)
+case $job in
+  run) apt_packages=("${run_packages[@]}"); with_python=0 ;;
+  test) apt_packages=("${run_packages[@]}" "${test_packages[@]}"); with_python=1 ;;
+  *) echo "install-deps: unknown job '$job' (expected run or test)" >&2; exit 2 ;;
+esac
+requirements=scripts/requirements.txt
+
+if ((list_only)); then
+  printf 'debian %s\n' "${apt_packages[@]}"
+  if ((with_python)); then
+    grep -vE '^\s*(#|$)' "$requirements" | sed 's/^/pypi /'
+  fi
+  exit 0
+fi
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -37,9 +62,8 @@ if ((${#missing[@]} > 0)); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python packages, pinned, into the project's own virtual environment.
-requirements=scripts/requirements.txt
-if [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirements"; then
+# Python packages, pinned, into the project's own virtual environment (the test job only).
+if ((with_python)) && [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirements"; then
   if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
   fi
