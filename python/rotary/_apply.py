@@ -2,10 +2,14 @@
 include/rotary/apply_cos_sin.hpp), and the call preparation rotary.torch shares with them."""
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import _rotary
 from ._rotary import RotaryError
+from ._spec import Spec
 from ._table import Table, check_source, resolve
 from ._views import (
     call_seq_len,
@@ -58,9 +62,11 @@ def prepare_positions(positions, offsets, cu_seqlens, layout: str, q_shape, stre
     return per_token, seq_offsets, cu, batch, seq
 
 
-def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layout="bhsd",
-          style=None, inplace=False, direction="forward", precision=None, rotary_offset=0, xpos_length=0,
-          seq_len=None, reference=False):
+def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike], spec_or_table: Union[Spec, Table],
+          *, offsets: Optional[ArrayLike] = None, cu_seqlens: Optional[ArrayLike] = None, layout: str = "bhsd",
+          style: Optional[str] = None, inplace: bool = False, direction: str = "forward",
+          precision: Optional[str] = None, rotary_offset: int = 0, xpos_length: int = 0,
+          seq_len: Optional[int] = None, reference: bool = False) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """Rotates q and k (head counts may differ) by RoPE at each token's position.
 
     Every positional argument is required (k and positions may be None).
@@ -80,6 +86,13 @@ def apply(q, k, positions, spec_or_table, *, offsets=None, cu_seqlens=None, layo
                    largest position + 1, Hugging Face's rule.
     reference:     run the float64 reference instead of the SIMD kernels (float64 arrays always do).
     Returns (q_out, k_out) (k_out None when k is None).
+
+    >>> spec = rotary.Spec.preset("llama-3.1-8b")
+    >>> q = np.ones((1, 32, 4, 128), np.float32)      # Hugging Face's [batch, heads, seq, head_dim]
+    >>> k = np.ones((1, 8, 4, 128), np.float32)       # GQA: 8 key/value heads
+    >>> q_out, k_out = rotary.apply(q, k, np.arange(4)[None], spec)
+    >>> q_out.shape, k_out.shape, float(q_out[0, 0, 0, 0]), round(float(q_out[0, 0, 1, 0]), 6)
+    ((1, 32, 4, 128), (1, 8, 4, 128), 1.0, -0.301169)
     """
     if spec_or_table is None:
         raise RotaryError("spec_or_table is required: a rotary.Spec or rotary.Table (got None)")
@@ -131,12 +144,20 @@ def cos_sin_descriptor(array, name: str):
     return (address, dtype, "bshd", (shape[0], shape[1], 1, shape[2]), (strides[0], strides[1], 0, strides[2]))
 
 
-def apply_cos_sin(x, cos, sin, *, layout="bhsd", style="neox", direction="forward", rounding="once", out=None):
+def apply_cos_sin(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, layout: str = "bhsd", style: str = "neox",
+                  direction: str = "forward", rounding: str = "once", out: Optional[np.ndarray] = None) -> np.ndarray:
     """x * cos + rotate(x) * sin with explicit cos/sin (Hugging Face's apply_rotary_pos_emb for one
     tensor). cos/sin: [batch or 1, seq, rotary_dim] or [seq, rotary_dim]; the first rotary_dim
     elements of each head are rotated. rounding 'once' (float64 math, one rounding) or
     'like_torch' (bit-identical to eager PyTorch in x's dtype). out: a writable array to write
-    into (x itself for in place); default a new array."""
+    into (x itself for in place); default a new array.
+
+    >>> spec = rotary.Spec.preset("llama-3.1-8b")
+    >>> cos, sin = rotary.table(spec, np.arange(4))   # Hugging Face's cos/sin [seq, rotary_dim]
+    >>> x = np.ones((1, 32, 4, 128), np.float32)
+    >>> bool((rotary.apply_cos_sin(x, cos, sin) == rotary.apply(x, None, np.arange(4), spec)[0]).all())
+    True
+    """
     check_layout(layout)
     check_direction(direction)
     x_view = numpy_view(x, "x", layout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Optional, Union
 
 import numpy as np
 
@@ -93,15 +94,26 @@ class Spec:
 
     @classmethod
     def from_json(cls, text: str, source: str = "config.json") -> "Spec":
-        """A Hugging Face config.json's text (old rope_scaling or new rope_parameters form)."""
+        """A Hugging Face config.json's text (old rope_scaling or new rope_parameters form).
+
+        >>> rotary.Spec.from_json('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+        ...                       '"rope_theta": 500000.0}')
+        Spec(name='config.json', head_dim=128, rotary_dim=128, theta=500000, style='neox', scaling='default')
+        """
         if not isinstance(text, str):
             raise RotaryError(f"Spec.from_json: text must be a str (got {type(text).__name__})")
         return cls._from_parsed(_rotary.parse_hf_config(text, source))
 
     @classmethod
-    def from_hf_config(cls, config, *, layer_type: str | None = None) -> "Spec":
+    def from_hf_config(cls, config: Union[dict, str, "os.PathLike[str]", object], *,
+                       layer_type: str | None = None) -> "Spec":
         """From a config dict, a path to config.json (or its folder), or a transformers config
-        object (PretrainedConfig). layer_type picks a per-layer-type spec (Gemma 3: 'sliding_attention')."""
+        object (PretrainedConfig). layer_type picks a per-layer-type spec (Gemma 3: 'sliding_attention').
+
+        >>> rotary.Spec.from_hf_config({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        ...                             "max_position_embeddings": 8192, "rope_theta": 500000.0})
+        Spec(name='config', head_dim=128, rotary_dim=128, theta=500000, style='neox', scaling='default')
+        """
         if isinstance(config, dict):
             spec = cls.from_json(json.dumps(config, allow_nan=True, default=str), "config")
         elif isinstance(config, (str, os.PathLike)):
@@ -121,26 +133,45 @@ class Spec:
 
     @classmethod
     def preset(cls, name: str) -> "Spec":
-        """A built-in preset of a real model (rotary.presets() lists them)."""
+        """A built-in preset of a real model (rotary.presets() lists them).
+
+        >>> rotary.Spec.preset("llama-3.1-8b")
+        Spec(name='llama-3.1-8b', head_dim=128, rotary_dim=128, theta=500000, style='neox', scaling='llama3 x8')
+        """
         if not isinstance(name, str):
             raise RotaryError(f"Spec.preset: name must be a str (got {type(name).__name__})")
         return cls._from_parsed(_rotary.preset(name))
 
     @property
-    def layer_type_names(self) -> tuple:
+    def layer_type_names(self) -> tuple[str, ...]:
         """The layer types with their own RoPE parameters (Gemma 3: full_attention, sliding_attention)."""
         return tuple(sorted(self._layer_specs))
 
     def for_layer_type(self, layer_type: str) -> "Spec":
-        """The spec of one layer type of a model with per-layer-type RoPE (Gemma 3, Gemma 4)."""
+        """The spec of one layer type of a model with per-layer-type RoPE (Gemma 3, Gemma 4).
+
+        >>> gemma = rotary.Spec.from_hf_config({
+        ...     "model_type": "gemma3_text", "hidden_size": 64, "head_dim": 16, "num_attention_heads": 4,
+        ...     "layer_types": ["sliding_attention", "full_attention"],
+        ...     "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        ...                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}})
+        >>> gemma.layer_type_names
+        ('full_attention', 'sliding_attention')
+        >>> gemma.for_layer_type("full_attention")
+        Spec(name='config', head_dim=16, rotary_dim=16, theta=1e+06, style='neox', scaling='linear x8')
+        """
         if layer_type not in self._layer_specs:
             known = ", ".join(sorted(self._layer_specs)) or "none"
             raise RotaryError(f"layer_type must be one of the config's layer types ({known}) (got {layer_type!r})")
         return self._layer_specs[layer_type]
 
-    def replace(self, **changes) -> "Spec":
+    def replace(self, **changes: object) -> "Spec":
         """A copy with some fields changed (name, head_dim, rotary_dim, theta_base, style,
-        max_position_embeddings), validated."""
+        max_position_embeddings), validated.
+
+        >>> rotary.Spec.preset("llama-3.1-8b").replace(rotary_dim=64)
+        Spec(name='llama-3.1-8b', head_dim=128, rotary_dim=64, theta=500000, style='neox', scaling='llama3 x8')
+        """
         native = _rotary.RopeSpec(self._native)
         for field, value in changes.items():
             if field not in _REPLACEABLE:
@@ -151,24 +182,91 @@ class Spec:
         native.validate()
         return Spec(native, model_type=self.model_type)
 
-    # ---- fields ---------------------------------------------------------------------------------
-    name = property(lambda self: self._native.name)
-    head_dim = property(lambda self: self._native.head_dim)
-    rotary_dim = property(lambda self: self._native.rotary_dim)
-    num_pairs = property(lambda self: self._native.num_pairs)
-    theta_base = property(lambda self: self._native.theta_base)
-    style = property(lambda self: self._native.style, doc="'neox' (rotate_half) or 'gptj' (interleaved)")
-    rope_type = property(lambda self: self._native.rope_type, doc="Hugging Face's rope_type")
-    factor = property(lambda self: self._native.factor)
-    max_position_embeddings = property(lambda self: self._native.max_position_embeddings)
-    original_max_position_embeddings = property(lambda self: self._native.original_max_position_embeddings)
-    original_context = property(lambda self: self._native.original_context)
-    partial_rotary_factor = property(lambda self: self._native.partial_rotary_factor)
-    axes = property(lambda self: self._native.axes, doc="'single', 'mrope' or 'vision2d'")
-    mrope_section = property(lambda self: tuple(self._native.mrope_section))
-    xpos_scale_base = property(lambda self: self._native.xpos_scale_base)
-    num_attention_heads = property(lambda self: self._native.num_attention_heads)
-    num_key_value_heads = property(lambda self: self._native.num_key_value_heads)
+    # ---- fields (read-only) ------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The spec's name (a preset's, or the config's source)."""
+        return self._native.name
+
+    @property
+    def head_dim(self) -> int:
+        """Elements per attention head."""
+        return self._native.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Rotated elements per head (partial rotary: < head_dim)."""
+        return self._native.rotary_dim
+
+    @property
+    def num_pairs(self) -> int:
+        """Rotary_dim // 2: one frequency per pair."""
+        return self._native.num_pairs
+
+    @property
+    def theta_base(self) -> float:
+        """The RoPE base theta (rope_theta)."""
+        return self._native.theta_base
+
+    @property
+    def style(self) -> str:
+        """'neox' (rotate_half: pairs (i, i + rotary_dim/2)) or 'gptj' (interleaved: (2i, 2i+1))."""
+        return self._native.style
+
+    @property
+    def rope_type(self) -> str:
+        """Hugging Face's rope_type: 'default', 'linear', 'dynamic', 'yarn', 'longrope', 'llama3', ...."""
+        return self._native.rope_type
+
+    @property
+    def factor(self) -> Optional[float]:
+        """The scaling factor, None for unscaled RoPE."""
+        return self._native.factor
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """The context the model is configured for."""
+        return self._native.max_position_embeddings
+
+    @property
+    def original_max_position_embeddings(self) -> int:
+        """The pre-extension context (YaRN, LongRoPE, llama3); 0 if none."""
+        return self._native.original_max_position_embeddings
+
+    @property
+    def original_context(self) -> int:
+        """The context the frequencies were trained for."""
+        return self._native.original_context
+
+    @property
+    def partial_rotary_factor(self) -> float:
+        """Rotary_dim / head_dim as configured."""
+        return self._native.partial_rotary_factor
+
+    @property
+    def axes(self) -> str:
+        """'single', 'mrope' (Qwen2-VL t/h/w streams) or 'vision2d'."""
+        return self._native.axes
+
+    @property
+    def mrope_section(self) -> tuple:
+        """M-RoPE's pairs per stream (t, h, w); empty otherwise."""
+        return tuple(self._native.mrope_section)
+
+    @property
+    def xpos_scale_base(self) -> Optional[float]:
+        """XPos's scale_base, None without xPos."""
+        return self._native.xpos_scale_base
+
+    @property
+    def num_attention_heads(self) -> int:
+        """The model's query heads (0 = unknown)."""
+        return self._native.num_attention_heads
+
+    @property
+    def num_key_value_heads(self) -> int:
+        """The model's key/value heads (0 = unknown)."""
+        return self._native.num_key_value_heads
 
     @property
     def position_streams(self) -> int:
@@ -176,7 +274,7 @@ class Spec:
         return self._native.position_streams()
 
     @property
-    def pair_streams(self) -> tuple:
+    def pair_streams(self) -> tuple[int, ...]:
         """Which position stream each pair reads (all 0 for single-stream specs)."""
         return tuple(self._native.pair_streams())
 
@@ -187,7 +285,12 @@ class Spec:
 
     def frequencies(self, seq_len: int | None = None) -> Frequencies:
         """inv_freq (float64) and attention_scaling at seq_len (None: the construction-time values;
-        dynamic NTK and LongRoPE change with seq_len)."""
+        dynamic NTK and LongRoPE change with seq_len).
+
+        >>> f = rotary.Spec.preset("llama-3.1-8b").frequencies()
+        >>> f.inv_freq.shape, round(float(f.inv_freq[1]), 6), f.attention_scaling
+        ((64,), 0.814617, 1.0)
+        """
         raw = self._native.frequencies(0 if seq_len is None else int_arg("seq_len", seq_len, minimum=0))
         return Frequencies(
             inv_freq=_doubles(raw["inv_freq"]),
@@ -211,7 +314,11 @@ class Spec:
         )
 
 
-def presets() -> list:
-    """The built-in presets: (name, summary, source) for each."""
+def presets() -> list[tuple[str, str, str]]:
+    """The built-in presets: (name, summary, source) for each.
+
+    >>> rotary.presets()[0][0], len(rotary.presets()) >= 26
+    ('llama-2-7b', True)
+    """
     return [tuple(row) for row in _rotary.list_presets()]
 

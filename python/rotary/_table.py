@@ -15,7 +15,10 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 
+from typing import Optional, Union
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import _handles, _rotary
 from ._rotary import RotaryError
@@ -103,12 +106,19 @@ def check_source(source):
 class Table:
     """A cos/sin table for one spec and one seq_len: stored rows that grow on demand
     (thread-safe, memory bounded by max_bytes), a fixed table of fixed_positions rows (positions
-    past it are errors), or rows computed on the fly (storage="on_the_fly")."""
+    past it are errors), or rows computed on the fly (storage="on_the_fly").
+
+    >>> table = rotary.Table(rotary.Spec.preset("llama-3.1-8b"))
+    >>> cos, sin = table.rows([0, 1])      # pair order: [positions, rotary_dim // 2]
+    >>> cos.shape, cos.dtype, float(cos[1, 0])
+    ((2, 64), dtype('float32'), 0.5403022766113281)
+    """
 
     __slots__ = ("_native", "_spec", "_handle", "__weakref__")
 
-    def __init__(self, spec, precision: str = "exact", *, storage: str = "stored", seq_len: int = 0,
-                 fixed_positions: int = 0, hf_inv_freq=None, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, spec: Spec, precision: str = "exact", *, storage: str = "stored", seq_len: int = 0,
+                 fixed_positions: int = 0, hf_inv_freq: Optional[ArrayLike] = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
         if not isinstance(spec, Spec):
             raise RotaryError(f"Table: spec must be a rotary.Spec (got {type(spec).__name__})")
         inv = [] if hf_inv_freq is None else [float(v) for v in np.asarray(hf_inv_freq, dtype=np.float32).ravel()]
@@ -135,31 +145,72 @@ class Table:
         table._handle = _handles.register(table)
         return table
 
-    spec = property(lambda self: self._spec)
-    precision = property(lambda self: self._native.precision, doc="'exact' or 'hf'")
-    storage = property(lambda self: self._native.storage, doc="'stored' or 'on_the_fly'")
-    seq_len = property(lambda self: self._native.seq_len, doc="the seq_len its frequencies are for")
-    num_pairs = property(lambda self: self._native.num_pairs)
-    rotary_dim = property(lambda self: 2 * self._native.num_pairs)
-    attention_scaling = property(lambda self: self._native.attention_scaling)
-    max_position = property(lambda self: self._native.max_position, doc="the largest position accepted")
-    size = property(lambda self: self._native.size, doc="rows [0, size) are all stored (a prefix)")
-    stored_bytes = property(lambda self: self._native.stored_bytes,
-                            doc="memory of the stored rows: pages of 256 rows, stored where calls used them")
+    @property
+    def spec(self) -> Spec:
+        """The spec the table is for."""
+        return self._spec
+
+    @property
+    def precision(self) -> str:
+        """'exact' (correctly rounded float32 cos/sin) or 'hf' (Hugging Face's float32 chain)."""
+        return self._native.precision
+
+    @property
+    def storage(self) -> str:
+        """'stored' (rows kept, grown on demand) or 'on_the_fly' (computed per call)."""
+        return self._native.storage
+
+    @property
+    def seq_len(self) -> int:
+        """The seq_len its frequencies are for (dynamic NTK, LongRoPE)."""
+        return self._native.seq_len
+
+    @property
+    def num_pairs(self) -> int:
+        """Rotary_dim // 2."""
+        return self._native.num_pairs
+
+    @property
+    def rotary_dim(self) -> int:
+        """Rotated elements per head."""
+        return 2 * self._native.num_pairs
+
+    @property
+    def attention_scaling(self) -> float:
+        """The factor already multiplied into cos and sin."""
+        return self._native.attention_scaling
+
+    @property
+    def max_position(self) -> int:
+        """The largest position accepted."""
+        return self._native.max_position
+
+    @property
+    def size(self) -> int:
+        """Rows [0, size) are all stored (a prefix)."""
+        return self._native.size
+
+    @property
+    def stored_bytes(self) -> int:
+        """Memory of the stored rows: pages of 256 rows, stored where calls used them."""
+        return self._native.stored_bytes
 
     @property
     def inv_freq(self) -> np.ndarray:
+        """inv_freq per pair, float64 (the exact values the table's rows come from)."""
         return np.frombuffer(self._native.inv_freq, dtype=np.float64).copy()
 
     @property
     def inv_freq_f32(self) -> np.ndarray:
+        """inv_freq per pair as float32 (Hugging Face's buffer for precision 'hf')."""
         return np.asarray(self._native.inv_freq_f32, dtype=np.float32)
 
     def reserve(self, positions: int) -> None:
         """Store rows for positions [0, positions) now (a stored table otherwise grows on demand)."""
         self._native.reserve_positions(int_arg("positions", positions, minimum=0))
 
-    def rows(self, positions, *, float64: bool = False, seq_len: int | None = None):
+    def rows(self, positions: ArrayLike, *, float64: bool = False,
+             seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(cos, sin), each [*positions.shape, num_pairs], in pair order, attention_scaling
         included: float32 (the table's values), or float64 (exact values before rounding).
         seq_len: None for the largest position + 1; the table must serve it."""
@@ -167,13 +218,19 @@ class Table:
         return native_rows(self._native, pos, float64=float64,
                            seq_len=-1 if seq_len is None else int_arg("seq_len", seq_len, minimum=0))
 
-    def cos_sin(self, positions, *, float64: bool = False, seq_len: int | None = None):
+    def cos_sin(self, positions: ArrayLike, *, float64: bool = False,
+                seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(cos, sin) as Hugging Face's rotary-embedding modules return them: [..., rotary_dim],
         cat(f, f) for the neox style and each value twice in a row for gptj.
 
         Single-stream specs: positions of any shape. M-RoPE / 2-D vision: positions [streams, ...]
         (Hugging Face's position_ids [3, batch, seq] for M-RoPE); each pair reads its stream.
-        seq_len: None for the largest position + 1 (all streams); the table must serve it."""
+        seq_len: None for the largest position + 1 (all streams); the table must serve it.
+
+        >>> cos, sin = rotary.Table(rotary.Spec.preset("qwen3-8b")).cos_sin([[0, 1, 2]])
+        >>> cos.shape                           # position_ids [1, 3] -> [1, 3, rotary_dim]
+        (1, 3, 128)
+        """
         pos = int64_positions(positions, "positions")
         seq_len = -1 if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
         cos, sin = stream_rows(self._native, self._spec, pos, float64=float64, seq_len=seq_len)
@@ -223,10 +280,16 @@ def expand(pair_values: np.ndarray, style: str) -> np.ndarray:
 
 
 
-def table(spec, positions, precision: str | None = None, *, seq_len: int | None = None):
+def table(spec: Union[Spec, "Table"], positions: ArrayLike, precision: str | None = None, *,
+          seq_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(cos, sin) for `positions` in Hugging Face's layout ([..., rotary_dim], float32), from the
     spec's shared table for the call's seq_len (None: the largest position + 1, Hugging Face's
-    rule), or from a given Table (which must serve that seq_len)."""
+    rule), or from a given Table (which must serve that seq_len).
+
+    >>> cos, sin = rotary.table(rotary.Spec.preset("llama-3.1-8b"), np.arange(4096))
+    >>> cos.shape, cos.dtype
+    ((4096, 128), dtype('float32'))
+    """
     check_source(spec)
     pos = int64_positions(positions, "positions")
     named = None if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
