@@ -25,19 +25,30 @@ struct ReportModel {
 
 struct ReportOptions {
   std::string title = "rotary report";  // the page title; escaped
-  // Positions whose per-pair angles are drawn (plot 2); empty = 1, 16, 256, 4096 and the context.
+  // Positions whose per-pair turns are drawn (plot 2); empty = 1, 16, 256, 4096 and the context.
   std::vector<int64_t> angle_positions;
-  int64_t heatmap_positions = 256;  // the similarity heatmap covers positions m, n in [0, this)
-  int64_t heatmap_cells = 64;       // cells per axis (each cell shows its first position)
-  int64_t decay_samples = 32;       // random vectors averaged per distance in the decay curves
+  int64_t heatmap_positions = 4096;  // the similarity heatmap covers positions m, n in [0, this)
+  int64_t heatmap_cells = 64;        // cells per axis (each cell shows its first position)
+  int64_t decay_samples = 32;        // random vectors averaged per distance in the decay curves
+  // Provenance, shown under the title (empty = not shown): what made the page ("rotary 0.1.0"),
+  // when (a UTC date and time), and the command line that made it. Escaped.
+  std::string generator;
+  std::string created;
+  std::string command_line;
+  // Where docs/analysis.md and the other docs are, as a URL prefix ("file:///usr/share/doc/rotary/");
+  // empty = the docs are named as plain text. Escaped.
+  std::string docs_url;
 };
 
 // The page: "<!DOCTYPE html>" first, per model the plots (1) inv_freq and (1b) wavelength per
-// pair vs the default, (2) angle per pair at chosen positions, (3) the similarity heatmap
+// pair vs the default, (2) turns per pair at chosen positions, (3) the similarity heatmap
 // <R_m q, R_n q> for an all-ones q, (4) the long-term decay bound and (4b) scores vs distance,
 // (5) the scheme's per-pair scaling factor by regime, (6) extrapolation coverage, then the
-// property-check table of run_checks; with several models, a comparison section overlaying
-// their wavelengths and scaling factors. Throws what run_checks throws for an invalid spec.
+// property-check table of run_checks; with several models, a comparison section first: their
+// wavelengths and scaling factors against the pair's place in the head (2i / rotary_dim, so that
+// models of different head dims share one axis), and at one shared context (the largest target
+// context among them) the out-of-distribution overshoot per pair and the decay bound.
+// Throws what run_checks throws for an invalid spec.
 std::string render_report(const std::vector<ReportModel>& models, const ReportOptions& options = {});
 
 // The number of plots (<svg> elements) in a page render_report made (`rotary report` says it).

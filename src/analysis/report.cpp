@@ -86,12 +86,26 @@ struct Point {
 
 enum class Mark { Line, Markers, LineAndMarkers };
 
+// How a line is stroked. Series are solid or dashed; reference lines are dotted, so that a
+// reference line never looks like a series (and the legend shows each as drawn).
+enum class Stroke { Solid, Dashed, DashDot, Dotted };
+
+const char* dash_array(Stroke stroke) {
+  switch (stroke) {
+    case Stroke::Solid: return "";
+    case Stroke::Dashed: return " stroke-dasharray=\"7 4\"";
+    case Stroke::DashDot: return " stroke-dasharray=\"10 3 2 3\"";
+    case Stroke::Dotted: return " stroke-dasharray=\"2 3\"";
+  }
+  return "";
+}
+
 struct Series {
   std::string label;  // legend text; empty = not in the legend
   std::string color;
   std::vector<Point> points;
   Mark mark = Mark::Line;
-  bool dashed = false;
+  Stroke stroke = Stroke::Solid;
   std::vector<std::string> point_colors;  // optional, per point (markers only)
 };
 
@@ -101,9 +115,13 @@ struct ReferenceLine {  // a horizontal line across the plot at y, labelled
   std::string color;
 };
 
+enum class LegendMark { Swatch, Line, Marker };
+
 struct LegendEntry {
   std::string label;
   std::string color;
+  LegendMark mark = LegendMark::Swatch;
+  Stroke stroke = Stroke::Solid;  // for LegendMark::Line
 };
 
 struct Chart {
@@ -117,9 +135,14 @@ struct Chart {
   std::vector<LegendEntry> extra_legend;  // e.g. regime colours of per-point markers
 };
 
-// Plot geometry, in SVG user units.
+// Plot geometry, in SVG user units. The plot area is kPlotWidth wide; the legend at its right
+// gets at least kRight and grows with its longest label, so no label is cut off.
 constexpr double kWidth = 640, kHeight = 360;
-constexpr double kLeft = 78, kRight = 170, kTop = 34, kBottom = 52;  // kRight holds the legend
+constexpr double kLeft = 78, kRight = 170, kTop = 34, kBottom = 52;
+constexpr double kPlotWidth = kWidth - kLeft - kRight;
+// Width of legend text at 11 px sans-serif: ~0.6 em per character is a safe upper estimate for
+// Latin text in DejaVu Sans / Liberation Sans (the browser test measures the real boxes).
+constexpr double kLegendCharWidth = 6.6;
 
 struct Axis {
   bool log = false;
@@ -173,13 +196,25 @@ std::vector<double> ticks(const Axis& axis) {
   return out;
 }
 
-std::string tick_text(double value, bool log) {
-  if (log) {
-    const int e = static_cast<int>(std::lround(std::log10(value)));
-    if (e >= -2 && e <= 5) return number_text(value);
-    return "1e" + std::to_string(e);
+// Tick labels as SVG text content. One style per axis: a log axis whose ticks all lie in
+// [1, 1e5] shows plain numbers (1, 10, ..., 100000); any other log axis shows every tick as a
+// power of ten with a superscript exponent (10⁻³, 10⁰, 10²), never a mix of 0.01 and 1e-3.
+std::vector<std::string> tick_texts(const std::vector<double>& values, bool log) {
+  std::vector<std::string> out;
+  if (!log) {
+    for (const double v : values) out.push_back(number_text(v, 4));
+    return out;
   }
-  return number_text(value, 4);
+  bool plain = true;
+  for (const double v : values) {
+    const long e = std::lround(std::log10(v));
+    plain = plain && e >= 0 && e <= 5;
+  }
+  for (const double v : values) {
+    const long e = std::lround(std::log10(v));
+    out.push_back(plain ? number_text(v) : "10<tspan dy=\"-5\" font-size=\"8\">" + std::to_string(e) + "</tspan>");
+  }
+  return out;
 }
 
 std::string svg_open(const std::string& title, double width, double height) {
@@ -197,23 +232,25 @@ std::string draw_axes(const Axis& x, const Axis& y, const std::string& x_label, 
   out << "<rect class=\"frame\" x=\"" << px(x.pixel_lo) << "\" y=\"" << px(y.pixel_hi) << "\" width=\""
       << px(x.pixel_hi - x.pixel_lo) << "\" height=\"" << px(y.pixel_lo - y.pixel_hi)
       << "\" fill=\"none\" stroke=\"#444\"/>\n";
-  for (const double t : ticks(x)) {
-    const double p = x.to_pixel(t);
+  const std::vector<double> x_ticks = ticks(x), y_ticks = ticks(y);
+  const std::vector<std::string> x_texts = tick_texts(x_ticks, x.log), y_texts = tick_texts(y_ticks, y.log);
+  for (size_t k = 0; k < x_ticks.size(); ++k) {
+    const double p = x.to_pixel(x_ticks[k]);
     out << "<line x1=\"" << px(p) << "\" y1=\"" << px(y.pixel_lo) << "\" x2=\"" << px(p) << "\" y2=\""
         << px(y.pixel_lo + 5) << "\" stroke=\"#444\"/>"
         << "<line x1=\"" << px(p) << "\" y1=\"" << px(y.pixel_hi) << "\" x2=\"" << px(p) << "\" y2=\""
         << px(y.pixel_lo) << "\" stroke=\"#eee\"/>"
         << "<text class=\"tick\" x=\"" << px(p) << "\" y=\"" << px(y.pixel_lo + 17)
-        << "\" text-anchor=\"middle\">" << tick_text(t, x.log) << "</text>\n";
+        << "\" text-anchor=\"middle\">" << x_texts[k] << "</text>\n";
   }
-  for (const double t : ticks(y)) {
-    const double p = y.to_pixel(t);
+  for (size_t k = 0; k < y_ticks.size(); ++k) {
+    const double p = y.to_pixel(y_ticks[k]);
     out << "<line x1=\"" << px(x.pixel_lo - 5) << "\" y1=\"" << px(p) << "\" x2=\"" << px(x.pixel_lo) << "\" y2=\""
         << px(p) << "\" stroke=\"#444\"/>"
         << "<line x1=\"" << px(x.pixel_lo) << "\" y1=\"" << px(p) << "\" x2=\"" << px(x.pixel_hi) << "\" y2=\""
         << px(p) << "\" stroke=\"#eee\"/>"
         << "<text class=\"tick\" x=\"" << px(x.pixel_lo - 8) << "\" y=\"" << px(p + 4)
-        << "\" text-anchor=\"end\">" << tick_text(t, y.log) << "</text>\n";
+        << "\" text-anchor=\"end\">" << y_texts[k] << "</text>\n";
   }
   const double x_mid = (x.pixel_lo + x.pixel_hi) / 2, y_mid = (y.pixel_lo + y.pixel_hi) / 2;
   out << "<text class=\"axis-label\" x=\"" << px(x_mid) << "\" y=\"" << px(y.pixel_lo + 40)
@@ -223,17 +260,38 @@ std::string draw_axes(const Axis& x, const Axis& y, const std::string& x_label, 
   return out.str();
 }
 
-// A legend at the right of the plot area: a swatch and the text per entry.
+// A legend at the right of the plot area: per entry, a sample drawn as the plot draws it (a
+// line with its dashes, a marker, or a colour swatch) and the text.
 std::string draw_legend(const std::vector<LegendEntry>& entries, double left, double top) {
   std::ostringstream out;
   double y = top;
   for (const LegendEntry& entry : entries) {
-    out << "<rect class=\"swatch\" x=\"" << px(left) << "\" y=\"" << px(y - 8) << "\" width=\"14\" height=\"10\" fill=\""
-        << entry.color << "\"/><text class=\"legend\" x=\"" << px(left + 19) << "\" y=\"" << px(y + 1) << "\">"
-        << html_escape(entry.label) << "</text>\n";
+    switch (entry.mark) {
+      case LegendMark::Swatch:
+        out << "<rect class=\"swatch\" x=\"" << px(left) << "\" y=\"" << px(y - 8)
+            << "\" width=\"14\" height=\"10\" fill=\"" << entry.color << "\"/>";
+        break;
+      case LegendMark::Line:
+        out << "<path class=\"swatch\" d=\"M" << px(left - 2) << " " << px(y - 3) << " h18\" stroke=\"" << entry.color
+            << "\" stroke-width=\"2\"" << dash_array(entry.stroke) << " fill=\"none\"/>";
+        break;
+      case LegendMark::Marker:
+        out << "<circle class=\"swatch\" cx=\"" << px(left + 7) << "\" cy=\"" << px(y - 3) << "\" r=\"3.2\" fill=\""
+            << entry.color << "\"/>";
+        break;
+    }
+    out << "<text class=\"legend\" x=\"" << px(left + 21) << "\" y=\"" << px(y + 1) << "\">" << html_escape(entry.label)
+        << "</text>\n";
     y += 16;
   }
   return out.str();
+}
+
+// The legend's width: samples, gap and the longest label.
+double legend_width(const std::vector<LegendEntry>& entries) {
+  size_t longest = 0;
+  for (const LegendEntry& entry : entries) longest = std::max(longest, entry.label.size());
+  return 12 + 21 + kLegendCharWidth * static_cast<double>(longest) + 8;
 }
 
 // Points a log axis cannot show (<= 0) or that are not finite are left out of the chart.
@@ -245,7 +303,7 @@ bool drawable(const Chart& chart, const Point& p) {
 }
 
 std::string render_chart(const Chart& chart) {
-  Axis x{.log = chart.log_x, .lo = INFINITY, .hi = -INFINITY, .pixel_lo = kLeft, .pixel_hi = kWidth - kRight};
+  Axis x{.log = chart.log_x, .lo = INFINITY, .hi = -INFINITY, .pixel_lo = kLeft, .pixel_hi = kLeft + kPlotWidth};
   Axis y{.log = chart.log_y, .lo = INFINITY, .hi = -INFINITY, .pixel_lo = kHeight - kBottom, .pixel_hi = kTop};
   for (const Series& s : chart.series) {
     for (const Point& p : s.points) {
@@ -263,15 +321,26 @@ std::string render_chart(const Chart& chart) {
   settle_range(x);
   settle_range(y);
 
-  std::ostringstream out;
-  out << svg_open(chart.title, kWidth, kHeight) << draw_axes(x, y, chart.x_label, chart.y_label);
+  // The legend first: its width sets the SVG's.
   std::vector<LegendEntry> legend;
+  for (const ReferenceLine& line : chart.reference_lines) {
+    if (chart.log_y && line.y <= 0) continue;
+    legend.push_back({line.label, line.color, LegendMark::Line, Stroke::Dotted});
+  }
+  for (const Series& s : chart.series) {
+    if (s.label.empty()) continue;
+    legend.push_back({s.label, s.color, s.mark == Mark::Markers ? LegendMark::Marker : LegendMark::Line, s.stroke});
+  }
+  legend.insert(legend.end(), chart.extra_legend.begin(), chart.extra_legend.end());
+  const double width = kLeft + kPlotWidth + std::max(kRight, legend_width(legend));
+
+  std::ostringstream out;
+  out << svg_open(chart.title, width, kHeight) << draw_axes(x, y, chart.x_label, chart.y_label);
   for (const ReferenceLine& line : chart.reference_lines) {
     if (chart.log_y && line.y <= 0) continue;
     const double p = y.to_pixel(line.y);
     out << "<path d=\"M" << px(x.pixel_lo) << " " << px(p) << " H" << px(x.pixel_hi) << "\" stroke=\"" << line.color
-        << "\" stroke-dasharray=\"6 3\" fill=\"none\"/>\n";
-    legend.push_back({line.label, line.color});
+        << "\" stroke-width=\"1.4\"" << dash_array(Stroke::Dotted) << " fill=\"none\"/>\n";
   }
   for (const Series& s : chart.series) {
     std::string coords;
@@ -285,7 +354,7 @@ std::string render_chart(const Chart& chart) {
     }
     if (s.mark != Mark::Markers && !coords.empty()) {
       out << "<polyline points=\"" << coords << "\" fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.6\""
-          << (s.dashed ? " stroke-dasharray=\"5 3\"" : "") << "/>\n";
+          << dash_array(s.stroke) << "/>\n";
     }
     if (s.mark != Mark::Line) {
       for (const auto& [pixel, color] : markers) {
@@ -293,50 +362,66 @@ std::string render_chart(const Chart& chart) {
       }
       out << "\n";
     }
-    if (!s.label.empty()) legend.push_back({s.label, s.color});
   }
-  legend.insert(legend.end(), chart.extra_legend.begin(), chart.extra_legend.end());
-  out << draw_legend(legend, kWidth - kRight + 12, kTop + 8) << "</svg>\n";
+  out << draw_legend(legend, kLeft + kPlotWidth + 12, kTop + 8) << "</svg>\n";
   return out.str();
 }
 
-// Diverging colour for a value in [-1, 1]: blue (-1), white (0), red (+1).
-std::string diverging_color(double value) {
-  const double v = std::clamp(value, -1.0, 1.0);
-  const auto channel = [](double t) { return static_cast<int>(std::lround(255.0 * std::clamp(t, 0.0, 1.0))); };
-  int r, g, b;
-  if (v >= 0) {
-    r = 255, g = channel(1.0 - 0.85 * v), b = channel(1.0 - 0.85 * v);
-  } else {
-    r = channel(1.0 + 0.85 * v), g = channel(1.0 + 0.85 * v), b = 255;
-  }
+// Sequential colour for t in [0, 1]: viridis (matplotlib's, sampled at 9 stops and interpolated
+// linearly), dark purple (low) to yellow (high); perceptually uniform and readable in grey.
+std::string sequential_color(double t) {
+  static constexpr double kStops[9][3] = {{68, 1, 84},    {71, 44, 122},  {59, 81, 139},
+                                          {44, 113, 142}, {33, 144, 141}, {39, 173, 129},
+                                          {92, 200, 99},  {170, 220, 50}, {253, 231, 37}};
+  const double x = std::clamp(t, 0.0, 1.0) * 8.0;
+  const int i = std::min(7, static_cast<int>(x));
+  const double f = x - i;
+  int rgb[3];
+  for (int c = 0; c < 3; ++c) rgb[c] = static_cast<int>(std::lround(kStops[i][c] + f * (kStops[i + 1][c] - kStops[i][c])));
   char buffer[8];
-  std::snprintf(buffer, sizeof buffer, "#%02x%02x%02x", r, g, b);
+  std::snprintf(buffer, sizeof buffer, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
   return buffer;
 }
 
 // Plot 3: the normalized score <R_m q, R_n q> / (m^2 |q|^2) for q = all ones, which is
 // (1 / num_pairs) sum_i cos((m - n) theta_i) (pairs of the rotary dims; pass-through dims are
-// not part of it). A cells x cells grid over positions [0, positions).
+// not part of it). A cells x cells grid over positions [0, positions); each cell shows the mean
+// score over its positions (sampling one position per cell would alias: a pair whose wavelength
+// is shorter than the cell paints a false pattern). The colour scale spans
+// the scores present (min to max), not [-1, 1]: the scores of a real spec stay in a narrow band
+// and a fixed scale would paint them all one colour. Returns the SVG; min and max are reported.
 std::string render_heatmap(const std::string& title, const std::vector<double>& inv_freq, int64_t positions,
-                           int64_t cells) {
+                           int64_t cells, double& low, double& high) {
   cells = std::clamp<int64_t>(cells, 1, positions);
   const double side = 256.0;  // grid size in SVG units
   const double left = kLeft, top = kTop + 6;
   const double cell_px = side / static_cast<double>(cells);
-  const double step = static_cast<double>(positions) / static_cast<double>(cells);  // positions per cell
+  // The score depends on m - n only: one value per cell distance D. A cell of w x w positions
+  // (w = positions / cells, whole) holds the distances D w + t, t in (-w, w), w - |t| times each.
+  const int64_t w = std::max<int64_t>(1, positions / cells);
+  const auto score_at = [&](int64_t distance) {
+    double sum = 0.0;
+    for (const double theta : inv_freq) sum += std::cos(static_cast<double>(distance) * theta);
+    return inv_freq.empty() ? 1.0 : sum / static_cast<double>(inv_freq.size());
+  };
+  std::vector<double> by_distance(static_cast<size_t>(2 * cells - 1));
+  low = INFINITY, high = -INFINITY;
+  for (int64_t d = -(cells - 1); d <= cells - 1; ++d) {
+    double sum = 0.0;
+    for (int64_t t = -(w - 1); t <= w - 1; ++t) sum += static_cast<double>(w - std::abs(t)) * score_at(d * w + t);
+    const double score = sum / static_cast<double>(w * w);
+    by_distance[static_cast<size_t>(d + cells - 1)] = score;
+    low = std::min(low, score), high = std::max(high, score);
+  }
+  const double span = high > low ? high - low : 1.0;
   std::ostringstream out;
   out << svg_open(title, kWidth, kHeight);
   for (int64_t row = 0; row < cells; ++row) {
-    const auto m = static_cast<double>(static_cast<int64_t>(static_cast<double>(row) * step));
     for (int64_t col = 0; col < cells; ++col) {
-      const auto n = static_cast<double>(static_cast<int64_t>(static_cast<double>(col) * step));
-      double sum = 0.0;
-      for (const double theta : inv_freq) sum += std::cos((m - n) * theta);
-      const double score = inv_freq.empty() ? 1.0 : sum / static_cast<double>(inv_freq.size());
+      const double score = by_distance[static_cast<size_t>(row - col + cells - 1)];
       out << "<rect x=\"" << px(left + static_cast<double>(col) * cell_px) << "\" y=\""
           << px(top + static_cast<double>(row) * cell_px) << "\" width=\"" << px(cell_px + 0.05) << "\" height=\""
-          << px(cell_px + 0.05) << "\" fill=\"" << diverging_color(score) << "\"/>";
+          << px(cell_px + 0.05) << "\" fill=\"" << sequential_color((score - low) / span) << "\"/>";
     }
     out << "\n";
   }
@@ -354,17 +439,18 @@ std::string render_heatmap(const std::string& title, const std::vector<double>& 
   out << "<text class=\"axis-label\" x=\"16\" y=\"" << px(top + side / 2)
       << "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " << px(top + side / 2)
       << ")\">query position m (tokens)</text>\n";
-  // Colour legend: a bar of 40 rects from -1 (bottom) to +1 (top), with ticks.
+  // Colour legend: a bar of 40 rects from the lowest score (bottom) to the highest (top), with
+  // ticks at both ends and three between.
   const double bar_left = left + side + 60, bar_height = side, bar_width = 18;
   for (int k = 0; k < 40; ++k) {
-    const double value = 1.0 - 2.0 * (k + 0.5) / 40.0;
+    const double t = 1.0 - (k + 0.5) / 40.0;
     out << "<rect x=\"" << px(bar_left) << "\" y=\"" << px(top + k * bar_height / 40.0) << "\" width=\""
-        << px(bar_width) << "\" height=\"" << px(bar_height / 40.0 + 0.05) << "\" fill=\"" << diverging_color(value)
+        << px(bar_width) << "\" height=\"" << px(bar_height / 40.0 + 0.05) << "\" fill=\"" << sequential_color(t)
         << "\"/>";
   }
-  for (const double value : {1.0, 0.5, 0.0, -0.5, -1.0}) {
-    out << "<text class=\"tick\" x=\"" << px(bar_left + bar_width + 5) << "\" y=\""
-        << px(top + (1.0 - value) / 2.0 * bar_height + 4) << "\">" << number_text(value) << "</text>";
+  for (const double t : {1.0, 0.75, 0.5, 0.25, 0.0}) {
+    out << "<text class=\"tick\" x=\"" << px(bar_left + bar_width + 5) << "\" y=\"" << px(top + (1.0 - t) * bar_height + 4)
+        << "\">" << number_text(low + t * (high - low), 3) << "</text>";
   }
   out << "\n<text class=\"axis-label\" x=\"" << px(bar_left + bar_width + 40) << "\" y=\"" << px(top + side / 2)
       << "\" text-anchor=\"middle\" transform=\"rotate(90 " << px(bar_left + bar_width + 40) << " "
@@ -433,8 +519,9 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
       << " pairing; trained context " << trained << " tokens, target context " << context
       << " tokens; attention scaling " << number_text(scaling.attention_scaling) << ".</p>\n<div class=\"plots\">\n";
 
+  // Context lines in colours no series of these plots uses (series: blue, grey dashed).
   const std::vector<ReferenceLine> context_lines = {
-      {static_cast<double>(trained), "trained context " + std::to_string(trained), "#555555"},
+      {static_cast<double>(trained), "trained context " + std::to_string(trained), "#009e73"},
       {static_cast<double>(context), "target context " + std::to_string(context), "#d55e00"}};
 
   // (1) inv_freq and (1b) wavelength per pair, scheme vs default.
@@ -442,10 +529,10 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
             .y_label = "inv_freq theta_i (radians / token)", .log_y = true};
   inv.series.push_back({"default base^(-2i/d)", "#7f7f7f",
                         pair_points(scaling.pairs, [](const PairScaling& p) { return p.default_inv_freq; }),
-                        Mark::Line, true, {}});
+                        Mark::Line, Stroke::Dashed, {}});
   inv.series.push_back({"scheme (" + std::string(to_string(scaling.type)) + ")", "#0072b2",
                         pair_points(scaling.pairs, [](const PairScaling& p) { return p.inv_freq; }), Mark::Line,
-                        false, {}});
+                        Stroke::Solid, {}});
   out << figure(render_chart(inv), "Radians per token of each pair; the scheme's values against the unscaled default.");
 
   Chart wave{.title = "Wavelength per pair: " + name, .x_label = "pair index i (0 = fastest)",
@@ -457,31 +544,37 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
   out << figure(render_chart(wave),
                 "Tokens per full turn. Pairs above a context line do not complete a turn within that context.");
 
-  // (2) angle per pair, mod 2 pi, at chosen positions (markers: the values jump at each turn).
+  // (2) turns per pair at chosen positions: p theta_i / (2 pi) on a log axis. (The angle itself,
+  // mod 2 pi, looks like noise at large positions; the number of turns shows what it means.)
   std::vector<int64_t> positions = options.angle_positions;
   if (positions.empty()) positions = {1, 16, 256, 4096, context};
   std::sort(positions.begin(), positions.end());
   positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
-  Chart angle{.title = "Angle per pair at chosen positions: " + name, .x_label = "pair index i (0 = fastest)",
-              .y_label = "angle p theta_i mod 2 pi (radians)"};
+  Chart turns{.title = "Turns per pair at chosen positions: " + name, .x_label = "pair index i (0 = fastest)",
+              .y_label = "turns p theta_i / 2 pi (full rotations)", .log_y = true};
   for (size_t k = 0; k < positions.size(); ++k) {
-    Series s{.label = "position " + std::to_string(positions[k]), .color = series_color(k), .mark = Mark::Markers};
+    Series s{.label = "position " + std::to_string(positions[k]), .color = series_color(k)};
     for (const PairScaling& p : scaling.pairs) {
-      const long double turns = static_cast<long double>(positions[k]) * static_cast<long double>(p.inv_freq);
-      s.points.push_back({static_cast<double>(p.pair), static_cast<double>(std::fmod(turns, 2.0L * std::numbers::pi_v<long double>))});
+      s.points.push_back({static_cast<double>(p.pair), static_cast<double>(positions[k]) * p.inv_freq / kTwoPi});
     }
-    angle.series.push_back(std::move(s));
+    turns.series.push_back(std::move(s));
   }
-  angle.reference_lines = {{kTwoPi, "2 pi (one turn)", "#999999"}};
-  out << figure(render_chart(angle), "Where each pair's rotation stands at a few positions (a full turn is 2 pi).");
+  turns.reference_lines = {{1.0, "one full turn", "#999999"}};
+  out << figure(render_chart(turns),
+                "Full rotations each pair has made by a position. Below one turn a pair's angle alone tells "
+                "positions apart; above it the angle wraps around and only the faster pairs' mix does.");
 
   // (3) similarity heatmap.
   std::vector<double> inv_freq;
   for (const PairScaling& p : scaling.pairs) inv_freq.push_back(p.inv_freq);
-  out << figure(render_heatmap("Similarity <R_m q, R_n q>, q = all ones: " + name, inv_freq,
-                               options.heatmap_positions, options.heatmap_cells),
-                "Normalized score of an all-ones q with itself at positions m and n: 1 on the diagonal, "
-                "depending on m - n only.");
+  double low = 0.0, high = 0.0;
+  const std::string heatmap = render_heatmap("Similarity <R_m q, R_n q>, q = all ones: " + name, inv_freq,
+                                             options.heatmap_positions, options.heatmap_cells, low, high);
+  out << figure(heatmap, "Normalized score of an all-ones q with itself at positions m and n, for m, n below " +
+                             std::to_string(options.heatmap_positions) + ", each cell the mean over its positions: "
+                             "highest on the diagonal, depending on m - n only; "
+                             "colours span the scores present (" + number_text(low, 3) + " to " +
+                             number_text(high, 3) + ").");
 
   // (4) long-term decay: RoFormer's bound and measured scores vs relative distance (log x).
   const LongTermDecay decay =
@@ -489,17 +582,19 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
                                          .seq_len = context});
   Chart bound{.title = "Long-term decay bound (RoFormer): " + name, .x_label = "relative distance m - n (tokens)",
               .y_label = "(1/(d/2)) sum_j |S_j| (dimensionless)", .log_x = true};
-  bound.series.push_back({"relative upper bound", "#0072b2", curve_points(decay.bound), Mark::Line, false, {}});
+  bound.series.push_back({"relative upper bound", "#0072b2", curve_points(decay.bound), Mark::Line, Stroke::Solid, {}});
   out << figure(render_chart(bound), "RoFormer section 3.4.3: the bound on the score decays with distance (" +
                                          std::to_string(decay.max_distance) + " tokens shown; decay ratio " +
                                          number_text(decay.decay_ratio, 4) + ").");
   Chart scores{.title = "Score vs distance: " + name, .x_label = "relative distance m - n (tokens)",
                .y_label = "score / (m^2 |q| |k|) (dimensionless)", .log_x = true};
-  scores.series.push_back({"q = k = all ones", "#0072b2", curve_points(decay.score_identical_ones), Mark::Line, false, {}});
+  // The all-ones and random-mean curves nearly coincide (both are the mean of cos(r theta_i)):
+  // the second is dashed and drawn on top, so both stay visible.
+  scores.series.push_back({"q = k = all ones", "#0072b2", curve_points(decay.score_identical_ones), Mark::Line, Stroke::Solid, {}});
   scores.series.push_back({"q = k random (mean)", "#d55e00", curve_points(decay.score_identical_random), Mark::Line,
-                           false, {}});
+                           Stroke::Dashed, {}});
   scores.series.push_back({"q, k independent (mean |score|)", "#009e73", curve_points(decay.score_independent_random),
-                           Mark::Line, false, {}});
+                           Mark::Line, Stroke::Solid, {}});
   out << figure(render_chart(scores), "Measured scores: identical vectors lose their in-phase sum with distance; "
                                       "independent ones have none to lose.");
 
@@ -538,35 +633,89 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
   return out.str();
 }
 
-// Overlays of several models: wavelength and scaling factor per pair.
-std::string comparison_section(const std::vector<ReportModel>& models, const std::vector<SchemeScaling>& scalings) {
-  Chart wave{.title = "Wavelength per pair, compared", .x_label = "pair index i (0 = fastest)",
+// The pair's place in the head, 2i / rotary_dim in [0, 1): models of different head dims share
+// one axis (pair 31 of 32 and pair 63 of 64 are both the slowest).
+std::vector<Point> normalized_points(const std::vector<PairScaling>& pairs, double (*get)(const PairScaling&)) {
+  std::vector<Point> out;
+  const auto n = static_cast<double>(pairs.size());
+  for (const PairScaling& p : pairs) out.push_back({static_cast<double>(p.pair) / n, get(p)});
+  return out;
+}
+
+// Overlays of several models: wavelength and scaling factor per pair, then at one shared context
+// (the largest target context among them) the overshoot of each pair's angle past its trained
+// range and the long-term decay bound.
+// Several models in one plot: a colour and a stroke each, so that coinciding curves (two
+// unscaled models at factor 1) stay visible through each other's gaps.
+Stroke model_stroke(size_t k) {
+  constexpr Stroke kStrokes[] = {Stroke::Solid, Stroke::Dashed, Stroke::DashDot};
+  return kStrokes[k % 3];
+}
+
+std::string comparison_section(const std::vector<ReportModel>& models, const std::vector<CheckReport>& reports,
+                               const std::vector<SchemeScaling>& scalings, const ReportOptions& options) {
+  const std::string pair_axis = "pair place 2i / rotary_dim (0 = fastest, 1 = slowest)";
+  Chart wave{.title = "Wavelength per pair, compared", .x_label = pair_axis,
              .y_label = "wavelength 2 pi / theta_i (tokens)", .log_y = true};
-  Chart factor{.title = "Per-pair scaling factor, compared", .x_label = "pair index i (0 = fastest)",
+  Chart factor{.title = "Per-pair scaling factor, compared", .x_label = pair_axis,
                .y_label = "factor applied: default / scheme theta_i (x)"};
+  int64_t shared = 0;
+  for (const CheckReport& report : reports) shared = std::max(shared, report.context);
+  Chart overshoot{.title = "Past the trained angles at " + std::to_string(shared) + " tokens", .x_label = pair_axis,
+                  .y_label = "largest angle at context / in training (x)", .log_y = true};
+  Chart decay{.title = "Decay bound at " + std::to_string(shared) + " tokens, compared",
+              .x_label = "relative distance m - n (tokens)", .y_label = "(1/(d/2)) sum_j |S_j| (dimensionless)",
+              .log_x = true};
   for (size_t k = 0; k < models.size(); ++k) {
     const std::string label = models[k].name.empty() ? models[k].spec.name : models[k].name;
     wave.series.push_back({label, series_color(k),
-                           pair_points(scalings[k].pairs, [](const PairScaling& p) { return p.wavelength_tokens; }),
-                           Mark::Line, false, {}});
+                           normalized_points(scalings[k].pairs, [](const PairScaling& p) { return p.wavelength_tokens; }),
+                           Mark::Line, model_stroke(k), {}});
     factor.series.push_back({label, series_color(k),
-                             pair_points(scalings[k].pairs, [](const PairScaling& p) { return p.factor_applied; }),
-                             Mark::Line, false, {}});
+                             normalized_points(scalings[k].pairs, [](const PairScaling& p) { return p.factor_applied; }),
+                             Mark::Line, model_stroke(k), {}});
+    const Extrapolation ext = extrapolation(models[k].spec, reports[k].trained_context, shared);
+    Series ratio{.label = label + " (trained " + std::to_string(ext.trained_context) + ")", .color = series_color(k),
+                 .stroke = model_stroke(k)};
+    Series ood{.label = "", .color = series_color(k), .mark = Mark::Markers};
+    const auto n = static_cast<double>(ext.pairs.size());
+    for (size_t i = 0; i < ext.pairs.size(); ++i) {
+      const PairCoverage& pair = ext.pairs[i];
+      if (!(pair.max_angle_trained_rad > 0)) continue;  // unrotated pairs
+      const Point point{static_cast<double>(i) / n, pair.max_angle_target_rad / pair.max_angle_trained_rad};
+      ratio.points.push_back(point);
+      if (pair.out_of_distribution) ood.points.push_back(point);
+    }
+    overshoot.series.push_back(std::move(ratio));
+    overshoot.series.push_back(std::move(ood));
+    const LongTermDecay bound = long_term_decay(
+        models[k].spec, DecayOptions{.max_distance = shared, .num_samples = options.decay_samples, .seq_len = shared});
+    decay.series.push_back({label, series_color(k), curve_points(bound.bound), Mark::Line, model_stroke(k), {}});
   }
+  overshoot.reference_lines = {{1.0, "the trained range", "#999999"}};
+  overshoot.extra_legend = {{"out of distribution", "#555555", LegendMark::Marker}};
   return "<section class=\"compare\">\n<h2>Side by side</h2>\n<div class=\"plots\">\n" +
-         figure(render_chart(wave), "Tokens per full turn of each pair, every model in one plot.") +
+         figure(render_chart(wave), "Tokens per full turn of each pair, every model in one plot; pairs placed by "
+                                    "their share of the head, so different head dims line up.") +
          figure(render_chart(factor), "Per-pair factor each model's scheme applies (1 = unscaled).") +
+         figure(render_chart(overshoot),
+                "At one shared context: how far each pair's largest angle goes past what its model saw in "
+                "training. Above 1 is harmless for a pair that turned fully in training; the marked pairs "
+                "never did, so those angles are new to the model.") +
+         figure(render_chart(decay), "RoFormer's decay bound of each model over the shared context.") +
          "</div>\n</section>\n";
 }
 
 constexpr const char* kStyle = R"(body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:24px}h2{font-size:20px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
-.plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;border:1px solid #ddd;padding:6px;background:#fff}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:12px}
+figure{margin:0;border:1px solid #ddd;padding:6px;background:#fff}svg.plot{max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555;max-width:640px}svg text{font-family:sans-serif}
 .plot-title{font-size:14px;font-weight:bold}.tick{font-size:10px}.axis-label{font-size:12px}.legend{font-size:11px}
 table.checks{border-collapse:collapse;margin-top:16px}table.checks td,table.checks th{border:1px solid #ccc;padding:3px 8px}
 td.num{text-align:right;font-family:monospace}td.pass{color:#070}td.fail{color:#b00;font-weight:bold}
-caption{text-align:left;font-weight:bold;padding:4px 0})";
+caption{text-align:left;font-weight:bold;padding:4px 0}.provenance{color:#555;font-size:13px}
+.provenance code{background:#f4f4f4;padding:1px 4px})";
 
 }  // namespace
 
@@ -577,14 +726,28 @@ std::string render_report(const std::vector<ReportModel>& models, const ReportOp
     reports.push_back(run_checks(model.spec, model.context));
     scalings.push_back(scheme_scaling(model.spec, reports.back().context));
   }
+  // A docs page as a link when the caller knows where the docs are, else its name as text.
+  const auto doc = [&](const std::string& page) {
+    const std::string text = "docs/" + page;
+    if (options.docs_url.empty()) return html_escape(text);
+    return "<a href=\"" + html_escape(options.docs_url + page) + "\">" + html_escape(text) + "</a>";
+  };
   std::ostringstream out;
   out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << html_escape(options.title)
       << "</title>\n<style>\n" << kStyle << "\n</style>\n</head>\n<body>\n<h1>" << html_escape(options.title)
-      << "</h1>\n<p>RoPE analysis of " << models.size()
-      << (models.size() == 1 ? " model" : " models")
-      << ": frequencies, angles, similarity, long-term decay, scheme scaling, extrapolation and the property checks. "
-         "Formulas: docs/analysis.md.</p>\n";
-  if (models.size() > 1) out << comparison_section(models, scalings);
+      << "</h1>\n";
+  if (!options.generator.empty() || !options.created.empty() || !options.command_line.empty()) {
+    out << "<p class=\"provenance\">";
+    if (!options.generator.empty()) out << "Made by " << html_escape(options.generator);
+    if (!options.created.empty()) out << (options.generator.empty() ? "Made " : "") << " on " << html_escape(options.created);
+    if (!options.command_line.empty()) out << ": <code>" << html_escape(options.command_line) << "</code>";
+    out << "</p>\n";
+  }
+  out << "<p>RoPE analysis of " << models.size() << (models.size() == 1 ? " model" : " models")
+      << ": frequencies, turns, similarity, long-term decay, scheme scaling, extrapolation and the property checks. "
+         "What each plot shows and its formula: "
+      << doc("analysis.md") << "; the numerics of the checks: " << doc("numerics.md") << ".</p>\n";
+  if (models.size() > 1) out << comparison_section(models, reports, scalings, options);
   for (size_t k = 0; k < models.size(); ++k) out << model_section(models[k], options, reports[k], scalings[k]);
   out << "</body>\n</html>\n";
   return out.str();

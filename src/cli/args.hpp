@@ -53,6 +53,8 @@ class Args {
   std::optional<std::string> positional();
   void finish() const;
   const std::string& command() const { return command_; }
+  // The command's tokens as given (after the command name), e.g. for a report's provenance.
+  const std::vector<std::string>& tokens() const { return tokens_; }
 
   std::ostream& out() const { return *out_; }
   std::ostream& err() const { return *err_; }

@@ -1,5 +1,7 @@
 // src/cli/report_command.cpp: `rotary report`: the analysis plots of one or more models as one
 // self-contained HTML page (analysis::render_report, include/rotary/report.hpp).
+#include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -18,11 +20,12 @@ const char* const kReportHelp =
     "usage: rotary report [--preset NAME | --config FILE | --compare A,B,...] [--context N] -o FILE.html\n"
     "\n"
     "Writes one self-contained HTML page (inline SVG, no scripts, no network) with, per model:\n"
-    "inv_freq and wavelength per pair against the default, the angle of each pair at a few\n"
+    "inv_freq and wavelength per pair against the default, the turns of each pair at a few\n"
     "positions, a similarity heatmap of positions, RoFormer's long-term decay bound and measured\n"
     "scores, the scheme's per-pair scaling, the extrapolation coverage and the property checks of\n"
     "rotary check. With --compare, a side-by-side section overlays the models' wavelengths and\n"
-    "scaling factors. docs/analysis.md explains each plot.\n"
+    "scaling factors, and their out-of-distribution angles and decay at one shared context.\n"
+    "docs/analysis.md explains each plot.\n"
     "\n"
     "  --preset NAME       a built-in preset (rotary presets); default llama-3.1-8b\n"
     "  --config FILE       a Hugging Face config.json\n"
@@ -46,6 +49,37 @@ std::vector<std::string> split_names(const std::string& text) {
     start = end + 1;
   }
   return out;
+}
+
+// The command line for the page's provenance, each token quoted when a shell would need it.
+std::string command_line(const Args& args) {
+  std::string line = "rotary " + args.command();
+  for (const std::string& token : args.tokens()) {
+    const bool plain = !token.empty() && token.find_first_not_of(
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@") == std::string::npos;
+    std::string quoted = "'";
+    for (const char c : token) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += " " + (plain ? token : quoted + "'");
+  }
+  return line;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M UTC", &parts);
+  return buffer;
+}
+
+// The docs as a file:// URL when this build's source tree still holds them (a build-tree or
+// locally installed command); an installed copy without them names the pages as text.
+std::string docs_url() {
+  std::error_code error;
+  const std::filesystem::path docs(ROTARY_SOURCE_DOCS_DIR);
+  if (!std::filesystem::is_regular_file(docs / "analysis.md", error)) return "";
+  return "file://" + docs.generic_string() + "/";
 }
 
 }  // namespace
@@ -93,7 +127,12 @@ int run_report(Args& args) {
   }
   if (args.parse_only()) return 0;
 
-  const std::string html = analysis::render_report(models, {});
+  analysis::ReportOptions options;
+  options.generator = std::string("rotary ") + ROTARY_VERSION;
+  options.created = utc_now();
+  options.command_line = command_line(args);
+  options.docs_url = docs_url();
+  const std::string html = analysis::render_report(models, options);
   // "report: cannot write <path>: <reason>"; a failure leaves an existing file as it was.
   detail::write_file_atomically(*output, html, "report");
   args.out() << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";

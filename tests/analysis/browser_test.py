@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """The HTML report in a real browser: Debian's headless Chromium loads `rotary report`'s page.
 
-Checks (issue 7, item 4):
+Checks:
   - the page loads with no console errors (Chromium's --enable-logging=stderr prints every
     console message as "CONSOLE(...)"; an error-level one fails the test);
   - every plot has rendered: in the DOM Chromium built, every <svg> holds drawn elements
     (polyline, rect, circle, path or line);
+  - every text of every plot (titles, ticks, axis labels, legends) lies inside its plot as the
+    browser laid it out, and no two legend entries overlap: a copy of the page with a measuring
+    script (the report itself has none) writes each text's box from getBBox() into the DOM;
+  - the page says what made it (version, date, command line) and links its docs;
   - the screenshot is not blank: a decoded PNG with a substantial share of non-white pixels
     and many distinct colours.
 
@@ -72,6 +76,58 @@ def decode_png(path):
     return width, height, channels, rows
 
 
+# Measures every <text> of every plot after layout (getBBox in the SVG's user units, which are
+# its viewBox units) and writes one line per problem into <pre id="layout-check">.
+MEASURE_SCRIPT = """<script>
+window.addEventListener('load', () => {
+  const lines = [];
+  let texts = 0;
+  document.querySelectorAll('svg.plot').forEach((svg, index) => {
+    const box = svg.viewBox.baseVal;
+    const title = svg.querySelector('title').textContent;
+    const legends = [];
+    svg.querySelectorAll('text').forEach((text) => {
+      texts += 1;
+      // getBBox is in the text's own coordinates: apply its transform (the rotated axis labels).
+      const raw = text.getBBox();
+      const local = text.transform.baseVal.consolidate();
+      let b = raw;
+      if (local) {
+        const m = local.matrix;
+        const xs = [], ys = [];
+        for (const [x, y] of [[raw.x, raw.y], [raw.x + raw.width, raw.y], [raw.x, raw.y + raw.height],
+                              [raw.x + raw.width, raw.y + raw.height]]) {
+          xs.push(m.a * x + m.c * y + m.e);
+          ys.push(m.b * x + m.d * y + m.f);
+        }
+        b = {x: Math.min(...xs), y: Math.min(...ys), width: Math.max(...xs) - Math.min(...xs),
+             height: Math.max(...ys) - Math.min(...ys)};
+      }
+      if (b.x < box.x - 1 || b.y < box.y - 1 || b.x + b.width > box.x + box.width + 1 ||
+          b.y + b.height > box.y + box.height + 1) {
+        lines.push(`plot ${index} (${title}): "${text.textContent}" at x ${b.x.toFixed(1)}..${(b.x + b.width).toFixed(1)}` +
+                   `, y ${b.y.toFixed(1)}..${(b.y + b.height).toFixed(1)} leaves the plot's ${box.width} x ${box.height}`);
+      }
+      if (text.classList.contains('legend')) legends.push([text.textContent, b]);
+    });
+    for (let i = 0; i < legends.length; ++i) {
+      for (let j = i + 1; j < legends.length; ++j) {
+        const [s, a] = legends[i], [t, c] = legends[j];
+        if (a.x < c.x + c.width && c.x < a.x + a.width && a.y < c.y + c.height - 1 && c.y < a.y + a.height - 1) {
+          lines.push(`plot ${index} (${title}): legend "${s}" overlaps "${t}"`);
+        }
+      }
+    }
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'layout-check';
+  pre.textContent = [`checked ${texts} texts`].concat(lines).join('\\n');
+  document.body.appendChild(pre);
+});
+</script>
+"""
+
+
 def main():
     if len(sys.argv) != 3:
         fail("usage: browser_test.py ROTARY_COMMAND OUTPUT_DIR")
@@ -102,6 +158,26 @@ def main():
     empty = [i for i, svg in enumerate(svgs) if not re.search(r"<(polyline|rect|circle|path|line)\b", svg)]
     if empty:
         fail(f"plots with nothing drawn: {empty}")
+
+    # The layout as the browser measured it: every text inside its SVG's viewBox, legends apart.
+    measured = os.path.join(out_dir, "browser_test_layout.html")
+    with open(page, encoding="utf-8") as source:
+        html = source.read()
+    with open(measured, "w", encoding="utf-8") as copy:
+        copy.write(html.replace("</body>", MEASURE_SCRIPT + "</body>"))
+    layout_run = subprocess.run([chromium, *CHROMIUM_FLAGS, "--virtual-time-budget=2000", "--dump-dom",
+                                 "file://" + os.path.abspath(measured)], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="layout-check">(.*?)</pre>', layout_run.stdout, flags=re.S)
+    if found is None:
+        fail("the layout check did not run (no #layout-check in the DOM)")
+    problems = [line for line in found.group(1).strip().splitlines() if line]
+    checked = problems.pop(0) if problems and problems[0].startswith("checked") else "checked ?"
+    if problems:
+        fail(f"{len(problems)} layout problems ({checked}): " + " | ".join(problems[:6]))
+    if 'class="provenance">Made by rotary ' not in dom_run.stdout or "<code>rotary report --compare" not in dom_run.stdout:
+        fail("the page does not say what made it (version, date and command line)")
+    if '<a href="file://' not in dom_run.stdout:
+        fail("the docs are not linked")
 
     # The screenshot: decoded and looked at.
     shot_run = subprocess.run([chromium, *CHROMIUM_FLAGS, "--window-size=1400,2400",

@@ -72,8 +72,8 @@ void expect_well_formed_and_self_contained(const std::string& html) {
 TEST(Report, DefaultPresetHasEveryPlotAndTheCheckTable) {
   const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, {});
   expect_well_formed_and_self_contained(html);
-  EXPECT_EQ(count_report_plots(html), 8);  // inv_freq, wavelength, angle, heatmap, bound, scores, scaling, coverage
-  for (const char* title : {"inv_freq per pair", "Wavelength per pair", "Angle per pair", "Similarity",
+  EXPECT_EQ(count_report_plots(html), 8);  // inv_freq, wavelength, turns, heatmap, bound, scores, scaling, coverage
+  for (const char* title : {"inv_freq per pair", "Wavelength per pair", "Turns per pair", "Similarity",
                             "Long-term decay bound", "Score vs distance", "Per-pair scaling", "Extrapolation coverage"}) {
     EXPECT_THAT(html, HasSubstr(title));
   }
@@ -100,15 +100,70 @@ TEST(Report, CompareOverlaysEveryModelInOnePlotEach) {
   for (const std::string& name : names) models.push_back(preset_model(name));
   const std::string html = render_report(models, {});
   expect_well_formed_and_self_contained(html);
-  EXPECT_EQ(count_report_plots(html), 2 + 3 * 8);
+  EXPECT_EQ(count_report_plots(html), 4 + 3 * 8);
   const size_t compare = html.find("<h2>Side by side</h2>");
   ASSERT_NE(compare, std::string::npos);
   const std::vector<std::string> plots = svgs(html.substr(compare));
-  ASSERT_GE(plots.size(), 2u);
-  for (size_t k = 0; k < 2; ++k) {
+  ASSERT_GE(plots.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
     EXPECT_EQ(count(plots[k], "<polyline"), 3) << k;
-    for (const std::string& name : names) EXPECT_THAT(plots[k], HasSubstr(">" + name + "</text>"));
+    for (const std::string& name : names) EXPECT_THAT(plots[k], HasSubstr(">" + name)) << k;
   }
+  // Models of different head dims share one axis: the pair's place 2i / rotary_dim in [0, 1).
+  EXPECT_THAT(plots[0], HasSubstr("pair place 2i / rotary_dim (0 = fastest, 1 = slowest)"));
+  // Coinciding curves stay apart by stroke: the models are solid, dashed and dash-dotted.
+  EXPECT_THAT(plots[1], HasSubstr("stroke-dasharray=\"7 4\""));
+  EXPECT_THAT(plots[1], HasSubstr("stroke-dasharray=\"10 3 2 3\""));
+  // The shared context is the largest target context (llama-3.1-8b's 131072).
+  EXPECT_THAT(plots[2], HasSubstr("Past the trained angles at 131072 tokens"));
+  EXPECT_THAT(plots[3], HasSubstr("Decay bound at 131072 tokens, compared"));
+}
+
+TEST(Report, LogAxesUseOneTickStyleAndContextLinesDifferFromSeries) {
+  const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, {});
+  const std::vector<std::string> plots = svgs(html);
+  ASSERT_EQ(plots.size(), 8u);
+  // inv_freq spans 1 .. 1e-7: every tick a power of ten with a superscript, no "0.01" beside "1e-3".
+  const std::string& inv = plots[0];
+  EXPECT_THAT(inv, HasSubstr(">10<tspan dy=\"-5\" font-size=\"8\">-3</tspan>"));
+  EXPECT_THAT(inv, HasSubstr(">10<tspan dy=\"-5\" font-size=\"8\">0</tspan>"));
+  EXPECT_THAT(inv, Not(HasSubstr(">0.01<")));
+  EXPECT_THAT(inv, Not(HasSubstr(">1e-")));
+  // The wavelength plot: the context lines are dotted, the default series dashed, in other colours.
+  const std::string& wave = plots[1];
+  EXPECT_THAT(wave, HasSubstr("stroke=\"#009e73\" stroke-width=\"1.4\" stroke-dasharray=\"2 3\""));
+  EXPECT_THAT(wave, HasSubstr("stroke=\"#7f7f7f\" stroke-width=\"1.6\" stroke-dasharray=\"7 4\""));
+  // The turns plot has a line per position and the one-turn reference.
+  EXPECT_EQ(count(plots[2], "<polyline"), 5);
+  EXPECT_THAT(plots[2], HasSubstr(">one full turn</text>"));
+}
+
+TEST(Report, HeatmapColoursSpanTheScoresPresentAndShowTheirRange) {
+  ReportOptions options;
+  options.heatmap_positions = 4096;
+  options.heatmap_cells = 64;
+  const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, options);
+  const std::string heatmap = svgs(html)[3];
+  // The darkest and the brightest colours of the scale are both used (not a band of [-1, 1]).
+  EXPECT_THAT(heatmap, HasSubstr("fill=\"#440154\""));
+  EXPECT_THAT(heatmap, HasSubstr("fill=\"#fde725\""));
+  EXPECT_EQ(count(heatmap, "<rect x="), 64 * 64 + 40);
+  EXPECT_THAT(html, HasSubstr("for m, n below 4096"));
+}
+
+TEST(Report, ProvenanceAndDocsLinks) {
+  ReportOptions options;
+  options.generator = "rotary 9.9.9";
+  options.created = "2026-11-25 16:00 UTC";
+  options.command_line = "rotary report --preset x -o 'a b.html'";
+  options.docs_url = "file:///opt/rotary/docs/";
+  const std::string html = render_report({preset_model("llama-2-7b")}, options);
+  EXPECT_THAT(html, HasSubstr("<p class=\"provenance\">Made by rotary 9.9.9 on 2026-11-25 16:00 UTC: "
+                              "<code>rotary report --preset x -o &#39;a b.html&#39;</code></p>"));
+  EXPECT_THAT(html, HasSubstr("<a href=\"file:///opt/rotary/docs/analysis.md\">docs/analysis.md</a>"));
+  const std::string plain = render_report({preset_model("llama-2-7b")}, {});
+  EXPECT_THAT(plain, Not(HasSubstr("<p class=\"provenance\">")));
+  EXPECT_THAT(plain, HasSubstr("its formula: docs/analysis.md;"));
 }
 
 TEST(Report, EscapesNamesAndTitles) {
