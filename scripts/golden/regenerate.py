@@ -241,7 +241,9 @@ def modeling_attr(dotted: str):
 
 
 def exception_record(e: BaseException) -> dict:
-    return {"type": type(e).__name__, "message": str(e).strip("'") if isinstance(e, KeyError) else str(e)}
+    # str(KeyError) is the repr of its argument; the message is the argument itself
+    message = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return {"type": type(e).__name__, "message": message}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -565,9 +567,9 @@ def positive_case(case: dict) -> dict:
         rope_init = f"modeling_rope_utils.ROPE_INIT_FUNCTIONS['{rope_type}']"
     doc = {"format": FORMAT, "case": case["name"], "kind": "positive", "description": case["description"]}
     doc["model_reference"] = case["model_reference"]
+    doc["layout_note"] = LAYOUT_NOTE
     if "data_source" in case:
         doc["data_source"] = case["data_source"]
-    doc["layout_note"] = LAYOUT_NOTE
     doc["source"] = {
         **source_base(),
         "device": "cpu",
@@ -825,9 +827,16 @@ def compare(new: dict, old: dict) -> tuple[bool, list[str]]:
         lines.append(f"  note hf_log_messages differ: {old['hf_log_messages']} -> {new['hf_log_messages']}")
     eo, en = old["errors"], new["errors"]
     changed = [k for k in eo if k != "per_position" and eo[k] != en[k]]
-    pp = sum(1 for a, b in zip(eo["per_position"], en["per_position"]) if a != b)
-    lines.append(f"  errors: {len(changed)} scalar field(s) changed {changed if changed else ''}; "
-                 f"{pp}/{len(eo['per_position'])} per_position rows changed")
+    per_key = {}
+    for a, b in zip(eo["per_position"], en["per_position"]):
+        for key in a:
+            if key != "position" and a[key] != b[key]:
+                n, worst = per_key.get(key, (0, 0.0))
+                rel = abs(b[key] - a[key]) / max(abs(a[key]), 1e-300)
+                per_key[key] = (n + 1, max(worst, rel))
+    summary = ", ".join(f"{k} {n} rows (max rel change {w:.2g})" for k, (n, w) in per_key.items())
+    lines.append(f"  errors: scalar fields changed: {changed if changed else 'none'}; "
+                 f"per_position of {len(eo['per_position'])} rows: {summary if summary else 'identical'}")
     for key in ("torch_f32_cos_max_ulp_vs_correctly_rounded_at_hf_angle", "torch_f32_sin_max_ulp_vs_correctly_rounded_at_hf_angle"):
         if eo[key] != en[key]:
             lines.append(f"  note errors.{key}: {eo[key]} -> {en[key]}")
