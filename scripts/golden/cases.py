@@ -1,4 +1,4 @@
-"""The definitions of the golden RoPE cases (tests/golden/*.json), issue 22.
+"""The definitions of the golden RoPE cases (tests/golden/*.json).
 
 Everything scripts/golden/regenerate.py needs to rebuild a case without the old outputs: the
 config as a config.json holds it, the transformers config class and rotary-embedding class, the

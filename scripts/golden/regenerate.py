@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerates the golden RoPE vectors (tests/golden/*.json, format "rotary-golden/1") from the
-installed Hugging Face transformers (issue 22).
+installed Hugging Face transformers.
 
     python scripts/golden/regenerate.py --out DIR [--cases NAME ...]
     python scripts/golden/regenerate.py --check tests/golden [--cases NAME ...]

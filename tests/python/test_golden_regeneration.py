@@ -1,4 +1,4 @@
-"""scripts/golden/regenerate.py (issue 22) reproduces the carried golden vectors from the installed
+"""scripts/golden/regenerate.py reproduces the carried golden vectors from the installed
 transformers: a few representative cases are regenerated into a temporary directory and compared
 with tests/golden.
 
