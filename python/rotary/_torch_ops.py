@@ -260,6 +260,26 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     source = spec_or_table._handle
     precision = precision or ""
     style = style or ""
+    if backend == "auto" and _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace):
+        # Plain eager CPU call that records no gradient: the kernel directly, without the custom
+        # op's dispatch (~100 us of torch.library bookkeeping per call against a decode step's few
+        # us of work). Same checks, same kernel, same bits; written tensors get their version
+        # bumped as the mutating op would, so autograd still refuses a tensor saved for backward
+        # that was changed in place.
+        if out is not None:
+            q_out, k_out = out
+        elif inplace:
+            q_out, k_out = q, k
+        else:
+            q_out = torch.empty(q.shape, dtype=q.dtype)
+            k_out = None if k is None else torch.empty(k.shape, dtype=k.dtype)
+        _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+             rotary_offset, xpos_length)
+        if out is not None or inplace:
+            _increment_version(q_out)
+            if k_out is not None:
+                _increment_version(k_out)
+        return q_out, k_out
     if backend == "torch":
         return _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len,
                                            layout, direction, rotary_offset, xpos_length, inplace, out)
@@ -274,6 +294,34 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     q_out, k_out = _apply_rotary_op(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                                     direction, rotary_offset, xpos_length)
     return q_out, (None if k is None else k_out)
+
+
+_increment_version = torch.autograd.graph.increment_version
+
+
+def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace) -> bool:
+    """True when the call can skip the custom op: eager (not traced by torch.compile, no
+    TorchDispatchMode such as FakeTensorMode active), every tensor a plain CPU torch.Tensor of a
+    kernel dtype (no subclass, no functorch wrapper: vmap / grad transforms go through the op),
+    and no gradient to record (the op's autograd formula is what a gradient needs)."""
+    if torch.compiler.is_compiling() or _current_dispatch_mode() is not None:
+        return False
+    tensors = [q] if k is None else [q, k]
+    if out is not None:
+        tensors.extend(t for t in out if t is not None)
+    for t in tensors:
+        if type(t) is not torch.Tensor or t.device.type != "cpu" or t.dtype not in _DTYPES or _is_wrapped(t):
+            return False
+    for t in (positions, offsets, cu_seqlens):
+        if t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu" or _is_wrapped(t)):
+            return False
+    if out is None and not inplace and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return True
+
+
+_current_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _describe_out(out) -> str:

@@ -254,3 +254,44 @@ def test_rotary_embedding_matches_hf_dynamic_growth_and_reset():
     ref, _ = hf(x, torch.arange(500)[None])
     # HF's float32 angle p * inv_freq is off by up to ~p * 2^-23 rad: 500 * 1.2e-7 = 6e-5 here.
     assert (cos - ref).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("mode", ["inplace", "out"])
+def test_eager_writes_bump_the_version_so_autograd_refuses_a_changed_saved_tensor(mode):
+    """Eager CPU calls without gradients skip the custom op (its dispatch costs more than a decode
+    step's work); the tensors they write must still have their version bumped, so that a tensor
+    another op saved for backward and rotary then changed is an autograd error, not a silently
+    wrong gradient."""
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    weight = torch.randn(1, 4, 3, 128, requires_grad=True)
+    q = torch.randn(1, 4, 3, 128)
+    k = torch.randn(1, 2, 3, 128)
+    product = weight * q  # saves q for the gradient of weight
+    before = q._version
+    if mode == "inplace":
+        rt.apply_rotary(q, k, None, spec, inplace=True)
+    else:
+        rt.apply_rotary(torch.randn(1, 4, 3, 128), k, None, spec, out=(q, torch.empty_like(k)))
+    assert q._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        product.sum().backward()
+
+
+def test_eager_fast_path_gives_the_custom_ops_bits():
+    """The same call through the custom op (forced by a dispatch mode that changes nothing) and
+    through the eager path: identical outputs, fresh, out= and in place."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    spec = rotary.Spec.preset("qwen3-8b")
+    q = torch.randn(2, 4, 5, 128, dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 5, 128, dtype=torch.bfloat16)
+    positions = torch.tensor([[3, 9, 27, 81, 243]]).expand(2, 5)
+    eager = rt.apply_rotary(q, k, positions, spec)
+    with Passthrough():
+        through_op = rt.apply_rotary(q, k, positions, spec)
+    assert torch.equal(eager[0], through_op[0]) and torch.equal(eager[1], through_op[1])
+    assert not torch.equal(eager[0], q)  # it rotated
