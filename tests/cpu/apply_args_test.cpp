@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <ostream>
 #include <utility>
 #include <string>
 #include <vector>
@@ -69,9 +71,11 @@ struct Call {
 
   void set_per_token(std::vector<int64_t> values) {
     per_token = std::move(values);
-    positions = Positions{};
-    positions.per_token = per_token.data();
-    positions.per_token_count = static_cast<int64_t>(per_token.size());
+    positions = Positions::per_token(per_token, positions.cu_seqlens);
+  }
+  void set_offsets(std::vector<int64_t> values) {
+    offsets = std::move(values);
+    positions = Positions::sequence_offsets(offsets, positions.cu_seqlens);
   }
   // THD: q (10, 4, 16), k (10, 2, 16), cu_seqlens {0, 4, 10}, no positions.
   void make_thd() {
@@ -80,15 +84,13 @@ struct Call {
     q_out = contiguous_view(q_out_buf.data(), DType::F32, Layout::THD, {10, 4, 16});
     k_out = contiguous_view(k_out_buf.data(), DType::F32, Layout::THD, {10, 2, 16});
     cu_seqlens = {0, 4, 10};
-    positions = Positions{};
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = 2;
+    positions = Positions::arange(cu_seqlens);
   }
 
+  // Keeps the source and its values.
   void set_cu_seqlens(std::vector<int64_t> values) {
     cu_seqlens = std::move(values);
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+    positions.cu_seqlens = cu_seqlens;
   }
 
   void check() const { check_apply_arguments(q, k, q_out, k_out, positions, *table, options); }
@@ -376,144 +378,89 @@ TEST(ApplyArgs, RejectsOverlappingOutputs) {
 
 // ---- positions --------------------------------------------------------------------------------
 
-TEST(ApplyArgs, RejectsWrongPerTokenCount) {
-  Call call;
-  call.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8});
-  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 1 = 10", "got 9"});
-}
+// One row per broken positions argument: what the row does to the base call (per-token
+// positions for BSHD q (2, 5, 4, 16), a 4096-position table; `thd` rows start from make_thd()),
+// and the parts the message must contain.
+struct PositionsCase {
+  const char* name;
+  std::function<void(Call&)> breaks;
+  std::vector<std::string> parts;
+  RopeSpec spec = small_spec();
+  int64_t fixed_positions = 4096;
+  bool thd = false;
+};
 
-TEST(ApplyArgs, RejectsMropePositionsWithoutAllStreams) {
-  Call call(mrope_spec());
-  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 3 = 30", "mrope", "got 10"});
-}
-
-TEST(ApplyArgs, RejectsNegativePositionNamingItsIndex) {
-  Call call;
-  call.per_token[3] = -1;
-  expect_rejected(call, {"positions.per_token[3] must be in [0, 4095]", "got -1"});
-}
-
-TEST(ApplyArgs, RejectsPositionPastFixedTable) {
-  Call call;
-  call.per_token[7] = 4096;
-  expect_rejected(call, {"positions.per_token[7] must be in [0, 4095]", "got 4096"});
-}
-
-TEST(ApplyArgs, RejectsMropeStreamPositionPastTableNamingStreamMajorIndex) {
-  Call call(mrope_spec(), 1000);
+std::vector<int64_t> mrope_positions_with(int64_t index, int64_t value) {
   std::vector<int64_t> streams(30, 5);
-  streams[2 * 10 + 4] = 1000;  // w stream, token 4
-  call.set_per_token(streams);
-  expect_rejected(call, {"positions.per_token[24] must be in [0, 999]", "got 1000"});
+  streams[static_cast<size_t>(index)] = value;
+  return streams;
 }
 
-TEST(ApplyArgs, RejectsPerTokenNullWithCount) {
-  Call call;
-  call.positions.per_token = nullptr;
-  expect_rejected(call, {"positions.per_token must not be null with per_token_count 10", "got null"});
+const PositionsCase kPositionsCases[] = {
+    {"WrongPerTokenCount", [](Call& c) { c.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8}); },
+     {"positions.values.size() must equal tokens x streams = 10 x 1 = 10 for per_token", "got 9"}},
+    {"MropePositionsWithoutAllStreams", [](Call&) {},
+     {"positions.values.size() must equal tokens x streams = 10 x 3 = 30", "mrope", "got 10"}, mrope_spec()},
+    {"NegativePositionNamingItsIndex", [](Call& c) { c.per_token[3] = -1; },
+     {"positions.values[3] must be in [0, 4095]", "got -1"}},
+    {"PositionPastFixedTable", [](Call& c) { c.per_token[7] = 4096; },
+     {"positions.values[7] must be in [0, 4095]", "got 4096"}},
+    // w stream, token 4: the index is stream-major.
+    {"MropeStreamPositionPastTableNamingStreamMajorIndex",
+     [](Call& c) { c.set_per_token(mrope_positions_with(2 * 10 + 4, 1000)); },
+     {"positions.values[24] must be in [0, 999]", "got 1000"}, mrope_spec(), 1000},
+    {"PerTokenNullWithSize", [](Call& c) { c.positions.values = {static_cast<const int64_t*>(nullptr), 10}; },
+     {"positions.values must not be null with size 10", "got null"}},
+    {"ValuesWithArange", [](Call& c) { c.positions.source = Positions::Source::Arange; },
+     {"positions.values must be empty for source arange", "got size 10"}},
+    {"SourceOutsideTheEnum", [](Call& c) { c.positions.source = static_cast<Positions::Source>(3); },
+     {"positions.source must be arange, per_token or sequence_offsets", "got enum value 3"}},
+    {"WrongNumberOfOffsets", [](Call& c) { c.set_offsets({0, 0, 0}); },
+     {"positions.values.size() must equal the number of sequences 2 (q batch) for sequence_offsets", "got 3"}},
+    {"NegativeOffset", [](Call& c) { c.set_offsets({0, -2}); },
+     {"positions.values[1] (sequence offset) + s must be in [0, 4095]", "got -2 + 0 = -2"}},
+    {"OffsetRunningPastTable", [](Call& c) { c.set_offsets({4093, 0}); },
+     {"positions.values[0] (sequence offset) + s must be in [0, 4095] for every s < 5", "got 4093 + 3 = 4096"}},
+    {"OffsetsWithMrope", [](Call& c) { c.set_offsets({0, 0}); },
+     {"positions.source sequence_offsets is for single-stream specs only", "mrope", "got sequence_offsets with 3 streams"},
+     mrope_spec()},
+    {"ThdOffsetsCountOtherThanSequences", [](Call& c) { c.set_offsets({0, 0, 0}); },
+     {"positions.values.size() must equal the number of sequences 2 (positions.cu_seqlens.size() - 1)", "got 3"},
+     small_spec(), 4096, true},
+    {"ArangePastFixedTable", [](Call& c) { c.positions = Positions::arange(); },
+     {"positions (arange: 0 .. length - 1 per sequence) must be in [0, 3]", "got sequence length 5"}, small_spec(), 4},
+    {"CuSeqlensNotStartingAtZero", [](Call& c) { c.set_cu_seqlens({1, 4, 10}); },
+     {"positions.cu_seqlens[0] must be 0", "got 1"}, small_spec(), 4096, true},
+    {"DecreasingCuSeqlens", [](Call& c) { c.set_cu_seqlens({0, 6, 3, 10}); },
+     {"positions.cu_seqlens[2] must be >= positions.cu_seqlens[1] = 6", "got 3"}, small_spec(), 4096, true},
+    {"CuSeqlensNotEndingAtTokenCount", [](Call& c) { c.set_cu_seqlens({0, 4, 9}); },
+     {"positions.cu_seqlens[2] (the last) must equal the token count 10", "got 9"}, small_spec(), 4096, true},
+    {"ThdWithoutCuSeqlens", [](Call& c) { c.positions = Positions::arange(); },
+     {"positions.cu_seqlens is required for the thd layout", "got an empty span"}, small_spec(), 4096, true},
+    // One offset and no sequence: the span's size is the count, so zero sequences is size 1.
+    {"ThdWithZeroSequences", [](Call& c) { c.set_cu_seqlens({0}); },
+     {"positions.cu_seqlens.size() must be num_sequences + 1 >= 2", "got 1"}, small_spec(), 4096, true},
+    {"CuSeqlensNullWithSize", [](Call& c) { c.positions.cu_seqlens = {static_cast<const int64_t*>(nullptr), 3}; },
+     {"positions.cu_seqlens must not be null with size 3", "got null"}, small_spec(), 4096, true},
+    {"CuSeqlensForBshd", [](Call& c) { c.set_cu_seqlens({0, 5, 10}); },
+     {"positions.cu_seqlens is only for the thd layout", "got 3 cu_seqlens with layout bshd"}},
+};
+
+// gtest prints a parameter on failure: its name, not its bytes.
+void PrintTo(const PositionsCase& row, std::ostream* os) { *os << row.name; }
+
+class ApplyArgsPositions : public ::testing::TestWithParam<PositionsCase> {};
+
+TEST_P(ApplyArgsPositions, RejectsNamingTheArgument) {
+  const PositionsCase& row = GetParam();
+  Call call(row.spec, row.fixed_positions);
+  if (row.thd) call.make_thd();
+  row.breaks(call);
+  expect_rejected(call, row.parts);
 }
 
-TEST(ApplyArgs, RejectsTwoPositionSources) {
-  Call call;
-  call.offsets = {0, 0};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions must come from one source", "got both: per_token_count 10, num_offsets 2"});
-}
-
-TEST(ApplyArgs, RejectsWrongNumberOfOffsets) {
-  Call call;
-  call.offsets = {0, 0, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 3;
-  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (q batch)", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsNegativeOffset) {
-  Call call;
-  call.offsets = {0, -2};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets[1] + s must be in [0, 4095]", "got -2 + 0 = -2"});
-}
-
-TEST(ApplyArgs, RejectsOffsetRunningPastTable) {
-  Call call;
-  call.offsets = {4093, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets[0] + s must be in [0, 4095] for every s < 5", "got 4093 + 3 = 4096"});
-}
-
-TEST(ApplyArgs, RejectsOffsetsWithMrope) {
-  Call call(mrope_spec());
-  call.offsets = {0, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets is for single-stream specs only", "mrope",
-                         "got sequence_offsets with 3 streams"});
-}
-
-TEST(ApplyArgs, RejectsThdOffsetsCountOtherThanSequences) {
-  Call call;
-  call.make_thd();
-  call.offsets = {0, 0, 0};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 3;
-  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (positions.num_sequences)", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsArangePastFixedTable) {
-  Call call(small_spec(), 4);
-  call.positions = Positions{};
-  expect_rejected(call, {"positions (none given, so 0 .. length - 1 per sequence) must be in [0, 3]",
-                         "got sequence length 5"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensNotStartingAtZero) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({1, 4, 10});
-  expect_rejected(call, {"positions.cu_seqlens[0] must be 0", "got 1"});
-}
-
-TEST(ApplyArgs, RejectsDecreasingCuSeqlens) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({0, 6, 3, 10});
-  expect_rejected(call, {"positions.cu_seqlens[2] must be >= positions.cu_seqlens[1] = 6", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensNotEndingAtTokenCount) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({0, 4, 9});
-  expect_rejected(call, {"positions.cu_seqlens[2] (the last) must equal the token count 10", "got 9"});
-}
-
-TEST(ApplyArgs, RejectsThdWithoutCuSeqlens) {
-  Call call;
-  call.make_thd();
-  call.positions = Positions{};
-  expect_rejected(call, {"positions.cu_seqlens is required for the thd layout", "got null"});
-}
-
-TEST(ApplyArgs, RejectsThdWithZeroSequences) {
-  Call call;
-  call.make_thd();
-  call.positions.num_sequences = 0;
-  expect_rejected(call, {"positions.num_sequences must be >= 1", "got 0"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensForBshd) {
-  Call call;
-  call.set_cu_seqlens({0, 5, 10});
-  expect_rejected(call, {"positions.cu_seqlens is only for the thd layout", "got cu_seqlens with layout bshd"});
-}
+INSTANTIATE_TEST_SUITE_P(Rows, ApplyArgsPositions, ::testing::ValuesIn(kPositionsCases),
+                         [](const ::testing::TestParamInfo<PositionsCase>& row) { return std::string(row.param.name); });
 
 // ---- options and spec ---------------------------------------------------------------------------
 
@@ -688,14 +635,11 @@ TEST(ApplyArgs, LongRopeTablesServeEverySeqLenOfTheirFactorSet) {
 
 TEST(ApplyArgs, SeqLenOfOffsetsAndArangeCalls) {
   Call call(dynamic_spec());
-  call.offsets = {0, 60};  // positions 60..64: seq_len 65 > 64
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
+  call.set_offsets({0, 60});  // positions 60..64: seq_len 65 > 64
   expect_rejected(call, {"seq_len (largest position + 1) 65"});
-  call.offsets = {0, 59};  // 59..63: seq_len 64
+  call.offsets[1] = 59;  // 59..63: seq_len 64
   EXPECT_NO_THROW(call.run());
-  call.positions = Positions{};  // arange 0..4: seq_len 5
+  call.positions = Positions::arange();  // arange 0..4: seq_len 5
   EXPECT_NO_THROW(call.run());
 }
 

@@ -56,6 +56,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -454,7 +455,7 @@ Family draw_family(uint64_t seed) {
 
 // ---- configurations: one call -------------------------------------------------------------------
 
-enum class Source { None, PerToken, Offsets };
+using Source = Positions::Source;
 
 struct Config {
   uint64_t seed = 0;
@@ -467,7 +468,7 @@ struct Config {
   int64_t q_dim = 0, k_dim = 0;
   DType q_dtype = DType::F32, k_dtype = DType::F32, q_out_dtype = DType::F32, k_out_dtype = DType::F32;
   bool in_place = false;
-  Source source = Source::None;
+  Source source = Source::Arange;
   std::vector<int64_t> per_token;  // stream-major
   std::vector<int64_t> offsets;
   bool fast_first = true;  // which implementation runs (and grows a stored table) first
@@ -481,19 +482,13 @@ struct Config {
   int64_t tokens() const { return batch * seq; }
   bool has_k() const { return k_heads > 0; }
   Positions positions() const {
-    Positions p;
-    if (source == Source::PerToken) {
-      p.per_token = per_token.data();
-      p.per_token_count = static_cast<int64_t>(per_token.size());
-    } else if (source == Source::Offsets) {
-      p.sequence_offsets = offsets.data();
-      p.num_offsets = static_cast<int64_t>(offsets.size());
+    const std::span<const int64_t> cu = layout == Layout::THD ? std::span(cu_seqlens) : std::span<const int64_t>();
+    switch (source) {
+      case Source::PerToken: return Positions::per_token(per_token, cu);
+      case Source::SequenceOffsets: return Positions::sequence_offsets(offsets, cu);
+      case Source::Arange: break;
     }
-    if (layout == Layout::THD) {
-      p.cu_seqlens = cu_seqlens.data();
-      p.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
-    }
-    return p;
+    return Positions::arange(cu);
   }
   // The sequences as (first token, length).
   std::vector<std::pair<int64_t, int64_t>> sequences() const {
@@ -516,7 +511,7 @@ struct Config {
         for (int stream = 0; stream < streams; ++stream) {
           int64_t p = s;
           if (source == Source::PerToken) p = per_token[static_cast<size_t>(stream * tokens() + token)];
-          if (source == Source::Offsets) p = offsets[n] + s;
+          if (source == Source::SequenceOffsets) p = offsets[n] + s;
           out[static_cast<size_t>(stream * tokens() + token)] = p;
         }
       }
@@ -552,9 +547,9 @@ std::string Config::describe() const {
   if (family->spec.xpos) out << ", xpos_length " << options.xpos_length;
   out << "; positions ";
   switch (source) {
-    case Source::None: out << "none (arange)"; break;
+    case Source::Arange: out << "none (arange)"; break;
     case Source::PerToken: out << "per_token " << list_text(per_token); break;
-    case Source::Offsets: out << "sequence_offsets " << list_text(offsets); break;
+    case Source::SequenceOffsets: out << "sequence_offsets " << list_text(offsets); break;
   }
   out << "; " << (fast_first ? "apply() ran first" : "reference ran first") << "\n" << placement;
   return out.str();
@@ -767,11 +762,11 @@ Config draw_config(const Family& family, uint64_t seed, Constraints constraints 
   const int streams = streams_of(spec);
   const int64_t source = rng.uniform(0, 99);
   if (streams > 1) {
-    c.source = source < 80 ? Source::PerToken : Source::None;
+    c.source = source < 80 ? Source::PerToken : Source::Arange;
   } else {
-    c.source = source < 50 ? Source::PerToken : (source < 80 ? Source::Offsets : Source::None);
+    c.source = source < 50 ? Source::PerToken : (source < 80 ? Source::SequenceOffsets : Source::Arange);
   }
-  if (spec.xpos && c.source == Source::None) c.source = Source::PerToken;  // arange would put e near -16
+  if (spec.xpos && c.source == Source::Arange) c.source = Source::PerToken;  // arange would put e near -16
   if (c.source == Source::PerToken) {
     c.per_token.resize(static_cast<size_t>(streams * c.tokens()));
     for (int64_t& p : c.per_token) p = draw_position(rng, c);
@@ -781,7 +776,7 @@ Config draw_config(const Family& family, uint64_t seed, Constraints constraints 
             c.per_token[static_cast<size_t>(t)];
       }
     }
-  } else if (c.source == Source::Offsets) {
+  } else if (c.source == Source::SequenceOffsets) {
     for (const auto& [first, length] : c.sequences()) {
       if (length == 0) {
         // An empty THD segment reads no position: its offset is never checked, nor used.
@@ -1256,7 +1251,7 @@ TEST(ApplyCpu, MatchesReferenceOnLargeStreamedCallsForEveryTarget) {
     c.family = &cases[i].family;
     c.seed = seed + i;
     c.options.direction = rng.coin() ? Direction::Forward : Direction::Backward;
-    c.source = Source::Offsets;
+    c.source = Source::SequenceOffsets;
     plan_tensors(c, nullptr);
     if (i == 1) set_head_stride(c, c.q_out, 136);
   }
@@ -1299,7 +1294,7 @@ TEST(ApplyCpu, ConcurrentCallersShareThePoolAndAGrowingTable) {
     // 1024 tokens x (8 + 2) heads x 64: large enough for the pool; positions 500 + 3000 i + s.
     Config c = plain_config(family, Layout::BSHD, 1, 1024, 8, 2, 64, i == 1 ? DType::BF16 : DType::F32);
     c.seed = seed + i;
-    c.source = Source::Offsets;
+    c.source = Source::SequenceOffsets;
     c.offsets = {3000 * static_cast<int64_t>(i) + 500};
     plan_tensors(c, nullptr);
     initial.push_back(make_buffers(c));
@@ -1434,12 +1429,6 @@ TEST(ApplyCpu, RejectsTheSameBadInputAsTheReference) {
   const std::vector<int64_t> past_fixed = {0, 1, 2, 8};
   const std::vector<int64_t> offsets = {5};
   const std::vector<int64_t> bad_cu = {0, 2, 3};
-  auto per_token = [](const std::vector<int64_t>& p) {
-    Positions out;
-    out.per_token = p.data();
-    out.per_token_count = static_cast<int64_t>(p.size());
-    return out;
-  };
   struct Bad {
     std::string what;
     TensorView q, k, q_out, k_out;
@@ -1456,24 +1445,19 @@ TEST(ApplyCpu, RejectsTheSameBadInputAsTheReference) {
   bad.push_back({"q_out shape differs", q, k, bshd(base + 2000, 1, 4, 3, 16), k_out, {}, &table, {}});
   bad.push_back({"q_out partially overlaps q", q, k, bshd(base + 1, 1, 4, 2, 16), k_out, {}, &table, {}});
   bad.push_back({"q_out overlaps k", q, k, bshd(base + 1000 + 16, 1, 4, 2, 16), k_out, {}, &table, {}});
-  bad.push_back({"negative position", q, k, q_out, k_out, per_token(negative), &table, {}});
-  bad.push_back({"position past a fixed table", q, k, q_out, k_out, per_token(past_fixed), &fixed, {}});
-  Positions past_offsets;
-  past_offsets.sequence_offsets = offsets.data();
-  past_offsets.num_offsets = 1;
-  bad.push_back({"offset + s past a fixed table", q, k, q_out, k_out, past_offsets, &fixed, {}});
+  bad.push_back({"negative position", q, k, q_out, k_out, Positions::per_token(negative), &table, {}});
+  bad.push_back({"position past a fixed table", q, k, q_out, k_out, Positions::per_token(past_fixed), &fixed, {}});
+  bad.push_back({"offset + s past a fixed table", q, k, q_out, k_out, Positions::sequence_offsets(offsets), &fixed, {}});
   bad.push_back({"k without k_out", q, k, q_out, TensorView{}, {}, &table, {}});
-  bad.push_back({"m-rope needs 3 streams", q, k, q_out, k_out, per_token(past_fixed), &mrope, {}});
+  bad.push_back({"m-rope needs 3 streams", q, k, q_out, k_out, Positions::per_token(past_fixed), &mrope, {}});
   TensorView strided_zero = q_out;
   strided_zero.stride_elems[1] = 0;
   bad.push_back({"output stride 0", q, k, strided_zero, k_out, {}, &table, {}});
   {
     const TensorView thd_q = contiguous_view(base, DType::F32, Layout::THD, {4, 2, 16, 0});
     const TensorView thd_q_out = contiguous_view(base + 2000, DType::F32, Layout::THD, {4, 2, 16, 0});
-    Positions cu;
-    cu.cu_seqlens = bad_cu.data();
-    cu.num_sequences = 2;
-    bad.push_back({"cu_seqlens does not end at the token count", thd_q, TensorView{}, thd_q_out, TensorView{}, cu, &table, {}});
+    bad.push_back({"cu_seqlens does not end at the token count", thd_q, TensorView{}, thd_q_out, TensorView{},
+                   Positions::arange(bad_cu), &table, {}});
   }
   for (const Bad& call : bad) {
     SCOPED_TRACE(call.what);
@@ -1768,7 +1752,7 @@ TEST(ApplyCpu, DecodeCallRunsOnTheCallingThread) {
   for (const DType dtype : {DType::BF16, DType::F32}) {
     Config c = plain_config(family, Layout::BSHD, 1, 1, 32, 8, 128, dtype);
     c.seed = seed + static_cast<uint64_t>(dtype);
-    c.source = Source::Offsets;
+    c.source = Source::SequenceOffsets;
     c.offsets = {5000};
     plan_tensors(c, nullptr);
     SCOPED_TRACE(c.describe());

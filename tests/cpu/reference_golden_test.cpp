@@ -178,10 +178,7 @@ std::string at(const GoldenCase& c, int64_t token, int64_t head, int64_t element
 // ---- helpers ------------------------------------------------------------------------------------
 
 Positions per_token(const GoldenCase& c) {
-  Positions p;
-  p.per_token = c.positions.data();
-  p.per_token_count = c.n_positions();
-  return p;
+  return Positions::per_token(c.positions);
 }
 
 TableOptions table_options(const GoldenCase& c, Precision precision) {
