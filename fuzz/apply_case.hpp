@@ -30,6 +30,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary::fuzz {
 
@@ -70,12 +71,7 @@ inline int64_t read_value(ByteReader& in) {
 
 // The specs a case chooses from: every position scheme and pairing, head_dim 16.
 inline RopeSpec case_spec(int choice) {
-  RopeSpec spec;
-  spec.name = "fuzz";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 64;
+  RopeSpec spec = test::rope_spec({.name = "fuzz", .head_dim = 16, .max_position_embeddings = 64});
   switch (choice % 8) {
     case 0: break;
     case 1: spec.style = Style::GPTJ; spec.rotary_dim = 8; break;  // partial, interleaved

@@ -20,21 +20,14 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
 
 using ::testing::HasSubstr;
 
-RopeSpec small_spec(int64_t rotary_dim = 16) {
-  RopeSpec spec;
-  spec.name = "args";
-  spec.head_dim = rotary_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec small_spec(int64_t rotary_dim = 16) { return test::rope_spec({.name = "args", .head_dim = rotary_dim}); }
 
 RopeSpec mrope_spec() {
   RopeSpec spec = small_spec(16);

@@ -70,6 +70,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -822,13 +823,7 @@ Family family_of(const RopeSpec& spec, TableOptions options = {}) {
 }
 
 RopeSpec text_spec(int64_t rotary_dim, Style style) {
-  RopeSpec spec;
-  spec.name = "apply_test";
-  spec.head_dim = rotary_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.style = style;
-  spec.max_position_embeddings = 4096;
-  return spec;
+  return test::rope_spec({.name = "apply_test", .head_dim = rotary_dim, .style = style});
 }
 
 // ---- running and checking -----------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -159,15 +160,7 @@ void fill_random(HostTensor& t, Rng& rng) {
 
 // A default-scheme spec (scaling 1).
 RopeSpec text_spec(int64_t head_dim, int64_t rotary_dim, Style style, double theta = 10000.0) {
-  RopeSpec spec;
-  spec.name = "test";
-  spec.head_dim = head_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.partial_rotary_factor = static_cast<double>(rotary_dim) / static_cast<double>(head_dim);
-  spec.theta_base = theta;
-  spec.style = style;
-  spec.max_position_embeddings = 4096;
-  return spec;
+  return test::rope_spec({.head_dim = head_dim, .rotary_dim = rotary_dim, .theta_base = theta, .style = style});
 }
 
 // YaRN with an explicit attention factor 1.25: cos and sin carry attention_scaling 1.25.

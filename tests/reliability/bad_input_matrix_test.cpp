@@ -36,6 +36,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "run_cli.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -60,15 +61,7 @@ struct MatrixCase {
 
 // ---- apply ------------------------------------------------------------------------------------
 
-RopeSpec small_spec() {
-  RopeSpec spec;
-  spec.name = "matrix";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec small_spec() { return test::rope_spec({.name = "matrix", .head_dim = 16}); }
 
 // A valid call that each row breaks in one way: q (2, 5, 4, 16) and k (2, 5, 2, 16) float32
 // BSHD, separate outputs, per-token positions, a table of exactly 4096 positions. Buffers are

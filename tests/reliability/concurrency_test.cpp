@@ -21,17 +21,13 @@
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
 
 RopeSpec text_spec(ScalingType scaling = ScalingType::Default) {
-  RopeSpec spec;
-  spec.name = "reliability";
-  spec.head_dim = 64;
-  spec.rotary_dim = 64;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 2048;
+  RopeSpec spec = test::rope_spec({.name = "reliability", .head_dim = 64, .max_position_embeddings = 2048});
   spec.scaling.type = scaling;
   if (scaling == ScalingType::Dynamic) spec.scaling.factor = 2.0;
   return spec;

@@ -32,6 +32,7 @@ int cos_sin_one_input(const uint8_t* data, size_t size);
 }  // namespace rotary::fuzz
 
 #include "cli_sandbox.hpp"  // the CLI target's working directory
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -69,14 +70,7 @@ TEST(FuzzReplay, CliCorpus) {
 
 // ---- the bugs the fuzzers found (their inputs are in fuzz_crashes/) --------------------------
 
-RopeSpec spec16() {
-  RopeSpec spec;
-  spec.name = "regression";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  return spec;
-}
+RopeSpec spec16() { return test::rope_spec({.name = "regression", .head_dim = 16, .max_position_embeddings = 0}); }
 
 RopeSpec spec16_with_dim(int64_t dim) {
   RopeSpec spec = spec16();
