@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "rotary/error.hpp"
-#include "test_support.hpp"
 #include "tests/support/spec_builder.hpp"
+#include "tests/support/ulp.hpp"
 
 #if defined(ROTARY_HAVE_QUADMATH)
 #include <quadmath.h>
