@@ -50,11 +50,11 @@ std::string_view to_string(Direction direction);  // "forward", "backward"
 // THD tensors also need cu_seqlens, given to any constructor: num_sequences + 1 int64 token
 // offsets, starting at 0, non-decreasing, ending at the token count. Other layouts take none.
 // An empty span means "not given".
-// Two sources at once, and a count that disagrees with its pointer or is negative, can no longer
-// be written down. What the type still allows is checked by check_apply_arguments: a size that
-// disagrees with the tensors, values outside the table, values given with Source::Arange, a null
-// span data() with a non-zero size (a broken std::span precondition that costs one compare to
-// reject), and a Source that is not one of the three.
+// Unrepresentable now: two sources at once, a negative count, and a num_sequences apart from
+// the cu_seqlens array it counts. What the type still allows is checked by
+// check_apply_arguments: a size that disagrees with the tensors, values outside the table,
+// values given with Source::Arange, null data() with a non-zero size (a broken std::span
+// precondition, rejected for one compare), and a Source that is not one of the three.
 struct Positions {
   enum class Source { Arange, PerToken, SequenceOffsets };
   Source source = Source::Arange;
