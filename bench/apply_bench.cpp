@@ -111,7 +111,7 @@ void run_apply(benchmark::State& state, Layout layout, std::array<int64_t, 4> q_
 
 void BM_Prefill(benchmark::State& state) {
   run_apply(state, Layout::BSHD, {1, kPrefillTokens, kQHeads, kHeadDim}, {1, kPrefillTokens, kKvHeads, kHeadDim},
-            rotary::Positions{});  // positions 0..4095: the index within the sequence
+            rotary::Positions::arange());  // positions 0..4095: the index within the sequence
 }
 
 void BM_Decode(benchmark::State& state) {
@@ -122,11 +122,8 @@ void BM_Decode(benchmark::State& state) {
     for (int64_t s = 0; s < kDecodeSequences; ++s) drawn.push_back(position(generator));
     return drawn;
   }();
-  rotary::Positions per_token;
-  per_token.per_token = positions.data();
-  per_token.per_token_count = static_cast<int64_t>(positions.size());
   run_apply(state, Layout::BSHD, {kDecodeSequences, 1, kDecodeQHeads, kHeadDim},
-            {kDecodeSequences, 1, kKvHeads, kHeadDim}, per_token);
+            {kDecodeSequences, 1, kKvHeads, kHeadDim}, rotary::Positions::per_token(positions));
 }
 
 void BM_Varlen(benchmark::State& state) {
@@ -135,11 +132,9 @@ void BM_Varlen(benchmark::State& state) {
     for (int64_t length : kVarlenLengths) offsets.push_back(offsets.back() + length);
     return offsets;
   }();
-  rotary::Positions packed;
-  packed.cu_seqlens = cu_seqlens.data();
-  packed.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
   const int64_t tokens = cu_seqlens.back();
-  run_apply(state, Layout::THD, {tokens, kQHeads, kHeadDim, 1}, {tokens, kKvHeads, kHeadDim, 1}, packed);
+  run_apply(state, Layout::THD, {tokens, kQHeads, kHeadDim, 1}, {tokens, kKvHeads, kHeadDim, 1},
+            rotary::Positions::arange(cu_seqlens));
 }
 
 // The streams over q + k of BM_Prefill in the dtype given (bytes moved = 2 x buffer).

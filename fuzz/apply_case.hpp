@@ -10,9 +10,11 @@
 // fields, and the checks see every rule broken alone and in pairs, with overflowing values too.
 //
 // Views live in one arena of kArenaBytes: a view's data is arena + offset_bytes (a null
-// pointer when null_data is set). Position arrays hold exactly as many values as their counts
-// say (cu_seqlens one more), or, when a count is past kMaxArray, are given as null: the counts
-// are the caller's promise about its arrays, and this harness keeps it.
+// pointer when null_data is set). Position spans are built from counts that edits may set to
+// anything, so a span's size can disagree with the tensors (the checks' business) or be
+// negative as an int64 (a size past INT64_MAX as a span's size_t). Their arrays hold exactly as
+// many values as the size says, or, when it is past kMaxArray, the span's data is null: a span's
+// size is the caller's promise about its array, and this harness keeps it.
 #pragma once
 
 #include <algorithm>
@@ -21,12 +23,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "rotary/apply.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary::fuzz {
 
@@ -67,12 +71,7 @@ inline int64_t read_value(ByteReader& in) {
 
 // The specs a case chooses from: every position scheme and pairing, head_dim 16.
 inline RopeSpec case_spec(int choice) {
-  RopeSpec spec;
-  spec.name = "fuzz";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 64;
+  RopeSpec spec = test::rope_spec({.name = "fuzz", .head_dim = 16, .max_position_embeddings = 64});
   switch (choice % 8) {
     case 0: break;
     case 1: spec.style = Style::GPTJ; spec.rotary_dim = 8; break;  // partial, interleaved
@@ -101,14 +100,17 @@ struct ApplyCase {
   std::array<int64_t, 4> offset_bytes{};
   std::array<bool, 4> null_data{};
   std::array<bool, 4> absent{};  // TensorView{} (k and k_out: rotate q only)
-  // Position sources: which pointers are given (non-null), the counts, the values.
-  bool per_token_given = false, offsets_given = false, cu_given = false;
-  Positions positions;  // counts only until bind()
+  // Positions: the source, the counts its spans get in bind() (cu_seqlens: num_sequences + 1
+  // values), whether cu_seqlens is given, and the values.
+  Positions::Source source = Positions::Source::Arange;
+  int64_t per_token_count = 0, num_offsets = 0, num_sequences = 0;
+  bool cu_given = false;
+  Positions positions;  // set by bind()
   std::vector<int64_t> per_token, offsets, cu_seqlens;
   ApplyOptions options;
 
-  // Points the views into `arena` (kArenaBytes) and the position pointers at their arrays,
-  // sized to the counts.
+  // Points the views into `arena` (kArenaBytes) and the position spans at their arrays, sized to
+  // the counts.
   void bind(unsigned char* arena) {
     for (size_t v = 0; v < 4; ++v) {
       if (absent[v]) {
@@ -117,23 +119,25 @@ struct ApplyCase {
       }
       views[v].data = null_data[v] ? nullptr : arena + offset_bytes[v];
     }
-    positions.per_token = per_token_given ? backed(per_token, positions.per_token_count, 0) : nullptr;
-    positions.sequence_offsets = offsets_given ? backed(offsets, positions.num_offsets, 0) : nullptr;
-    positions.cu_seqlens = cu_given ? backed(cu_seqlens, positions.num_sequences, 1) : nullptr;
+    positions.source = source;
+    positions.values = {};
+    if (source == Positions::Source::PerToken) positions.values = backed(per_token, per_token_count);
+    if (source == Positions::Source::SequenceOffsets) positions.values = backed(offsets, num_offsets);
+    // num_sequences + 1 in uint64: INT64_MAX + 1 is a size too, and -1 + 1 = 0 is "not given".
+    positions.cu_seqlens =
+        cu_given ? backed(cu_seqlens, static_cast<int64_t>(static_cast<uint64_t>(num_sequences) + 1)) : std::span<const int64_t>{};
   }
 
  private:
-  // `values` resized to count + extra (repeating what was decoded), or null past kMaxArray. A
-  // negative count keeps one value: it is rejected before anything is read.
-  static const int64_t* backed(std::vector<int64_t>& values, int64_t count, int64_t extra) {
-    if (count > kMaxArray) return nullptr;
-    const int64_t length = count < 0 ? 1 : count + extra;
+  // A span of `count` values (an int64 count read as size_t) over `values`, resized to it
+  // (repeating what was decoded); its data is null when count is negative or past kMaxArray.
+  static std::span<const int64_t> backed(std::vector<int64_t>& values, int64_t count) {
+    const auto size = static_cast<size_t>(count);
+    if (count < 0 || count > kMaxArray) return {static_cast<const int64_t*>(nullptr), size};
     std::vector<int64_t> decoded = values.empty() ? std::vector<int64_t>{0} : values;
-    values.resize(static_cast<size_t>(length));
-    for (int64_t i = static_cast<int64_t>(decoded.size()); i < length; ++i) {
-      values[static_cast<size_t>(i)] = decoded[static_cast<size_t>(i) % decoded.size()];
-    }
-    return values.data();
+    values.resize(size);
+    for (size_t i = decoded.size(); i < size; ++i) values[i] = decoded[i % decoded.size()];
+    return {values.data(), size};
   }
 };
 
@@ -210,7 +214,7 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
   if (thd) {
     num_sequences = 1 + in.u8() % 3;
     c.cu_given = true;
-    c.positions.num_sequences = num_sequences;
+    c.num_sequences = num_sequences;
     c.cu_seqlens = {0};
     for (int64_t n = 1; n < num_sequences; ++n) c.cu_seqlens.push_back(std::min<int64_t>(tokens, in.u8() % (tokens + 1)));
     c.cu_seqlens.push_back(tokens);
@@ -219,13 +223,13 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
   switch (in.u8() % 3) {
     case 0: break;
     case 1:
-      c.per_token_given = true;
-      c.positions.per_token_count = tokens * streams;
+      c.source = Positions::Source::PerToken;
+      c.per_token_count = tokens * streams;
       for (int64_t i = 0; i < tokens * streams; ++i) c.per_token.push_back(in.u8() * scale);
       break;
     case 2:
-      c.offsets_given = true;
-      c.positions.num_offsets = num_sequences;
+      c.source = Positions::Source::SequenceOffsets;
+      c.num_offsets = num_sequences;
       for (int64_t n = 0; n < num_sequences; ++n) c.offsets.push_back(in.u8() * scale);
       break;
   }
@@ -249,11 +253,11 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
       case 4: c.views[v].layout = static_cast<Layout>(static_cast<uint64_t>(value) % 6); break;  // 4, 5: invalid
       case 5: c.null_data[v] = !c.null_data[v]; break;
       case 6: c.absent[v] = !c.absent[v]; break;
-      case 7: c.positions.per_token_count = value; c.per_token_given = true; break;
+      case 7: c.per_token_count = value; c.source = Positions::Source::PerToken; break;
       case 8: if (int64_t* p = element_of(c.per_token)) *p = value; break;
-      case 9: c.positions.num_offsets = value; c.offsets_given = true; break;
+      case 9: c.num_offsets = value; c.source = Positions::Source::SequenceOffsets; break;
       case 10: if (int64_t* p = element_of(c.offsets)) *p = value; break;
-      case 11: c.positions.num_sequences = value; c.cu_given = true; break;
+      case 11: c.num_sequences = value; c.cu_given = true; break;
       case 12: if (int64_t* p = element_of(c.cu_seqlens)) *p = value; break;
       case 13: c.options.rotary_offset = value; break;
       case 14: c.options.xpos_length = value; break;
@@ -264,11 +268,14 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
         c.offset_bytes[v] = (c.offset_bytes[axis] + (value & 63) * dtype_size(c.views[axis].dtype)) % kArenaBytes;
         break;
       }
-      case 18:
-        if (target % 3 == 0) c.per_token_given = !c.per_token_given;
-        if (target % 3 == 1) c.offsets_given = !c.offsets_given;
-        if (target % 3 == 2) c.cu_given = !c.cu_given;
+      case 18: {  // switch a source on or off (back to arange), or cu_seqlens; 255: no valid source
+        using Source = Positions::Source;
+        if (target == 255) c.source = static_cast<Source>(3);
+        else if (target % 3 == 0) c.source = c.source == Source::PerToken ? Source::Arange : Source::PerToken;
+        else if (target % 3 == 1) c.source = c.source == Source::SequenceOffsets ? Source::Arange : Source::SequenceOffsets;
+        else c.cu_given = !c.cu_given;
         break;
+      }
     }
   }
   return c;

@@ -15,7 +15,7 @@
 // Elements outside [o, o + d) are copied unchanged. Proportional RoPE (Gemma 4) is NeoX over the
 // whole head with zero frequencies for the unrotated pairs: no special case.
 //
-// Positions come from exactly one source (Positions below). M-RoPE tokens carry 3 streams
+// Positions come from one source (Positions below). M-RoPE tokens carry 3 streams
 // (t, h, w) and 2-D vision tokens 2 (row, column); pair i reads the stream the spec assigns
 // (spec.hpp: MRopeSections, PositionAxes::Vision2D). xPos multiplies C and S by zeta_i^e(p) for
 // q and by zeta_i^-e(p) for k, e(p) = (p - L // 2) / scale_base with L = options.xpos_length,
@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,23 +38,38 @@ enum class Direction { Forward, Backward };
 inline constexpr int64_t kSeqLenFromPositions = -1;
 std::string_view to_string(Direction direction);  // "forward", "backward"
 
-// Where each token's position comes from. Exactly one of:
-//   per_token:         int64 positions, one per token in (batch, seq) order — THD: token order —
-//                      and, for M-RoPE / vision, stream-major: [streams][tokens] (Hugging Face's
-//                      position_ids [3, batch, seq] for M-RoPE).
-//   sequence_offsets:  one int64 per sequence: position = offset[b] + s (s = index within the
-//                      sequence; THD: within the cu_seqlens segment). Single-stream only.
-//   neither:           position = s (arange per sequence).
-// THD tensors also need cu_seqlens: num_sequences + 1 int64 token offsets, starting at 0,
-// non-decreasing, ending at the token count.
+// Where each token's position comes from: one Source, built by a named constructor.
+//   Positions::arange():           position = s (s = index within the sequence; THD: within its
+//                                  cu_seqlens segment).
+//   Positions::per_token(values):  int64 positions, one per token in (batch, seq) order — THD:
+//                                  token order — and, for M-RoPE / vision, stream-major:
+//                                  [streams][tokens] (Hugging Face's position_ids [3, batch, seq]
+//                                  for M-RoPE). values.size() = tokens x streams.
+//   Positions::sequence_offsets(values): one int64 per sequence: position = values[n] + s.
+//                                  Single-stream only.
+// THD tensors also need cu_seqlens, given to any constructor: num_sequences + 1 int64 token
+// offsets, starting at 0, non-decreasing, ending at the token count. Other layouts take none.
+// An empty span means "not given".
+// Unrepresentable now: two sources at once, a negative count, and a num_sequences apart from
+// the cu_seqlens array it counts. What the type still allows is checked by
+// check_apply_arguments: a size that disagrees with the tensors, values outside the table,
+// values given with Source::Arange, null data() with a non-zero size (a broken std::span
+// precondition, rejected for one compare), and a Source that is not one of the three.
 struct Positions {
-  const int64_t* per_token = nullptr;
-  int64_t per_token_count = 0;  // tokens * streams
-  const int64_t* sequence_offsets = nullptr;
-  int64_t num_offsets = 0;
-  const int64_t* cu_seqlens = nullptr;
-  int64_t num_sequences = 0;
+  enum class Source { Arange, PerToken, SequenceOffsets };
+  Source source = Source::Arange;
+  std::span<const int64_t> values;      // PerToken: tokens x streams; SequenceOffsets: one per sequence
+  std::span<const int64_t> cu_seqlens;  // THD only: num_sequences + 1 token offsets
+
+  static Positions arange(std::span<const int64_t> cu_seqlens = {}) { return {Source::Arange, {}, cu_seqlens}; }
+  static Positions per_token(std::span<const int64_t> positions, std::span<const int64_t> cu_seqlens = {}) {
+    return {Source::PerToken, positions, cu_seqlens};
+  }
+  static Positions sequence_offsets(std::span<const int64_t> offsets, std::span<const int64_t> cu_seqlens = {}) {
+    return {Source::SequenceOffsets, offsets, cu_seqlens};
+  }
 };
+std::string_view to_string(Positions::Source source);  // "arange", "per_token", "sequence_offsets"
 
 struct ApplyOptions {
   Direction direction = Direction::Forward;

@@ -167,10 +167,7 @@ double float32_kernel_norm_deviation(const RopeSpec& spec, const NormOptions& op
   const TensorView k_view = contiguous_view(k.data(), DType::F32, Layout::BSHD, shape);
   const TensorView q_out_view = contiguous_view(q_out.data(), DType::F32, Layout::BSHD, shape);
   const TensorView k_out_view = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, shape);
-  Positions positions;
-  positions.per_token = per_token.data();
-  positions.per_token_count = static_cast<int64_t>(per_token.size());
-  rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, table);
+  rotary::apply(q_view, k_view, q_out_view, k_out_view, Positions::per_token(per_token), table);
 
   const double m = table.attention_scaling();
   double worst = 0.0;

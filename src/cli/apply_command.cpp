@@ -274,21 +274,15 @@ int run_apply(Args& args) {
   // Each position array's shape is checked against q's before its values are used (the argument
   // checks below see only a pointer and a count).
   std::vector<int64_t> per_token, offsets, cu_seqlens;
-  Positions positions;
-  if (cu_path) {
-    cu_seqlens = cu_seqlens_values(npy::read(*cu_path));
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
-  }
+  if (cu_path) cu_seqlens = cu_seqlens_values(npy::read(*cu_path));
+  Positions positions = Positions::arange(cu_seqlens);
   if (positions_path) {
     per_token = per_token_positions(npy::read(*positions_path), q_view, position_streams(spec));
-    positions.per_token = per_token.data();
-    positions.per_token_count = static_cast<int64_t>(per_token.size());
+    positions = Positions::per_token(per_token, cu_seqlens);
   }
   if (offsets_path) {
     offsets = offset_values(npy::read(*offsets_path), q_view, cu_seqlens);
-    positions.sequence_offsets = offsets.data();
-    positions.num_offsets = static_cast<int64_t>(offsets.size());
+    positions = Positions::sequence_offsets(offsets, cu_seqlens);
   }
 
   // The largest position of the call picks the table, as Hugging Face's forward does. The

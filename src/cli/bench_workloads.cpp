@@ -72,16 +72,8 @@ int64_t Workload::q_elements() const { return product(q_shape); }
 int64_t Workload::k_elements() const { return product(k_shape); }
 
 Positions Workload::positions() const {
-  Positions positions;
-  if (!per_token_positions.empty()) {
-    positions.per_token = per_token_positions.data();
-    positions.per_token_count = static_cast<int64_t>(per_token_positions.size());
-  }
-  if (!cu_seqlens.empty()) {
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
-  }
-  return positions;
+  if (!per_token_positions.empty()) return Positions::per_token(per_token_positions, cu_seqlens);
+  return Positions::arange(cu_seqlens);
 }
 
 Workload make_workload(const std::string& name) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "rotary/apply.hpp"
@@ -152,16 +153,19 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   std::vector<int64_t> sequence_of;
   if (thd) {
     sequence_of.resize(static_cast<size_t>(tokens));
-    for (int64_t b = 0; b < positions.num_sequences; ++b) {
-      for (int64_t t = positions.cu_seqlens[b]; t < positions.cu_seqlens[b + 1]; ++t) sequence_of[t] = b;
+    const std::span<const int64_t> cu = positions.cu_seqlens;
+    for (size_t b = 0; b + 1 < cu.size(); ++b) {
+      for (int64_t t = cu[b]; t < cu[b + 1]; ++t) sequence_of[static_cast<size_t>(t)] = static_cast<int64_t>(b);
     }
   }
   // position of token t in stream `stream` (arguments are checked: every value is in range).
+  const int64_t* per_token = positions.source == Positions::Source::PerToken ? positions.values.data() : nullptr;
+  const int64_t* offsets = positions.source == Positions::Source::SequenceOffsets ? positions.values.data() : nullptr;
   auto position_of = [&](int64_t t, int stream) -> int64_t {
-    if (positions.per_token != nullptr) return positions.per_token[stream * tokens + t];
+    if (per_token != nullptr) return per_token[stream * tokens + t];
     const int64_t b = thd ? sequence_of[t] : t / axes.seq;
-    const int64_t s = thd ? t - positions.cu_seqlens[b] : t % axes.seq;
-    return positions.sequence_offsets != nullptr ? positions.sequence_offsets[b] + s : s;
+    const int64_t s = thd ? t - positions.cu_seqlens[static_cast<size_t>(b)] : t % axes.seq;
+    return offsets != nullptr ? offsets[b] + s : s;
   };
 
   // Stored tables store the rows this call reads here, once, so workers only read: the pages of

@@ -4,8 +4,8 @@
 // check_apply_arguments() is the one place where apply()'s arguments are validated (STYLE.md
 // section 4: check once, at the entry point). Every message has the form
 //   "apply: <argument> <what was expected> (got <value>)"
-// and names the argument as the caller spells it (q, k, q_out, k_out, positions.per_token,
-// positions.sequence_offsets, positions.cu_seqlens, options.rotary_offset, ...). Nothing is
+// and names the argument as the caller spells it (q, k, q_out, k_out, positions.values,
+// positions.cu_seqlens, options.rotary_offset, ...). Nothing is
 // written by a call that throws: the checks run before any kernel touches memory.
 //
 // What the checks guarantee a kernel (which may then assume them):
@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -35,6 +36,15 @@
 #include "rotary/error.hpp"
 
 namespace rotary {
+
+std::string_view to_string(Positions::Source source) {
+  switch (source) {
+    case Positions::Source::Arange: return "arange";
+    case Positions::Source::PerToken: return "per_token";
+    case Positions::Source::SequenceOffsets: return "sequence_offsets";
+  }
+  return "unknown";
+}
 
 std::string_view to_string(Direction direction) {
   switch (direction) {
@@ -397,6 +407,7 @@ void check_position_value(int64_t position, int64_t max_position, const char* wh
 }
 
 void check_positions(const CheckedView& q, const Positions& positions, const CosSinTable& table) {
+  using Source = Positions::Source;
   const RopeSpec& spec = table.spec();
   const bool thd = q.view->layout == Layout::THD;
   const int64_t batch = q.axes.batch;
@@ -404,99 +415,105 @@ void check_positions(const CheckedView& q, const Positions& positions, const Cos
   const int64_t tokens = batch * seq;  // fits: checked in check_view
   const int streams = position_streams(spec);
   const int64_t max_position = table.max_position();
+  const std::span<const int64_t> values = positions.values;
+  const std::span<const int64_t> cu = positions.cu_seqlens;
 
-  // cu_seqlens: THD only, and required there.
-  const bool has_cu = positions.cu_seqlens != nullptr || positions.num_sequences != 0;
+  if (positions.source != Source::Arange && positions.source != Source::PerToken &&
+      positions.source != Source::SequenceOffsets) {
+    fail("positions.source must be arange, per_token or sequence_offsets (got enum value ",
+         static_cast<int>(positions.source), ")");
+  }
+
+  // cu_seqlens: THD only, and required there. Sizes are compared as size_t: a span's size may be
+  // anything a caller wrote, past INT64_MAX too.
   if (thd) {
-    if (!has_cu) fail("positions.cu_seqlens is required for the thd layout (got null)");
-    if (positions.num_sequences < 1) {
-      fail("positions.num_sequences must be >= 1 for the thd layout (got ", positions.num_sequences, ")");
+    if (cu.empty()) fail("positions.cu_seqlens is required for the thd layout (got an empty span)");
+    if (cu.size() < 2) {
+      fail("positions.cu_seqlens.size() must be num_sequences + 1 >= 2 for the thd layout (got ", cu.size(), ")");
     }
-    if (positions.cu_seqlens == nullptr) {
-      fail("positions.cu_seqlens must not be null with num_sequences ", positions.num_sequences, " (got null)");
-    }
-    const int64_t* cu = positions.cu_seqlens;
+    if (cu.data() == nullptr) fail("positions.cu_seqlens must not be null with size ", cu.size(), " (got null)");
     if (cu[0] != 0) fail("positions.cu_seqlens[0] must be 0 (got ", cu[0], ")");
-    for (int64_t n = 1; n <= positions.num_sequences; ++n) {
+    for (size_t n = 1; n < cu.size(); ++n) {
       if (cu[n] < cu[n - 1]) {
         fail("positions.cu_seqlens[", n, "] must be >= positions.cu_seqlens[", n - 1, "] = ", cu[n - 1],
              " (non-decreasing) (got ", cu[n], ")");
       }
     }
-    if (cu[positions.num_sequences] != tokens) {
-      fail("positions.cu_seqlens[", positions.num_sequences, "] (the last) must equal the token count ", tokens,
-           " of q (got ", cu[positions.num_sequences], ")");
+    if (cu.back() != tokens) {
+      fail("positions.cu_seqlens[", cu.size() - 1, "] (the last) must equal the token count ", tokens,
+           " of q (got ", cu.back(), ")");
     }
-  } else if (has_cu) {
-    fail("positions.cu_seqlens is only for the thd layout (got cu_seqlens with layout ", to_string(q.view->layout), ")");
+  } else if (!cu.empty()) {
+    fail("positions.cu_seqlens is only for the thd layout (got ", cu.size(), " cu_seqlens with layout ",
+         to_string(q.view->layout), ")");
   }
-  // Sequence n: THD segment [cu[n], cu[n+1]), else batch row n of length seq.
-  const int64_t num_sequences = thd ? positions.num_sequences : batch;
+  // Sequence n: THD segment [cu[n], cu[n+1]), else batch row n of length seq. The THD count fits
+  // int64: cu is non-null, so its size is an array's.
+  const int64_t num_sequences = thd ? static_cast<int64_t>(cu.size()) - 1 : batch;
   auto sequence_at = [&](int64_t n) -> Sequence {
-    if (thd) return {positions.cu_seqlens[n], positions.cu_seqlens[n + 1] - positions.cu_seqlens[n]};
+    if (thd) return {cu[static_cast<size_t>(n)], cu[static_cast<size_t>(n) + 1] - cu[static_cast<size_t>(n)]};
     return {n * seq, seq};
   };
 
-  const bool has_per_token = positions.per_token != nullptr || positions.per_token_count != 0;
-  const bool has_offsets = positions.sequence_offsets != nullptr || positions.num_offsets != 0;
-  if (has_per_token && has_offsets) {
-    fail("positions must come from one source, per_token or sequence_offsets (got both: per_token_count ",
-         positions.per_token_count, ", num_offsets ", positions.num_offsets, ")");
-  }
-
-  if (has_per_token) {
+  if (positions.source == Source::PerToken) {
     int64_t expected = 0;
     if (__builtin_mul_overflow(tokens, static_cast<int64_t>(streams), &expected)) {
-      fail("positions.per_token_count must equal tokens x streams, which overflows int64 (got tokens ", tokens, ")");
+      fail("positions.values.size() must equal tokens x streams for per_token positions, which overflows int64 (got "
+           "tokens ", tokens, ")");
     }
-    if (positions.per_token_count != expected) {
-      fail("positions.per_token_count must equal tokens x streams = ", tokens, " x ", streams, " = ", expected,
-           " for ", to_string(spec.axes), " positions (got ", positions.per_token_count, ")");
+    if (values.size() != static_cast<size_t>(expected)) {
+      fail("positions.values.size() must equal tokens x streams = ", tokens, " x ", streams, " = ", expected,
+           " for per_token ", to_string(spec.axes), " positions (got ", values.size(), ")");
     }
-    if (positions.per_token == nullptr && expected > 0) {
-      fail("positions.per_token must not be null with per_token_count ", positions.per_token_count, " (got null)");
+    if (values.data() == nullptr && expected > 0) {
+      fail("positions.values must not be null with size ", values.size(), " (got null)");
     }
     for (int64_t i = 0; i < expected; ++i) {
-      check_position_value(positions.per_token[i], max_position, "positions.per_token", i);
+      check_position_value(values[static_cast<size_t>(i)], max_position, "positions.values", i);
     }
     return;
   }
 
-  if (has_offsets) {
+  if (positions.source == Source::SequenceOffsets) {
     if (streams != 1) {
-      fail("positions.sequence_offsets is for single-stream specs only; ", to_string(spec.axes),
+      fail("positions.source sequence_offsets is for single-stream specs only; ", to_string(spec.axes),
            " positions need per_token (got sequence_offsets with ", streams, " streams)");
     }
-    if (positions.num_offsets != num_sequences) {
-      fail("positions.num_offsets must equal the number of sequences ", num_sequences,
-           thd ? " (positions.num_sequences)" : " (q batch)", " (got ", positions.num_offsets, ")");
+    if (values.size() != static_cast<size_t>(num_sequences)) {
+      fail("positions.values.size() must equal the number of sequences ", num_sequences,
+           thd ? " (positions.cu_seqlens.size() - 1)" : " (q batch)", " for sequence_offsets (got ", values.size(),
+           ")");
     }
-    if (positions.sequence_offsets == nullptr && num_sequences > 0) {
-      fail("positions.sequence_offsets must not be null with num_offsets ", positions.num_offsets, " (got null)");
+    if (values.data() == nullptr && num_sequences > 0) {
+      fail("positions.values must not be null with size ", values.size(), " (got null)");
     }
     for (int64_t n = 0; n < num_sequences; ++n) {
       const Sequence sequence = sequence_at(n);
       if (sequence.length == 0) continue;
-      const int64_t offset = positions.sequence_offsets[n];
+      const int64_t offset = values[static_cast<size_t>(n)];
       // Positions offset + s for s in [0, length); the first outside [0, max] is named.
       if (offset < 0 || offset > max_position) {
-        fail("positions.sequence_offsets[", n, "] + s must be in [0, ", max_position, "] for every s < ",
+        fail("positions.values[", n, "] (sequence offset) + s must be in [0, ", max_position, "] for every s < ",
              sequence.length, " (got ", offset, " + 0 = ", offset, ")");
       }
       if (sequence.length - 1 > max_position - offset) {
         const int64_t s = max_position - offset + 1;
-        fail("positions.sequence_offsets[", n, "] + s must be in [0, ", max_position, "] for every s < ",
+        fail("positions.values[", n, "] (sequence offset) + s must be in [0, ", max_position, "] for every s < ",
              sequence.length, " (got ", offset, " + ", s, " = ", offset + s, ")");
       }
     }
     return;
   }
 
-  // No positions: position = s, 0 .. length - 1 in each sequence.
+  // Arange: position = s, 0 .. length - 1 in each sequence.
+  if (!values.empty()) {
+    fail("positions.values must be empty for source arange, which computes 0 .. length - 1 per sequence (got size ",
+         values.size(), ")");
+  }
   for (int64_t n = 0; n < num_sequences; ++n) {
     const Sequence sequence = sequence_at(n);
     if (sequence.length - 1 > max_position) {
-      fail("positions (none given, so 0 .. length - 1 per sequence) must be in [0, ", max_position,
+      fail("positions (arange: 0 .. length - 1 per sequence) must be in [0, ", max_position,
            "]: sequence ", n, " needs position ", sequence.length - 1, " (got sequence length ", sequence.length, ")");
     }
     if (!thd) break;  // every batch row has the same length
@@ -505,19 +522,19 @@ void check_positions(const CheckedView& q, const Positions& positions, const Cos
 
 // The largest position any token of the call reads (-1 for a call without tokens). Runs after
 // check_positions: every source is known to be consistent.
-int64_t call_max_position(const CheckedView& q, const Positions& positions, int streams) {
+int64_t call_max_position(const CheckedView& q, const Positions& positions) {
   const bool thd = q.view->layout == Layout::THD;
-  const int64_t tokens = q.axes.batch * q.axes.seq;
   int64_t largest = -1;
-  if (positions.per_token != nullptr) {
-    for (int64_t i = 0; i < tokens * streams; ++i) largest = std::max(largest, positions.per_token[i]);
+  if (positions.source == Positions::Source::PerToken) {
+    for (int64_t p : positions.values) largest = std::max(largest, p);
     return largest;
   }
-  const int64_t num_sequences = thd ? positions.num_sequences : q.axes.batch;
+  const int64_t num_sequences = thd ? static_cast<int64_t>(positions.cu_seqlens.size()) - 1 : q.axes.batch;
   for (int64_t n = 0; n < num_sequences; ++n) {
-    const int64_t length = thd ? positions.cu_seqlens[n + 1] - positions.cu_seqlens[n] : q.axes.seq;
+    const auto i = static_cast<size_t>(n);
+    const int64_t length = thd ? positions.cu_seqlens[i + 1] - positions.cu_seqlens[i] : q.axes.seq;
     if (length == 0) continue;
-    const int64_t first = positions.sequence_offsets != nullptr ? positions.sequence_offsets[n] : 0;
+    const int64_t first = positions.source == Positions::Source::SequenceOffsets ? positions.values[i] : 0;
     largest = std::max(largest, first + length - 1);
   }
   return largest;
@@ -534,7 +551,7 @@ void check_table_serves_seq_len(const CheckedView& q, const Positions& positions
   }
   if (!sequence_dependent(spec)) return;
   const bool named = options.seq_len != kSeqLenFromPositions;
-  const int64_t seq_len = named ? options.seq_len : call_max_position(q, positions, position_streams(spec)) + 1;
+  const int64_t seq_len = named ? options.seq_len : call_max_position(q, positions) + 1;
   if (table.serves_seq_len(seq_len)) return;
   fail(named ? "options.seq_len " : "the call's seq_len (largest position + 1) ", seq_len, " needs ",
        to_string(spec.scaling.type), " frequencies other than the table's (got a table built for seq_len ",

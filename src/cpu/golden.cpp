@@ -86,7 +86,7 @@ std::vector<double> rotate(const Inputs& in, const std::vector<double>& x, int64
   const auto tokens = static_cast<int64_t>(in.positions.size());
   TensorView view = contiguous_view(source.data(), DType::F64, Layout::BSHD, {1, tokens, heads, in.head_dim});
   TensorView out_view = contiguous_view(out.data(), DType::F64, Layout::BSHD, {1, tokens, heads, in.head_dim});
-  Positions positions{.per_token = in.positions.data(), .per_token_count = tokens};
+  const Positions positions = Positions::per_token(in.positions);
   (void)spec;
   reference::apply(view, TensorView{}, out_view, TensorView{}, positions, table, {}, reference::TableValues::Exact64);
   return out;

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "rotary/apply.hpp"
@@ -139,18 +140,20 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   };
   std::vector<Sequence> sequences;
   if (thd) {
-    for (int64_t n = 0; n < positions.num_sequences; ++n) {
-      const int64_t first = positions.cu_seqlens[n];
-      sequences.push_back({first, positions.cu_seqlens[n + 1] - first, 0, first});
-    }
+    const std::span<const int64_t> cu = positions.cu_seqlens;
+    for (size_t n = 0; n + 1 < cu.size(); ++n) sequences.push_back({cu[n], cu[n + 1] - cu[n], 0, cu[n]});
   } else {
     for (int64_t b = 0; b < q_axes.batch; ++b) sequences.push_back({b * q_axes.seq, q_axes.seq, b, 0});
   }
-  // Positions: per_token is stream-major [streams][tokens]; offsets give offset[n] + s; neither
-  // gives s (arange per sequence).
+  // Positions: per-token values are stream-major [streams][tokens]; sequence offsets give
+  // offset[n] + s; arange gives s.
   auto position_of = [&](size_t n, int64_t s, int stream) -> int64_t {
-    if (positions.per_token != nullptr) return positions.per_token[stream * tokens + sequences[n].first_token + s];
-    if (positions.sequence_offsets != nullptr) return positions.sequence_offsets[n] + s;
+    switch (positions.source) {
+      case Positions::Source::PerToken:
+        return positions.values[static_cast<size_t>(stream * tokens + sequences[n].first_token + s)];
+      case Positions::Source::SequenceOffsets: return positions.values[n] + s;
+      case Positions::Source::Arange: break;
+    }
     return s;
   };
   // A stored table whose rows are read (float32 values; HFCompat's row_f64 widens them) stores

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -305,11 +306,22 @@ PYBIND11_MODULE(_rotary, m) {
         }
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k");
         const TensorView vq_out = to_view(q_out, "q_out"), vk_out = to_view(k_out, "k_out");
-        Positions positions;
-        std::tie(positions.per_token, positions.per_token_count) = to_ints(per_token);
-        std::tie(positions.sequence_offsets, positions.num_offsets) = to_ints(offsets);
-        std::tie(positions.cu_seqlens, positions.num_sequences) = to_ints(cu_seqlens);
-        if (positions.cu_seqlens != nullptr) positions.num_sequences -= 1;  // given as the array's length
+        // Python takes positions and offsets as two keywords; C++ takes one source, so giving
+        // both is this binding's error (in the contract's words).
+        const auto [cu_data, cu_count] = to_ints(cu_seqlens);
+        const std::span<const int64_t> cu(cu_data, static_cast<size_t>(cu_count));
+        const auto [per_token_data, per_token_count] = to_ints(per_token);
+        const auto [offset_data, num_offsets] = to_ints(offsets);
+        if (!per_token.is_none() && !offsets.is_none()) {
+          fail("apply: positions must come from one source, per-token positions or sequence offsets (got both: " +
+               std::to_string(per_token_count) + " positions, " + std::to_string(num_offsets) + " offsets)");
+        }
+        Positions positions = Positions::arange(cu);
+        if (!per_token.is_none()) {
+          positions = Positions::per_token({per_token_data, static_cast<size_t>(per_token_count)}, cu);
+        } else if (!offsets.is_none()) {
+          positions = Positions::sequence_offsets({offset_data, static_cast<size_t>(num_offsets)}, cu);
+        }
         ApplyOptions options;
         options.direction = parse_direction(direction);
         options.rotary_offset = rotary_offset;

@@ -19,6 +19,7 @@
 #include "rotary/error.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary::analysis {
 namespace {
@@ -42,13 +43,8 @@ std::vector<RopeSpec> every_preset_spec() {
 }
 
 RopeSpec default_spec(double theta_base, int64_t rotary_dim = 128, int64_t context = 4096) {
-  RopeSpec spec;
-  spec.name = "test-default";
-  spec.head_dim = rotary_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.theta_base = theta_base;
-  spec.max_position_embeddings = context;
-  return spec;
+  return test::rope_spec(
+      {.name = "test-default", .head_dim = rotary_dim, .theta_base = theta_base, .max_position_embeddings = context});
 }
 
 // A rotation built from another, with its rows altered by `edit(position, cos, sin, num_pairs)`.

@@ -294,7 +294,7 @@ TEST(Cli, ApplyForwardMatchesTheReferenceAndBackwardUndoesIt) {
   // target do not change results).
   const CosSinTable table(preset("llama-3.1-8b").spec, {.storage = Storage::OnTheFly});
   std::vector<float> q_in = floats(q), k_in = floats(k), q_ref(q_in.size()), k_ref(k_in.size());
-  Positions positions{.sequence_offsets = offset_values, .num_offsets = 2};
+  const Positions positions = Positions::sequence_offsets(offset_values);
   rotary::apply(contiguous_view(q_in.data(), DType::F32, Layout::BSHD, {2, 5, 4, 128}),
                    contiguous_view(k_in.data(), DType::F32, Layout::BSHD, {2, 5, 2, 128}),
                    contiguous_view(q_ref.data(), DType::F32, Layout::BSHD, {2, 5, 4, 128}),

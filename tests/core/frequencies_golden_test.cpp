@@ -25,34 +25,17 @@
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/json.hpp"
-#include "test_support.hpp"
+#include "tests/support/golden_files.hpp"
+#include "tests/support/ulp.hpp"
 
 namespace rotary {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Case files by kind. The kind is read from the name (neg_*.json are the negative cases) rather
-// than by parsing 17 MB of JSON in every test process; FrequenciesMatchHuggingFace and
-// RejectedNamingFieldAndValue then check the "kind" field of the files they read.
-std::vector<std::filesystem::path> golden_files(std::string_view kind) {
-  std::vector<std::filesystem::path> files;
-  const std::filesystem::path dir = test::golden_dir();
-  if (!std::filesystem::is_directory(dir)) return files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".json") continue;
-    const bool negative = entry.path().filename().string().rfind("neg_", 0) == 0;
-    if (negative == (kind == "negative")) files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-std::vector<double> tensor_data(const json::Value& tensor) {
-  std::vector<double> out;
-  for (const json::Value& v : tensor.find("data")->as_array()) out.push_back(v.as_double());
-  return out;
-}
+using test::GoldenKind;
+using test::golden_files;
+using test::tensor_data;
 
 // Re-serializes a parsed config so it goes through the same text parser as a user's file.
 std::string to_text(const json::Value& value) { return json::serialize(value); }
@@ -60,8 +43,8 @@ std::string to_text(const json::Value& value) { return json::serialize(value); }
 TEST(Golden, DirectoryHasEveryCase) {
   ASSERT_TRUE(std::filesystem::is_directory(test::golden_dir()))
       << "golden vectors not found at " << test::golden_dir() << " (set ROTARY_GOLDEN_DIR)";
-  EXPECT_GE(golden_files("positive").size(), 18u);
-  EXPECT_GE(golden_files("negative").size(), 6u);
+  EXPECT_GE(golden_files(GoldenKind::Positive).size(), 18u);
+  EXPECT_GE(golden_files(GoldenKind::Negative).size(), 6u);
 }
 
 class GoldenPositive : public ::testing::TestWithParam<std::filesystem::path> {};
@@ -84,8 +67,8 @@ TEST_P(GoldenPositive, FrequenciesMatchHuggingFace) {
 
   const json::Value& exact = *root.find("exact_f64");
   const json::Value& hf = *root.find("hf_f32");
-  const std::vector<double> exact_inv_freq = tensor_data(*exact.find("inv_freq"));
-  const std::vector<double> hf_inv_freq = tensor_data(*hf.find("inv_freq"));
+  const std::vector<double> exact_inv_freq = tensor_data(exact, "inv_freq");
+  const std::vector<double> hf_inv_freq = tensor_data(hf, "inv_freq");
   ASSERT_EQ(freqs.inv_freq.size(), exact_inv_freq.size());
   ASSERT_EQ(freqs.inv_freq.size(), hf_inv_freq.size());
 
@@ -116,7 +99,7 @@ std::string case_name(const ::testing::TestParamInfo<std::filesystem::path>& inf
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllCases, GoldenPositive, ::testing::ValuesIn(golden_files("positive")), case_name);
+INSTANTIATE_TEST_SUITE_P(AllCases, GoldenPositive, ::testing::ValuesIn(golden_files(GoldenKind::Positive)), case_name);
 
 // Each negative case: the field rotary must name, and the value it must quote.
 struct NegativeExpectation {
@@ -149,7 +132,7 @@ TEST_P(GoldenNegative, RejectedNamingFieldAndValue) {
                   ::testing::AllOf(HasSubstr(expected->field), HasSubstr(expected->value))));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllCases, GoldenNegative, ::testing::ValuesIn(golden_files("negative")), case_name);
+INSTANTIATE_TEST_SUITE_P(AllCases, GoldenNegative, ::testing::ValuesIn(golden_files(GoldenKind::Negative)), case_name);
 
 }  // namespace
 }  // namespace rotary

@@ -15,6 +15,7 @@
 #include <numbers>
 
 #include "rotary/error.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -26,13 +27,7 @@ constexpr double kRel = 1e-14;
 constexpr double kPi = std::numbers::pi;
 
 RopeSpec base_spec(int64_t head_dim = 128, double theta = 10000.0) {
-  RopeSpec spec;
-  spec.name = "test";
-  spec.head_dim = head_dim;
-  spec.rotary_dim = head_dim;
-  spec.theta_base = theta;
-  spec.max_position_embeddings = 4096;
-  return spec;
+  return test::rope_spec({.head_dim = head_dim, .theta_base = theta});
 }
 
 double plain_default(double base, int64_t i, int64_t d) {

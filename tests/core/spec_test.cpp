@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "rotary/error.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -15,15 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
 
-RopeSpec valid_spec() {
-  RopeSpec spec;
-  spec.name = "unit";
-  spec.head_dim = 128;
-  spec.rotary_dim = 128;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec valid_spec() { return test::rope_spec({.name = "unit"}); }
 
 TEST(Spec, ValidSpecPasses) { EXPECT_NO_THROW(validate(valid_spec())); }
 

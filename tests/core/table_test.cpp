@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "rotary/error.hpp"
-#include "test_support.hpp"
+#include "tests/support/spec_builder.hpp"
+#include "tests/support/ulp.hpp"
 
 #if defined(ROTARY_HAVE_QUADMATH)
 #include <quadmath.h>
@@ -32,15 +33,7 @@ using ::testing::HasSubstr;
 using ::testing::StrEq;
 using ::testing::ThrowsMessage;
 
-RopeSpec llama2_spec() {
-  RopeSpec spec;
-  spec.name = "llama2";
-  spec.head_dim = 128;
-  spec.rotary_dim = 128;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec llama2_spec() { return test::rope_spec({.name = "llama2"}); }
 
 #if defined(ROTARY_HAVE_QUADMATH)
 // Independent reference: binary128 end to end.

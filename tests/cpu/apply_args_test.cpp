@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <ostream>
 #include <utility>
 #include <string>
 #include <vector>
@@ -18,21 +20,14 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
 
 using ::testing::HasSubstr;
 
-RopeSpec small_spec(int64_t rotary_dim = 16) {
-  RopeSpec spec;
-  spec.name = "args";
-  spec.head_dim = rotary_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec small_spec(int64_t rotary_dim = 16) { return test::rope_spec({.name = "args", .head_dim = rotary_dim}); }
 
 RopeSpec mrope_spec() {
   RopeSpec spec = small_spec(16);
@@ -69,9 +64,11 @@ struct Call {
 
   void set_per_token(std::vector<int64_t> values) {
     per_token = std::move(values);
-    positions = Positions{};
-    positions.per_token = per_token.data();
-    positions.per_token_count = static_cast<int64_t>(per_token.size());
+    positions = Positions::per_token(per_token, positions.cu_seqlens);
+  }
+  void set_offsets(std::vector<int64_t> values) {
+    offsets = std::move(values);
+    positions = Positions::sequence_offsets(offsets, positions.cu_seqlens);
   }
   // THD: q (10, 4, 16), k (10, 2, 16), cu_seqlens {0, 4, 10}, no positions.
   void make_thd() {
@@ -80,15 +77,13 @@ struct Call {
     q_out = contiguous_view(q_out_buf.data(), DType::F32, Layout::THD, {10, 4, 16});
     k_out = contiguous_view(k_out_buf.data(), DType::F32, Layout::THD, {10, 2, 16});
     cu_seqlens = {0, 4, 10};
-    positions = Positions{};
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = 2;
+    positions = Positions::arange(cu_seqlens);
   }
 
+  // Keeps the source and its values.
   void set_cu_seqlens(std::vector<int64_t> values) {
     cu_seqlens = std::move(values);
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+    positions.cu_seqlens = cu_seqlens;
   }
 
   void check() const { check_apply_arguments(q, k, q_out, k_out, positions, *table, options); }
@@ -202,363 +197,235 @@ TEST(ApplyArgs, AcceptsDifferentHeadDimsAndOutputDtypes) {
   EXPECT_NO_THROW(call.run());
 }
 
-// ---- dtypes, layouts, shapes ------------------------------------------------------------------
+// ---- dtypes, layouts, shapes, strides and memory -------------------------------------------------
 
-TEST(ApplyArgs, RejectsUnknownDtypeNamingIt) {
-  Call call;
-  call.q.dtype = static_cast<DType>(9);
-  expect_rejected(call, {"q dtype must be float32, bfloat16, float16 or float64", "got enum value 9"});
-}
+// One row per rejected call: what the row does to the base call (or to the THD call of
+// make_thd() when `thd` is set; with another spec or table length when given), and the parts the
+// message must contain.
+struct RejectedCase {
+  const char* name;
+  std::function<void(Call&)> breaks;
+  std::vector<std::string> parts;
+  RopeSpec spec = small_spec();
+  int64_t fixed_positions = 4096;
+  bool thd = false;
+};
 
-TEST(ApplyArgs, RejectsUnknownLayoutNamingIt) {
-  Call call;
-  call.k_out.layout = static_cast<Layout>(7);
-  expect_rejected(call, {"k_out layout", "got enum value 7"});
-}
-
-TEST(ApplyArgs, RejectsKLayoutDifferentFromQ) {
-  Call call;
-  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
-  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
-  expect_rejected(call, {"k layout must equal q's layout bshd", "got bhsd"});
-}
-
-TEST(ApplyArgs, RejectsOutputShapeDifferentFromInput) {
-  Call call;
-  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 18});
-  expect_rejected(call, {"q_out shape must equal q's shape bshd (2, 5, 4, 16)", "got bshd (2, 5, 4, 18)"});
-}
-
-TEST(ApplyArgs, RejectsBatchMismatchBetweenQAndK) {
-  Call call;
-  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
-  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
-  expect_rejected(call, {"k batch must equal q's batch 2", "got 1"});
-}
-
-TEST(ApplyArgs, RejectsSeqMismatchBetweenQAndK) {
-  Call call;
-  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
-  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
-  expect_rejected(call, {"k seq must equal q's seq 5", "got 4"});
-}
-
-TEST(ApplyArgs, RejectsTokenMismatchBetweenQAndKInThd) {
-  Call call;
-  call.make_thd();
-  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
-  call.k_out = contiguous_view(call.k_out_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
-  expect_rejected(call, {"k tokens must equal q's tokens 10", "got 9"});
-}
-
-TEST(ApplyArgs, RejectsOddHeadDimSmallerThanRotaryDim) {
-  Call call;
-  call.q = contiguous_view(call.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
-  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
-  expect_rejected(call, {"q head_dim must be >= options.rotary_offset + rotary_dim = 0 + 16", "got 15"});
-}
-
-TEST(ApplyArgs, RejectsKHeadDimTooSmallForRotaryOffset) {
-  Call call;
-  call.options.rotary_offset = 4;
-  call.q = contiguous_view(call.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
-  call.q_out = contiguous_view(call.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
-  expect_rejected(call, {"k head_dim must be >= options.rotary_offset + rotary_dim = 4 + 16", "got 16"});
-}
-
-TEST(ApplyArgs, RejectsNegativeShape) {
-  Call call;
-  call.q.shape[1] = -5;
-  expect_rejected(call, {"q shape[1] (seq) must be >= 0", "got -5"});
-}
-
-TEST(ApplyArgs, RejectsShapeWhoseElementCountOverflows) {
-  Call call;
-  call.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 4, 16};
-  expect_rejected(call, {"q", "element count must fit in int64", "1099511627776"});
-}
-
-TEST(ApplyArgs, RejectsTokenCountOverflowEvenWithNoHeads) {
-  Call call;
-  call.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 0, 16};
-  expect_rejected(call, {"q token count batch x seq must fit in int64", "1099511627776"});
-}
-
-TEST(ApplyArgs, RejectsNullDataForNonEmptyTensor) {
-  Call call;
-  call.q.data = nullptr;
-  expect_rejected(call, {"q data must not be null", "got null data with shape bshd (2, 5, 4, 16)"});
-}
-
-TEST(ApplyArgs, RejectsKWithoutKOut) {
-  Call call;
-  call.k_out = TensorView{};
-  expect_rejected(call, {"k_out must be given when k is", "got k_out empty"});
-}
-
-TEST(ApplyArgs, RejectsKOutWithoutK) {
-  Call call;
-  call.k = TensorView{};
-  expect_rejected(call, {"k must be given when k_out is", "got k empty"});
-}
-
-// ---- strides and memory -----------------------------------------------------------------------
-
-TEST(ApplyArgs, RejectsNegativeStride) {
-  Call call;
-  call.q.stride_elems[2] = -16;
-  expect_rejected(call, {"q stride_elems[2] (heads) must be >= 0", "got -16"});
-}
-
-TEST(ApplyArgs, RejectsZeroOutputStrideOnAxisLongerThanOne) {
-  Call call;
-  call.q_out.stride_elems[2] = 0;
-  expect_rejected(call, {"q_out stride_elems[2] (heads) must be > 0 on an output axis of extent 4", "got 0"});
-}
-
-TEST(ApplyArgs, RejectsOutputStridesMappingTwoElementsToOneAddress) {
-  Call call;
-  call.k_out.stride_elems = {160, 32, 8, 1};  // heads 8 apart, but a head is 16 long
-  expect_rejected(call, {"k_out strides must give every output element its own address",
-                         "got stride_elems [160, 32, 8, 1] for shape bshd (2, 5, 2, 16)"});
-}
-
-TEST(ApplyArgs, RejectsStridesAddressingPastTheAddressSpace) {
-  Call call;
-  call.q.stride_elems[0] = int64_t{1} << 62;
-  expect_rejected(call, {"q shape and strides must address fewer than 2^63 bytes", "4611686018427387904"});
-}
-
-TEST(ApplyArgs, RejectsOutputShiftedOneElementIntoItsInput) {
-  Call call;
-  call.q_out = call.q;
-  call.q_out.data = call.q_buf.data() + 1;
-  expect_rejected(call, {"q_out partially overlaps q", "got q_out.data = q.data + 4 bytes"});
-}
-
-TEST(ApplyArgs, RejectsInPlaceWithDifferentOutputDtype) {
-  Call call;
-  call.q_out = call.q;
-  call.q_out.dtype = DType::BF16;
-  // Contiguous bfloat16 over the first half of q's bytes.
-  call.q_out.stride_elems = contiguous_view(nullptr, DType::BF16, Layout::BSHD, {2, 5, 4, 16}).stride_elems;
-  expect_rejected(call, {"q_out partially overlaps q", "q_out.data = q.data + 0 bytes", "q_out bfloat16"});
-}
-
-TEST(ApplyArgs, RejectsInPlaceWithDifferentOutputStrides) {
-  Call call;
-  call.q_out = contiguous_view(call.q_buf.data(), DType::F32, Layout::BHSD, {2, 4, 5, 16});
-  // The same bytes seen in BHSD order, relabelled as BSHD: a transposing in-place call.
-  std::swap(call.q_out.shape[1], call.q_out.shape[2]);
-  std::swap(call.q_out.stride_elems[1], call.q_out.stride_elems[2]);
-  call.q_out.layout = Layout::BSHD;
-  expect_rejected(call, {"q_out partially overlaps q", "strides [320, 16, 80, 1]"});
-}
-
-TEST(ApplyArgs, RejectsOutputOfKOnTopOfQ) {
-  Call call;
-  call.k_out = contiguous_view(call.q_buf.data() + 64, DType::F32, Layout::BSHD, {2, 5, 2, 16});
-  expect_rejected(call, {"k_out overlaps q", "k_out.data = q.data + 256 bytes"});
-}
-
-TEST(ApplyArgs, RejectsQOutOnTopOfK) {
-  Call call;
-  call.k = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
-  call.q_out = contiguous_view(call.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
-  expect_rejected(call, {"q_out overlaps k", "q_out.data = k.data + 0 bytes"});
-}
-
-TEST(ApplyArgs, RejectsOverlappingOutputs) {
-  Call call;
-  call.k_out = contiguous_view(call.q_out_buf.data() + 600, DType::F32, Layout::BSHD, {2, 5, 2, 16});
-  expect_rejected(call, {"k_out overlaps q_out", "k_out.data = q_out.data + 2400 bytes"});
-}
+const RejectedCase kViewCases[] = {
+    {"UnknownDtypeNamingIt", [](Call& c) { c.q.dtype = static_cast<DType>(9); },
+     {"q dtype must be float32, bfloat16, float16 or float64", "got enum value 9"}},
+    {"UnknownLayoutNamingIt", [](Call& c) { c.k_out.layout = static_cast<Layout>(7); },
+     {"k_out layout", "got enum value 7"}},
+    {"KLayoutDifferentFromQ",
+     [](Call& c) {
+       c.k = contiguous_view(c.k_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
+       c.k_out = contiguous_view(c.k_out_buf.data(), DType::F32, Layout::BHSD, {2, 2, 5, 16});
+     },
+     {"k layout must equal q's layout bshd", "got bhsd"}},
+    {"OutputShapeDifferentFromInput",
+     [](Call& c) {
+       c.q_out = contiguous_view(c.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 18});
+     },
+     {"q_out shape must equal q's shape bshd (2, 5, 4, 16)", "got bshd (2, 5, 4, 18)"}},
+    {"BatchMismatchBetweenQAndK",
+     [](Call& c) {
+       c.k = contiguous_view(c.k_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
+       c.k_out = contiguous_view(c.k_out_buf.data(), DType::F32, Layout::BSHD, {1, 5, 2, 16});
+     },
+     {"k batch must equal q's batch 2", "got 1"}},
+    {"SeqMismatchBetweenQAndK",
+     [](Call& c) {
+       c.k = contiguous_view(c.k_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
+       c.k_out = contiguous_view(c.k_out_buf.data(), DType::F32, Layout::BSHD, {2, 4, 2, 16});
+     },
+     {"k seq must equal q's seq 5", "got 4"}},
+    {"TokenMismatchBetweenQAndKInThd",
+     [](Call& c) {
+       c.make_thd();
+       c.k = contiguous_view(c.k_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
+       c.k_out = contiguous_view(c.k_out_buf.data(), DType::F32, Layout::THD, {9, 2, 16});
+     },
+     {"k tokens must equal q's tokens 10", "got 9"}},
+    {"OddHeadDimSmallerThanRotaryDim",
+     [](Call& c) {
+       c.q = contiguous_view(c.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
+       c.q_out = contiguous_view(c.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 15});
+     },
+     {"q head_dim must be >= options.rotary_offset + rotary_dim = 0 + 16", "got 15"}},
+    {"KHeadDimTooSmallForRotaryOffset",
+     [](Call& c) {
+       c.options.rotary_offset = 4;
+       c.q = contiguous_view(c.q_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
+       c.q_out = contiguous_view(c.q_out_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 24});
+     },
+     {"k head_dim must be >= options.rotary_offset + rotary_dim = 4 + 16", "got 16"}},
+    {"NegativeShape", [](Call& c) { c.q.shape[1] = -5; },
+     {"q shape[1] (seq) must be >= 0", "got -5"}},
+    {"ShapeWhoseElementCountOverflows", [](Call& c) { c.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 4, 16}; },
+     {"q", "element count must fit in int64", "1099511627776"}},
+    {"TokenCountOverflowEvenWithNoHeads", [](Call& c) { c.q.shape = {int64_t{1} << 40, int64_t{1} << 40, 0, 16}; },
+     {"q token count batch x seq must fit in int64", "1099511627776"}},
+    {"NullDataForNonEmptyTensor", [](Call& c) { c.q.data = nullptr; },
+     {"q data must not be null", "got null data with shape bshd (2, 5, 4, 16)"}},
+    {"KWithoutKOut", [](Call& c) { c.k_out = TensorView{}; },
+     {"k_out must be given when k is", "got k_out empty"}},
+    {"KOutWithoutK", [](Call& c) { c.k = TensorView{}; },
+     {"k must be given when k_out is", "got k empty"}},
+    {"NegativeStride", [](Call& c) { c.q.stride_elems[2] = -16; },
+     {"q stride_elems[2] (heads) must be >= 0", "got -16"}},
+    {"ZeroOutputStrideOnAxisLongerThanOne", [](Call& c) { c.q_out.stride_elems[2] = 0; },
+     {"q_out stride_elems[2] (heads) must be > 0 on an output axis of extent 4", "got 0"}},
+    {"OutputStridesMappingTwoElementsToOneAddress",
+     [](Call& c) {
+       c.k_out.stride_elems = {160, 32, 8, 1};  // heads 8 apart, but a head is 16 long
+     },
+     {"k_out strides must give every output element its own address", "got stride_elems [160, 32, 8, 1] for shape bshd (2, 5, 2, 16)"}},
+    {"StridesAddressingPastTheAddressSpace", [](Call& c) { c.q.stride_elems[0] = int64_t{1} << 62; },
+     {"q shape and strides must address fewer than 2^63 bytes", "4611686018427387904"}},
+    {"OutputShiftedOneElementIntoItsInput",
+     [](Call& c) {
+       c.q_out = c.q;
+       c.q_out.data = c.q_buf.data() + 1;
+     },
+     {"q_out partially overlaps q", "got q_out.data = q.data + 4 bytes"}},
+    {"InPlaceWithDifferentOutputDtype",
+     [](Call& c) {
+       c.q_out = c.q;
+       c.q_out.dtype = DType::BF16;
+       // Contiguous bfloat16 over the first half of q's bytes.
+       c.q_out.stride_elems = contiguous_view(nullptr, DType::BF16, Layout::BSHD, {2, 5, 4, 16}).stride_elems;
+     },
+     {"q_out partially overlaps q", "q_out.data = q.data + 0 bytes", "q_out bfloat16"}},
+    {"InPlaceWithDifferentOutputStrides",
+     [](Call& c) {
+       c.q_out = contiguous_view(c.q_buf.data(), DType::F32, Layout::BHSD, {2, 4, 5, 16});
+       // The same bytes seen in BHSD order, relabelled as BSHD: a transposing in-place call.
+       std::swap(c.q_out.shape[1], c.q_out.shape[2]);
+       std::swap(c.q_out.stride_elems[1], c.q_out.stride_elems[2]);
+       c.q_out.layout = Layout::BSHD;
+     },
+     {"q_out partially overlaps q", "strides [320, 16, 80, 1]"}},
+    {"OutputOfKOnTopOfQ",
+     [](Call& c) {
+       c.k_out = contiguous_view(c.q_buf.data() + 64, DType::F32, Layout::BSHD, {2, 5, 2, 16});
+     },
+     {"k_out overlaps q", "k_out.data = q.data + 256 bytes"}},
+    {"QOutOnTopOfK",
+     [](Call& c) {
+       c.k = contiguous_view(c.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 2, 16});
+       c.q_out = contiguous_view(c.k_buf.data(), DType::F32, Layout::BSHD, {2, 5, 4, 16});
+     },
+     {"q_out overlaps k", "q_out.data = k.data + 0 bytes"}},
+    {"OverlappingOutputs",
+     [](Call& c) {
+       c.k_out = contiguous_view(c.q_out_buf.data() + 600, DType::F32, Layout::BSHD, {2, 5, 2, 16});
+     },
+     {"k_out overlaps q_out", "k_out.data = q_out.data + 2400 bytes"}},
+};
 
 // ---- positions --------------------------------------------------------------------------------
 
-TEST(ApplyArgs, RejectsWrongPerTokenCount) {
-  Call call;
-  call.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8});
-  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 1 = 10", "got 9"});
-}
-
-TEST(ApplyArgs, RejectsMropePositionsWithoutAllStreams) {
-  Call call(mrope_spec());
-  expect_rejected(call, {"positions.per_token_count must equal tokens x streams = 10 x 3 = 30", "mrope", "got 10"});
-}
-
-TEST(ApplyArgs, RejectsNegativePositionNamingItsIndex) {
-  Call call;
-  call.per_token[3] = -1;
-  expect_rejected(call, {"positions.per_token[3] must be in [0, 4095]", "got -1"});
-}
-
-TEST(ApplyArgs, RejectsPositionPastFixedTable) {
-  Call call;
-  call.per_token[7] = 4096;
-  expect_rejected(call, {"positions.per_token[7] must be in [0, 4095]", "got 4096"});
-}
-
-TEST(ApplyArgs, RejectsMropeStreamPositionPastTableNamingStreamMajorIndex) {
-  Call call(mrope_spec(), 1000);
+// One row per broken positions argument (per-token positions for BSHD q (2, 5, 4, 16) and a
+// 4096-position table in the base call; `thd` rows start from make_thd()).
+std::vector<int64_t> mrope_positions_with(int64_t index, int64_t value) {
   std::vector<int64_t> streams(30, 5);
-  streams[2 * 10 + 4] = 1000;  // w stream, token 4
-  call.set_per_token(streams);
-  expect_rejected(call, {"positions.per_token[24] must be in [0, 999]", "got 1000"});
+  streams[static_cast<size_t>(index)] = value;
+  return streams;
 }
 
-TEST(ApplyArgs, RejectsPerTokenNullWithCount) {
-  Call call;
-  call.positions.per_token = nullptr;
-  expect_rejected(call, {"positions.per_token must not be null with per_token_count 10", "got null"});
-}
-
-TEST(ApplyArgs, RejectsTwoPositionSources) {
-  Call call;
-  call.offsets = {0, 0};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions must come from one source", "got both: per_token_count 10, num_offsets 2"});
-}
-
-TEST(ApplyArgs, RejectsWrongNumberOfOffsets) {
-  Call call;
-  call.offsets = {0, 0, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 3;
-  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (q batch)", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsNegativeOffset) {
-  Call call;
-  call.offsets = {0, -2};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets[1] + s must be in [0, 4095]", "got -2 + 0 = -2"});
-}
-
-TEST(ApplyArgs, RejectsOffsetRunningPastTable) {
-  Call call;
-  call.offsets = {4093, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets[0] + s must be in [0, 4095] for every s < 5", "got 4093 + 3 = 4096"});
-}
-
-TEST(ApplyArgs, RejectsOffsetsWithMrope) {
-  Call call(mrope_spec());
-  call.offsets = {0, 0};
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
-  expect_rejected(call, {"positions.sequence_offsets is for single-stream specs only", "mrope",
-                         "got sequence_offsets with 3 streams"});
-}
-
-TEST(ApplyArgs, RejectsThdOffsetsCountOtherThanSequences) {
-  Call call;
-  call.make_thd();
-  call.offsets = {0, 0, 0};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 3;
-  expect_rejected(call, {"positions.num_offsets must equal the number of sequences 2 (positions.num_sequences)", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsArangePastFixedTable) {
-  Call call(small_spec(), 4);
-  call.positions = Positions{};
-  expect_rejected(call, {"positions (none given, so 0 .. length - 1 per sequence) must be in [0, 3]",
-                         "got sequence length 5"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensNotStartingAtZero) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({1, 4, 10});
-  expect_rejected(call, {"positions.cu_seqlens[0] must be 0", "got 1"});
-}
-
-TEST(ApplyArgs, RejectsDecreasingCuSeqlens) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({0, 6, 3, 10});
-  expect_rejected(call, {"positions.cu_seqlens[2] must be >= positions.cu_seqlens[1] = 6", "got 3"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensNotEndingAtTokenCount) {
-  Call call;
-  call.make_thd();
-  call.set_cu_seqlens({0, 4, 9});
-  expect_rejected(call, {"positions.cu_seqlens[2] (the last) must equal the token count 10", "got 9"});
-}
-
-TEST(ApplyArgs, RejectsThdWithoutCuSeqlens) {
-  Call call;
-  call.make_thd();
-  call.positions = Positions{};
-  expect_rejected(call, {"positions.cu_seqlens is required for the thd layout", "got null"});
-}
-
-TEST(ApplyArgs, RejectsThdWithZeroSequences) {
-  Call call;
-  call.make_thd();
-  call.positions.num_sequences = 0;
-  expect_rejected(call, {"positions.num_sequences must be >= 1", "got 0"});
-}
-
-TEST(ApplyArgs, RejectsCuSeqlensForBshd) {
-  Call call;
-  call.set_cu_seqlens({0, 5, 10});
-  expect_rejected(call, {"positions.cu_seqlens is only for the thd layout", "got cu_seqlens with layout bshd"});
-}
+const RejectedCase kPositionsCases[] = {
+    {"WrongPerTokenCount", [](Call& c) { c.set_per_token({0, 1, 2, 3, 4, 5, 6, 7, 8}); },
+     {"positions.values.size() must equal tokens x streams = 10 x 1 = 10 for per_token", "got 9"}},
+    {"MropePositionsWithoutAllStreams", [](Call&) {},
+     {"positions.values.size() must equal tokens x streams = 10 x 3 = 30", "mrope", "got 10"}, mrope_spec()},
+    {"NegativePositionNamingItsIndex", [](Call& c) { c.per_token[3] = -1; },
+     {"positions.values[3] must be in [0, 4095]", "got -1"}},
+    {"PositionPastFixedTable", [](Call& c) { c.per_token[7] = 4096; },
+     {"positions.values[7] must be in [0, 4095]", "got 4096"}},
+    // w stream, token 4: the index is stream-major.
+    {"MropeStreamPositionPastTableNamingStreamMajorIndex",
+     [](Call& c) { c.set_per_token(mrope_positions_with(2 * 10 + 4, 1000)); },
+     {"positions.values[24] must be in [0, 999]", "got 1000"}, mrope_spec(), 1000},
+    {"PerTokenNullWithSize", [](Call& c) { c.positions.values = {static_cast<const int64_t*>(nullptr), 10}; },
+     {"positions.values must not be null with size 10", "got null"}},
+    {"ValuesWithArange", [](Call& c) { c.positions.source = Positions::Source::Arange; },
+     {"positions.values must be empty for source arange", "got size 10"}},
+    {"SourceOutsideTheEnum", [](Call& c) { c.positions.source = static_cast<Positions::Source>(3); },
+     {"positions.source must be arange, per_token or sequence_offsets", "got enum value 3"}},
+    {"WrongNumberOfOffsets", [](Call& c) { c.set_offsets({0, 0, 0}); },
+     {"positions.values.size() must equal the number of sequences 2 (q batch) for sequence_offsets", "got 3"}},
+    {"NegativeOffset", [](Call& c) { c.set_offsets({0, -2}); },
+     {"positions.values[1] (sequence offset) + s must be in [0, 4095]", "got -2 + 0 = -2"}},
+    {"OffsetRunningPastTable", [](Call& c) { c.set_offsets({4093, 0}); },
+     {"positions.values[0] (sequence offset) + s must be in [0, 4095] for every s < 5", "got 4093 + 3 = 4096"}},
+    {"OffsetsWithMrope", [](Call& c) { c.set_offsets({0, 0}); },
+     {"positions.source sequence_offsets is for single-stream specs only", "mrope", "got sequence_offsets with 3 streams"},
+     mrope_spec()},
+    {"ThdOffsetsCountOtherThanSequences", [](Call& c) { c.set_offsets({0, 0, 0}); },
+     {"positions.values.size() must equal the number of sequences 2 (positions.cu_seqlens.size() - 1)", "got 3"},
+     small_spec(), 4096, true},
+    {"ArangePastFixedTable", [](Call& c) { c.positions = Positions::arange(); },
+     {"positions (arange: 0 .. length - 1 per sequence) must be in [0, 3]", "got sequence length 5"}, small_spec(), 4},
+    {"CuSeqlensNotStartingAtZero", [](Call& c) { c.set_cu_seqlens({1, 4, 10}); },
+     {"positions.cu_seqlens[0] must be 0", "got 1"}, small_spec(), 4096, true},
+    {"DecreasingCuSeqlens", [](Call& c) { c.set_cu_seqlens({0, 6, 3, 10}); },
+     {"positions.cu_seqlens[2] must be >= positions.cu_seqlens[1] = 6", "got 3"}, small_spec(), 4096, true},
+    {"CuSeqlensNotEndingAtTokenCount", [](Call& c) { c.set_cu_seqlens({0, 4, 9}); },
+     {"positions.cu_seqlens[2] (the last) must equal the token count 10", "got 9"}, small_spec(), 4096, true},
+    {"ThdWithoutCuSeqlens", [](Call& c) { c.positions = Positions::arange(); },
+     {"positions.cu_seqlens is required for the thd layout", "got an empty span"}, small_spec(), 4096, true},
+    // One offset and no sequence: the span's size is the count, so zero sequences is size 1.
+    {"ThdWithZeroSequences", [](Call& c) { c.set_cu_seqlens({0}); },
+     {"positions.cu_seqlens.size() must be num_sequences + 1 >= 2", "got 1"}, small_spec(), 4096, true},
+    {"CuSeqlensNullWithSize", [](Call& c) { c.positions.cu_seqlens = {static_cast<const int64_t*>(nullptr), 3}; },
+     {"positions.cu_seqlens must not be null with size 3", "got null"}, small_spec(), 4096, true},
+    {"CuSeqlensForBshd", [](Call& c) { c.set_cu_seqlens({0, 5, 10}); },
+     {"positions.cu_seqlens is only for the thd layout", "got 3 cu_seqlens with layout bshd"}},
+};
 
 // ---- options and spec ---------------------------------------------------------------------------
 
-TEST(ApplyArgs, RejectsNegativeRotaryOffset) {
-  Call call;
-  call.options.rotary_offset = -1;
-  expect_rejected(call, {"options.rotary_offset must be >= 0", "got -1"});
-}
-
-TEST(ApplyArgs, RejectsHugeRotaryOffsetWithoutOverflow) {
-  Call call;
-  call.options.rotary_offset = INT64_MAX;
-  expect_rejected(call, {"q head_dim must be >= options.rotary_offset + rotary_dim = 9223372036854775807 + 16", "got 16"});
-}
-
-TEST(ApplyArgs, RejectsNegativeXposLength) {
-  Call call;
-  call.options.xpos_length = -5;
-  expect_rejected(call, {"options.xpos_length must be >= 0", "got -5"});
-}
-
-TEST(ApplyArgs, RejectsUnknownDirection) {
-  Call call;
-  call.options.direction = static_cast<Direction>(5);
-  expect_rejected(call, {"options.direction must be forward or backward", "got enum value 5"});
-}
-
-TEST(ApplyArgs, RejectsXposWithMrope) {
-  RopeSpec spec = mrope_spec();
+RopeSpec xpos_spec(PositionAxes axes) {
+  RopeSpec spec = axes == PositionAxes::MRope ? mrope_spec() : small_spec();
+  spec.axes = axes;
   spec.xpos = XPos{512.0};
-  Call call(spec);
-  std::vector<int64_t> streams(30, 1);
-  call.set_per_token(streams);
-  expect_rejected(call, {"table.spec().xpos is defined for single-stream positions only", "got xpos with mrope"});
+  return spec;
 }
 
-TEST(ApplyArgs, RejectsXposWithVision2D) {
-  RopeSpec spec = small_spec(16);
-  spec.axes = PositionAxes::Vision2D;
-  spec.xpos = XPos{512.0};
-  Call call(spec);
-  std::vector<int64_t> streams(20, 1);
-  call.set_per_token(streams);
-  expect_rejected(call, {"table.spec().xpos", "got xpos with vision2d"});
+const RejectedCase kOptionCases[] = {
+    {"NegativeRotaryOffset", [](Call& c) { c.options.rotary_offset = -1; },
+     {"options.rotary_offset must be >= 0", "got -1"}},
+    {"HugeRotaryOffsetWithoutOverflow", [](Call& c) { c.options.rotary_offset = INT64_MAX; },
+     {"q head_dim must be >= options.rotary_offset + rotary_dim = 9223372036854775807 + 16", "got 16"}},
+    {"NegativeXposLength", [](Call& c) { c.options.xpos_length = -5; },
+     {"options.xpos_length must be >= 0", "got -5"}},
+    {"UnknownDirection", [](Call& c) { c.options.direction = static_cast<Direction>(5); },
+     {"options.direction must be forward or backward", "got enum value 5"}},
+    {"XposWithMrope", [](Call& c) { c.set_per_token(std::vector<int64_t>(30, 1)); },
+     {"table.spec().xpos is defined for single-stream positions only", "got xpos with mrope"},
+     xpos_spec(PositionAxes::MRope)},
+    {"XposWithVision2D", [](Call& c) { c.set_per_token(std::vector<int64_t>(20, 1)); },
+     {"table.spec().xpos", "got xpos with vision2d"}, xpos_spec(PositionAxes::Vision2D)},
+};
+
+// gtest prints a parameter on failure: its name, not its bytes.
+void PrintTo(const RejectedCase& row, std::ostream* os) { *os << row.name; }
+
+class ApplyArgsRejects : public ::testing::TestWithParam<RejectedCase> {};
+
+TEST_P(ApplyArgsRejects, NamingTheArgumentAndValue) {
+  const RejectedCase& row = GetParam();
+  Call call(row.spec, row.fixed_positions);
+  if (row.thd) call.make_thd();
+  row.breaks(call);
+  expect_rejected(call, row.parts);
 }
+
+std::string row_name(const ::testing::TestParamInfo<RejectedCase>& row) { return row.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Views, ApplyArgsRejects, ::testing::ValuesIn(kViewCases), row_name);
+INSTANTIATE_TEST_SUITE_P(Positions, ApplyArgsRejects, ::testing::ValuesIn(kPositionsCases), row_name);
+INSTANTIATE_TEST_SUITE_P(Options, ApplyArgsRejects, ::testing::ValuesIn(kOptionCases), row_name);
 
 // ---- pair_streams, position_streams, to_string ------------------------------------------------
 
@@ -688,14 +555,11 @@ TEST(ApplyArgs, LongRopeTablesServeEverySeqLenOfTheirFactorSet) {
 
 TEST(ApplyArgs, SeqLenOfOffsetsAndArangeCalls) {
   Call call(dynamic_spec());
-  call.offsets = {0, 60};  // positions 60..64: seq_len 65 > 64
-  call.positions = Positions{};
-  call.positions.sequence_offsets = call.offsets.data();
-  call.positions.num_offsets = 2;
+  call.set_offsets({0, 60});  // positions 60..64: seq_len 65 > 64
   expect_rejected(call, {"seq_len (largest position + 1) 65"});
-  call.offsets = {0, 59};  // 59..63: seq_len 64
+  call.offsets[1] = 59;  // 59..63: seq_len 64
   EXPECT_NO_THROW(call.run());
-  call.positions = Positions{};  // arange 0..4: seq_len 5
+  call.positions = Positions::arange();  // arange 0..4: seq_len 5
   EXPECT_NO_THROW(call.run());
 }
 

@@ -48,7 +48,8 @@
 #include "rotary/json.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "test_support.hpp"
+#include "tests/support/golden_files.hpp"
+#include "tests/support/ulp.hpp"
 
 namespace rotary {
 namespace {
@@ -72,32 +73,8 @@ struct GoldenCase {
   int64_t seq_len() const { return *std::max_element(positions.begin(), positions.end()) + 1; }
 };
 
-std::vector<double> tensor_data(const json::Value& parent, std::string_view key) {
-  const json::Value* tensor = parent.find(key);
-  std::vector<double> out;
-  if (tensor == nullptr) return out;
-  for (const json::Value& v : tensor->find("data")->as_array()) out.push_back(v.as_double());
-  return out;
-}
-
-std::vector<int64_t> tensor_shape(const json::Value& parent, std::string_view key) {
-  std::vector<int64_t> out;
-  for (const json::Value& v : parent.find(key)->find("shape")->as_array()) out.push_back(v.as_int64());
-  return out;
-}
-
-std::vector<std::filesystem::path> positive_files() {
-  std::vector<std::filesystem::path> files;
-  const std::filesystem::path dir = test::golden_dir();
-  if (!std::filesystem::is_directory(dir)) return files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".json") continue;
-    if (entry.path().filename().string().rfind("neg_", 0) == 0) continue;
-    files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
+using test::tensor_data;
+using test::tensor_shape;
 
 // Parses a case file the first time it is asked for; keeps only the numbers the checks need.
 const GoldenCase& load_case(const std::filesystem::path& path) {
@@ -178,10 +155,7 @@ std::string at(const GoldenCase& c, int64_t token, int64_t head, int64_t element
 // ---- helpers ------------------------------------------------------------------------------------
 
 Positions per_token(const GoldenCase& c) {
-  Positions p;
-  p.per_token = c.positions.data();
-  p.per_token_count = c.n_positions();
-  return p;
+  return Positions::per_token(c.positions);
 }
 
 TableOptions table_options(const GoldenCase& c, Precision precision) {
@@ -412,12 +386,12 @@ std::string case_name(const ::testing::TestParamInfo<std::filesystem::path>& inf
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllCases, ReferenceGolden, ::testing::ValuesIn(positive_files()), case_name);
+INSTANTIATE_TEST_SUITE_P(AllCases, ReferenceGolden, ::testing::ValuesIn(test::golden_files(test::GoldenKind::Positive)), case_name);
 
 TEST(ReferenceGoldenDirectory, HasEveryPositiveCase) {
   ASSERT_TRUE(std::filesystem::is_directory(test::golden_dir()))
       << "golden vectors not found at " << test::golden_dir() << " (set ROTARY_GOLDEN_DIR)";
-  EXPECT_GE(positive_files().size(), 18u);
+  EXPECT_GE(test::golden_files(test::GoldenKind::Positive).size(), 18u);
 }
 
 // The one case with rope_interleave (README, "DeepSeek-V3 layout").

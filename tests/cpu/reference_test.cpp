@@ -27,6 +27,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -159,15 +160,7 @@ void fill_random(HostTensor& t, Rng& rng) {
 
 // A default-scheme spec (scaling 1).
 RopeSpec text_spec(int64_t head_dim, int64_t rotary_dim, Style style, double theta = 10000.0) {
-  RopeSpec spec;
-  spec.name = "test";
-  spec.head_dim = head_dim;
-  spec.rotary_dim = rotary_dim;
-  spec.partial_rotary_factor = static_cast<double>(rotary_dim) / static_cast<double>(head_dim);
-  spec.theta_base = theta;
-  spec.style = style;
-  spec.max_position_embeddings = 4096;
-  return spec;
+  return test::rope_spec({.head_dim = head_dim, .rotary_dim = rotary_dim, .theta_base = theta, .style = style});
 }
 
 // YaRN with an explicit attention factor 1.25: cos and sin carry attention_scaling 1.25.
@@ -185,13 +178,6 @@ TableOptions on_the_fly() {
   TableOptions options;
   options.storage = Storage::OnTheFly;
   return options;
-}
-
-Positions per_token(const std::vector<int64_t>& positions) {
-  Positions out;
-  out.per_token = positions.data();
-  out.per_token_count = static_cast<int64_t>(positions.size());
-  return out;
 }
 
 struct Rotated {
@@ -287,7 +273,7 @@ TEST(Reference, NormPreserved) {
       fill_random(k, rng);
       std::vector<int64_t> positions(static_cast<size_t>(batch * seq));
       for (int64_t& p : positions) p = random_position(rng);
-      const Rotated out = rotate(q, &k, per_token(positions), table, options, TableValues::Exact64);
+      const Rotated out = rotate(q, &k, Positions::per_token(positions), table, options, TableValues::Exact64);
       for (const auto& [in, rotated] : {std::pair{&q, &out.q}, std::pair{&k, &out.k}}) {
         const NamedAxes a = in->axes();
         for (int64_t b = 0; b < a.batch; ++b)
@@ -337,7 +323,7 @@ TEST(Reference, ScoreDependsOnlyOnRelativePosition) {
           k_norm += k.get(0, 1, 0, d) * k.get(0, 1, 0, d);
         }
         const std::vector<int64_t> positions = {m, n, m + t, n + t};
-        const Rotated out = rotate(q, &k, per_token(positions), table, {}, TableValues::Exact64);
+        const Rotated out = rotate(q, &k, Positions::per_token(positions), table, {}, TableValues::Exact64);
         double near = 0, far = 0;
         for (int64_t d = 0; d < head_dim; ++d) {
           near += out.q.get(0, 0, 0, d) * out.k.get(0, 1, 0, d);
@@ -371,9 +357,9 @@ TEST(Reference, BackwardUndoesForward) {
     fill_random(k, rng);
     std::vector<int64_t> positions(static_cast<size_t>(2 * seq));
     for (int64_t& p : positions) p = random_position(rng);
-    Rotated there = rotate(q, &k, per_token(positions), table, forward, TableValues::Exact64);
+    Rotated there = rotate(q, &k, Positions::per_token(positions), table, forward, TableValues::Exact64);
     // Back in place.
-    reference::apply(there.q.view(), there.k.view(), there.q.view(), there.k.view(), per_token(positions), table,
+    reference::apply(there.q.view(), there.k.view(), there.q.view(), there.k.view(), Positions::per_token(positions), table,
                      backward, TableValues::Exact64);
     for (const auto& [in, back] : {std::pair{&q, &there.q}, std::pair{&k, &there.k}}) {
       in->for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
@@ -408,7 +394,7 @@ TEST(Reference, AgreesWithExplicit2x2Matrices) {
     fill_random(k, rng);
     std::vector<int64_t> positions(static_cast<size_t>(2 * seq));
     for (int64_t& p : positions) p = random_position(rng);
-    const Rotated out = rotate(q, &k, per_token(positions), table, options);
+    const Rotated out = rotate(q, &k, Positions::per_token(positions), table, options);
     const int64_t num_pairs = rotary_dim / 2;
     std::vector<float> cos_row(static_cast<size_t>(num_pairs)), sin_row(static_cast<size_t>(num_pairs));
     for (const auto& [in, rotated] : {std::pair{&q, &out.q}, std::pair{&k, &out.k}}) {
@@ -475,8 +461,8 @@ TEST(Reference, NeoxEqualsGptjUnderPermutation) {
     neox.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) { gptj.set(b, s, h, permuted(d), neox.get(b, s, h, d)); });
     std::vector<int64_t> positions(8);
     for (int64_t& p : positions) p = random_position(rng);
-    const Rotated neox_out = rotate(neox, nullptr, per_token(positions), neox_table, options);
-    const Rotated gptj_out = rotate(gptj, nullptr, per_token(positions), gptj_table, options);
+    const Rotated neox_out = rotate(neox, nullptr, Positions::per_token(positions), neox_table, options);
+    const Rotated gptj_out = rotate(gptj, nullptr, Positions::per_token(positions), gptj_table, options);
     neox.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
       EXPECT_EQ(gptj_out.q.bits(b, s, h, permuted(d)), neox_out.q.bits(b, s, h, d)) << "element " << d;
     });
@@ -497,7 +483,8 @@ TEST(Reference, PartialRotaryPassesTailThrough) {
       fill_random(q, rng);
       ApplyOptions options;
       options.rotary_offset = offset;
-      const Rotated out = rotate(q, nullptr, per_token({1, 2, 3, 1000, 70000}), table, options);
+      const std::vector<int64_t> positions = {1, 2, 3, 1000, 70000};
+      const Rotated out = rotate(q, nullptr, Positions::per_token(positions), table, options);
       int64_t changed = 0;
       q.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
         if (d < offset || d >= offset + 24) {
@@ -528,7 +515,7 @@ TEST(Reference, RotaryOffsetRotatesTheMiddleBlock) {
       for (int64_t& p : positions) p = random_position(rng);
       ApplyOptions options;
       options.rotary_offset = 128;
-      const Rotated whole = rotate(q, &k, per_token(positions), table, options);
+      const Rotated whole = rotate(q, &k, Positions::per_token(positions), table, options);
       // The same block as a 64-wide strided view of copies.
       Rotated sliced{q, k};
       auto slice = [](const HostTensor& t) {
@@ -537,7 +524,7 @@ TEST(Reference, RotaryOffsetRotatesTheMiddleBlock) {
         v.shape[3] = 64;
         return v;
       };
-      reference::apply(slice(q), slice(k), slice(sliced.q), slice(sliced.k), per_token(positions), table);
+      reference::apply(slice(q), slice(k), slice(sliced.q), slice(sliced.k), Positions::per_token(positions), table);
       for (const auto& [in, a, b_] : {std::tuple{&q, &whole.q, &sliced.q}, std::tuple{&k, &whole.k, &sliced.k}}) {
         in->for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
           EXPECT_EQ(a->bits(b, s, h, d), b_->bits(b, s, h, d)) << "element " << d;
@@ -574,8 +561,8 @@ TEST(Reference, ProportionalEqualsNeoxOverWholeHeadWithZeroFrequencies) {
   HostTensor q(DType::F32, Layout::BSHD, {1, 6, 2, head_dim});
   fill_random(q, rng);
   const std::vector<int64_t> positions = {0, 1, 17, 4095, 100000, 2000000000};
-  const Rotated got = rotate(q, nullptr, per_token(positions), proportional_table);
-  const Rotated full = rotate(q, nullptr, per_token(positions), default_table);
+  const Rotated got = rotate(q, nullptr, Positions::per_token(positions), proportional_table);
+  const Rotated full = rotate(q, nullptr, Positions::per_token(positions), default_table);
   q.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
     const int64_t pair = d % (head_dim / 2);
     if (pair < rotated_pairs) {
@@ -599,9 +586,9 @@ TEST(Reference, GqaDifferentHeadCounts) {
     fill_random(k, rng);
     std::vector<int64_t> positions(6);
     for (int64_t& p : positions) p = random_position(rng);
-    const Rotated both = rotate(q, &k, per_token(positions), table);
-    const Rotated q_alone = rotate(q, nullptr, per_token(positions), table);
-    const Rotated k_alone = rotate(k, nullptr, per_token(positions), table);
+    const Rotated both = rotate(q, &k, Positions::per_token(positions), table);
+    const Rotated q_alone = rotate(q, nullptr, Positions::per_token(positions), table);
+    const Rotated k_alone = rotate(k, nullptr, Positions::per_token(positions), table);
     EXPECT_EQ(both.q.bytes(), q_alone.q.bytes());
     EXPECT_EQ(both.k.bytes(), k_alone.q.bytes());
   }
@@ -617,8 +604,8 @@ TEST(Reference, RotatesQAloneWhenKIsAbsent) {
   HostTensor k(DType::F32, Layout::BSHD, {1, 4, 1, 32});
   fill_random(q, rng);
   fill_random(k, rng);
-  const Rotated both = rotate(q, &k, Positions{}, table);
-  const Rotated alone = rotate(q, nullptr, Positions{}, table);
+  const Rotated both = rotate(q, &k, Positions::arange(), table);
+  const Rotated alone = rotate(q, nullptr, Positions::arange(), table);
   EXPECT_EQ(both.q.bytes(), alone.q.bytes());
 }
 
@@ -638,11 +625,9 @@ TEST(Reference, OffsetsEqualShiftedPositions) {
     std::vector<int64_t> explicit_positions;
     for (int64_t b = 0; b < 3; ++b)
       for (int64_t s = 0; s < 5; ++s) explicit_positions.push_back(offsets[static_cast<size_t>(b)] + s);
-    Positions by_offset;
-    by_offset.sequence_offsets = offsets.data();
-    by_offset.num_offsets = 3;
+    const Positions by_offset = Positions::sequence_offsets(offsets);
     const Rotated a = rotate(q, &k, by_offset, table);
-    const Rotated b = rotate(q, &k, per_token(explicit_positions), table);
+    const Rotated b = rotate(q, &k, Positions::per_token(explicit_positions), table);
     EXPECT_EQ(a.q.bytes(), b.q.bytes());
     EXPECT_EQ(a.k.bytes(), b.k.bytes());
   }
@@ -654,14 +639,8 @@ TEST(Reference, OffsetsEqualShiftedPositions) {
     std::vector<int64_t> explicit_positions;
     for (size_t n = 0; n + 1 < cu_seqlens.size(); ++n)
       for (int64_t s = 0; s < cu_seqlens[n + 1] - cu_seqlens[n]; ++s) explicit_positions.push_back(offsets[n] + s);
-    Positions by_offset;
-    by_offset.sequence_offsets = offsets.data();
-    by_offset.num_offsets = 3;
-    by_offset.cu_seqlens = cu_seqlens.data();
-    by_offset.num_sequences = 3;
-    Positions spelled = per_token(explicit_positions);
-    spelled.cu_seqlens = cu_seqlens.data();
-    spelled.num_sequences = 3;
+    const Positions by_offset = Positions::sequence_offsets(offsets, cu_seqlens);
+    const Positions spelled = Positions::per_token(explicit_positions, cu_seqlens);
     EXPECT_EQ(rotate(q, nullptr, by_offset, table).q.bytes(), rotate(q, nullptr, spelled, table).q.bytes());
   }
 }
@@ -677,18 +656,14 @@ TEST(Reference, ArangeWhenNoPositions) {
   std::vector<int64_t> arange;
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t s = 0; s < 7; ++s) arange.push_back(s);
-  EXPECT_EQ(rotate(q, nullptr, Positions{}, table).q.bytes(), rotate(q, nullptr, per_token(arange), table).q.bytes());
+  EXPECT_EQ(rotate(q, nullptr, Positions::arange(), table).q.bytes(), rotate(q, nullptr, Positions::per_token(arange), table).q.bytes());
 
   const std::vector<int64_t> cu_seqlens = {0, 4, 9};
   HostTensor packed(DType::F64, Layout::THD, {9, 3, 16});
   fill_random(packed, rng);
-  Positions none;
-  none.cu_seqlens = cu_seqlens.data();
-  none.num_sequences = 2;
+  const Positions none = Positions::arange(cu_seqlens);
   const std::vector<int64_t> restarting = {0, 1, 2, 3, 0, 1, 2, 3, 4};
-  Positions spelled = per_token(restarting);
-  spelled.cu_seqlens = cu_seqlens.data();
-  spelled.num_sequences = 2;
+  const Positions spelled = Positions::per_token(restarting, cu_seqlens);
   EXPECT_EQ(rotate(packed, nullptr, none, table).q.bytes(), rotate(packed, nullptr, spelled, table).q.bytes());
 }
 
@@ -730,11 +705,7 @@ TEST(Reference, AllLayoutsAgree) {
           for (int64_t d = 0; d < D; ++d) {
             q.set(thd ? 0 : b, thd ? b * S + s : s, h, d, logical(b, s, h, d));
           }
-    Positions p = per_token(positions);
-    if (thd) {
-      p.cu_seqlens = cu_seqlens.data();
-      p.num_sequences = B;
-    }
+    const Positions p = Positions::per_token(positions, thd ? std::span<const int64_t>(cu_seqlens) : std::span<const int64_t>());
     // Out of place into a view with the same padding, so the output strides vary too.
     HostTensor out(DType::F32, c.layout, c.shape, c.pad);
     reference::apply(q.view(), TensorView{}, out.view(), TensorView{}, p, table);
@@ -768,8 +739,8 @@ TEST(Reference, InPlaceEqualsOutOfPlace) {
       for (int64_t& p : positions) p = random_position(rng);
       ApplyOptions options;
       options.rotary_offset = 16;
-      const Rotated out = rotate(q, &k, per_token(positions), table, options);
-      reference::apply(q.view(), k.view(), q.view(), k.view(), per_token(positions), table, options);
+      const Rotated out = rotate(q, &k, Positions::per_token(positions), table, options);
+      reference::apply(q.view(), k.view(), q.view(), k.view(), Positions::per_token(positions), table, options);
       q.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) { EXPECT_EQ(q.bits(b, s, h, d), out.q.bits(b, s, h, d)); });
       k.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) { EXPECT_EQ(k.bits(b, s, h, d), out.k.bits(b, s, h, d)); });
     }
@@ -794,8 +765,8 @@ TEST(Reference, Bf16AndF16StorageRoundOnce) {
       std::vector<int64_t> positions(16);
       for (int64_t& p : positions) p = random_position(rng);
       for (const TableValues values : {TableValues::TableFloat32, TableValues::Exact64}) {
-        const Rotated narrow = rotate(q, nullptr, per_token(positions), table, {}, values, out_dtype);
-        const Rotated wide = rotate(q64, nullptr, per_token(positions), table, {}, values);
+        const Rotated narrow = rotate(q, nullptr, Positions::per_token(positions), table, {}, values, out_dtype);
+        const Rotated wide = rotate(q64, nullptr, Positions::per_token(positions), table, {}, values);
         int64_t mismatches = 0;
         q.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
           const uint16_t expected = round_once(wide.q.get(b, s, h, d), out_dtype);
@@ -846,7 +817,7 @@ TEST(Reference, NarrowingFromDoubleMatchesFloatPathOnFloatValues) {
   const std::vector<int64_t> positions(static_cast<size_t>(tokens), 0);
   for (const DType dtype : {DType::BF16, DType::F16}) {
     SCOPED_TRACE(std::string(to_string(dtype)));
-    const Rotated out = rotate(q, nullptr, per_token(positions), table, {}, TableValues::TableFloat32, dtype);
+    const Rotated out = rotate(q, nullptr, Positions::per_token(positions), table, {}, TableValues::TableFloat32, dtype);
     int64_t mismatches = 0;
     for (int64_t t = 0; t < tokens; ++t) {
       const float f = floats[static_cast<size_t>(t)];
@@ -908,7 +879,7 @@ TEST(Reference, NarrowingFromDoubleRoundsOnceNearTies) {
       q.set(0, t, 0, 2, values[static_cast<size_t>(t)]);
     }
     const std::vector<int64_t> positions(static_cast<size_t>(tokens), 0);
-    const Rotated out = rotate(q, nullptr, per_token(positions), table, {}, TableValues::TableFloat32, dtype);
+    const Rotated out = rotate(q, nullptr, Positions::per_token(positions), table, {}, TableValues::TableFloat32, dtype);
     int64_t mismatches = 0;
     for (int64_t t = 0; t < tokens; ++t) {
       const auto got = static_cast<uint16_t>(out.q.bits(0, t, 0, 2));
@@ -946,8 +917,8 @@ TEST(Reference, XposScalesQueriesUpAndKeysDown) {
       const std::vector<int64_t> positions = {0, half_length - 1, half_length, half_length + 1, 3000, 70000};
       ApplyOptions options;
       options.xpos_length = xpos_length;
-      const Rotated base = rotate(q, &k, per_token(positions), plain_table, options, TableValues::Exact64);
-      const Rotated scaled = rotate(q, &k, per_token(positions), xpos_table, options, TableValues::Exact64);
+      const Rotated base = rotate(q, &k, Positions::per_token(positions), plain_table, options, TableValues::Exact64);
+      const Rotated scaled = rotate(q, &k, Positions::per_token(positions), xpos_table, options, TableValues::Exact64);
       for (int64_t s = 0; s < 6; ++s) {
         const int64_t p = positions[static_cast<size_t>(s)];
         const double e = static_cast<double>(p - half_length) / 512.0;
@@ -1009,8 +980,8 @@ TEST(Reference, XposScoreIsRelativeScoreTimesDecay) {
       norms += std::fabs(q.get(0, 0, 0, d) * k.get(0, 1, 0, d));
     }
     const std::vector<int64_t> positions = {m, n, m + t, n + t, m, m};
-    const Rotated base = rotate(q, &k, per_token(positions), plain_table, {}, TableValues::Exact64);
-    const Rotated xp = rotate(q, &k, per_token(positions), xpos_table, {}, TableValues::Exact64);
+    const Rotated base = rotate(q, &k, Positions::per_token(positions), plain_table, {}, TableValues::Exact64);
+    const Rotated xp = rotate(q, &k, Positions::per_token(positions), xpos_table, {}, TableValues::Exact64);
     double expected = 0, got = 0, shifted = 0, same_base = 0, same_xpos = 0;
     for (int64_t i = 0; i < D / 2; ++i) {
       const double zeta = (2.0 * static_cast<double>(i) + 0.4 * D) / (1.4 * D);
@@ -1067,11 +1038,11 @@ TEST(Reference, MropeChunkedAndInterleavedReadTheirStreams) {
     // Stream-major [3][tokens], every stream different.
     std::vector<int64_t> streams(static_cast<size_t>(3 * tokens));
     for (int64_t& p : streams) p = rng.uniform(0, 100000);
-    const Rotated got = rotate(q, &k, per_token(streams), mrope_table);
+    const Rotated got = rotate(q, &k, Positions::per_token(streams), mrope_table);
     std::vector<Rotated> by_stream;
     for (int stream = 0; stream < 3; ++stream) {
       const std::vector<int64_t> one(streams.begin() + stream * tokens, streams.begin() + (stream + 1) * tokens);
-      by_stream.push_back(rotate(q, &k, per_token(one), single_table));
+      by_stream.push_back(rotate(q, &k, Positions::per_token(one), single_table));
     }
     for (const bool is_q : {true, false}) {
       const HostTensor& in = is_q ? q : k;
@@ -1107,8 +1078,8 @@ TEST(Reference, MropeWithEqualStreamsEqualsSingleStream) {
     for (int64_t& p : positions) p = random_position(rng);
     std::vector<int64_t> three;
     for (int stream = 0; stream < 3; ++stream) three.insert(three.end(), positions.begin(), positions.end());
-    EXPECT_EQ(rotate(q, nullptr, per_token(three), mrope_table).q.bytes(),
-              rotate(q, nullptr, per_token(positions), single_table).q.bytes());
+    EXPECT_EQ(rotate(q, nullptr, Positions::per_token(three), mrope_table).q.bytes(),
+              rotate(q, nullptr, Positions::per_token(positions), single_table).q.bytes());
   }
 }
 
@@ -1130,9 +1101,7 @@ TEST(Reference, Vision2DRowAndColumnHalves) {
     std::vector<int64_t> positions(static_cast<size_t>(2 * tokens));  // [rows..., columns...]
     for (int64_t& p : positions) p = rng.uniform(0, 63);
     const std::vector<int64_t> cu_seqlens = {0, tokens};
-    Positions p = per_token(positions);
-    p.cu_seqlens = cu_seqlens.data();
-    p.num_sequences = 1;
+    const Positions p = Positions::per_token(positions, cu_seqlens);
     const Rotated out = rotate(q, nullptr, p, table, {}, TableValues::Exact64);
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t row = positions[static_cast<size_t>(t)], column = positions[static_cast<size_t>(tokens + t)];
@@ -1161,8 +1130,8 @@ TEST(Reference, TableValuesSelectFloat32OrFloat64Rows) {
   HostTensor q(DType::F64, Layout::BSHD, {1, 4, 1, 64});
   fill_random(q, rng);
   const std::vector<int64_t> positions = {3, 77, 4096, 1000000};
-  const Rotated f32 = rotate(q, nullptr, per_token(positions), table, {}, TableValues::TableFloat32);
-  const Rotated f64 = rotate(q, nullptr, per_token(positions), table, {}, TableValues::Exact64);
+  const Rotated f32 = rotate(q, nullptr, Positions::per_token(positions), table, {}, TableValues::TableFloat32);
+  const Rotated f64 = rotate(q, nullptr, Positions::per_token(positions), table, {}, TableValues::Exact64);
   int64_t differ = 0;
   q.for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
     const int64_t i = d % 32;

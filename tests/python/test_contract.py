@@ -251,7 +251,7 @@ def bad_calls():
         ("float positions", dict(positions=np.zeros((2, 5))), ["positions must hold integers (got dtype ", "float64)"]),
         ("uint64 positions", dict(positions=np.full((2, 5), 2**63, np.uint64)),
          ["positions values must fit in int64 (got 9223372036854775808)"]),
-        ("negative position", dict(positions=np.array([[0, 1, -4, 2, 3]] * 2)), ["positions.per_token[2]", "got -4"]),
+        ("negative position", dict(positions=np.array([[0, 1, -4, 2, 3]] * 2)), ["positions.values[2]", "got -4"]),
         ("offsets count", dict(offsets=np.array([0, 1, 2])), ["offsets has shape (3,): expected (2,)"]),
         ("empty offsets", dict(offsets=[]), ["offsets has shape (0,): expected (2,)"]),
         ("offsets 2-D", dict(offsets=np.zeros((2, 1), np.int64)), ["offsets has shape (2, 1): expected (2,)"]),

@@ -36,6 +36,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "run_cli.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -60,15 +61,7 @@ struct MatrixCase {
 
 // ---- apply ------------------------------------------------------------------------------------
 
-RopeSpec small_spec() {
-  RopeSpec spec;
-  spec.name = "matrix";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 4096;
-  return spec;
-}
+RopeSpec small_spec() { return test::rope_spec({.name = "matrix", .head_dim = 16}); }
 
 // A valid call that each row breaks in one way: q (2, 5, 4, 16) and k (2, 5, 2, 16) float32
 // BSHD, separate outputs, per-token positions, a table of exactly 4096 positions. Buffers are
@@ -96,15 +89,11 @@ struct ApplyCall {
 
   void set_per_token(std::vector<int64_t> values) {
     per_token = std::move(values);
-    positions = Positions{};
-    positions.per_token = per_token.data();
-    positions.per_token_count = static_cast<int64_t>(per_token.size());
+    positions = Positions::per_token(per_token);
   }
   void set_offsets(std::vector<int64_t> values) {
     offsets = std::move(values);
-    positions = Positions{};
-    positions.sequence_offsets = offsets.data();
-    positions.num_offsets = static_cast<int64_t>(offsets.size());
+    positions = Positions::sequence_offsets(offsets);
   }
   // THD: q (10, 4, 16), k (10, 2, 16), cu_seqlens as given, no positions.
   void make_thd(std::vector<int64_t> cu) {
@@ -113,9 +102,7 @@ struct ApplyCall {
     q_out = contiguous_view(q_out_buf.data(), DType::F32, Layout::THD, {10, 4, 16});
     k_out = contiguous_view(k_out_buf.data(), DType::F32, Layout::THD, {10, 2, 16});
     cu_seqlens = std::move(cu);
-    positions = Positions{};
-    positions.cu_seqlens = cu_seqlens.data();
-    positions.num_sequences = static_cast<int64_t>(cu_seqlens.size()) - 1;
+    positions = Positions::arange(cu_seqlens);
   }
 
   std::vector<std::vector<unsigned char>> snapshot() const {
@@ -388,14 +375,14 @@ std::vector<MatrixCase> matrix() {
       apply_case([](ApplyCall& c) { c.k_out.data = c.q_out_buf.data() + 16; }));
 
   // ---- apply: positions
-  add("ApplyNegativePosition", "apply", "per_token[3] = -5", "positions.per_token[3] must be in [0, 4095] (got -5)",
+  add("ApplyNegativePosition", "apply", "per_token[3] = -5", "positions.values[3] must be in [0, 4095] (got -5)",
       apply_case([](ApplyCall& c) { c.per_token[3] = -5; }));
   add("ApplyPositionPastFixedTable", "apply", "per_token[7] = 4096 with a 4096-row fixed table",
-      "positions.per_token[7] must be in [0, 4095] (got 4096)", apply_case([](ApplyCall& c) { c.per_token[7] = 4096; }));
-  add("ApplyPositionInt64Max", "apply", "per_token[0] = INT64_MAX", "positions.per_token[0] must be in [0, 4095] (got 9223372036854775807)",
+      "positions.values[7] must be in [0, 4095] (got 4096)", apply_case([](ApplyCall& c) { c.per_token[7] = 4096; }));
+  add("ApplyPositionInt64Max", "apply", "per_token[0] = INT64_MAX", "positions.values[0] must be in [0, 4095] (got 9223372036854775807)",
       apply_case([](ApplyCall& c) { c.per_token[0] = kInt64Max; }));
   add("ApplyPositionPastMaxPosition", "apply", "per_token[1] = 2^31 on a growable table",
-      "positions.per_token[1] must be in [0, 2147483647] (got 2147483648)", apply_case([](ApplyCall& c) {
+      "positions.values[1] must be in [0, 2147483647] (got 2147483648)", apply_case([](ApplyCall& c) {
         c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.storage = Storage::OnTheFly});
         c.per_token[1] = int64_t{1} << 31;
       }));
@@ -432,39 +419,44 @@ std::vector<MatrixCase> matrix() {
   add("ApplySeqLenBelowMinusOne", "apply", "options.seq_len -5",
       "options.seq_len must be >= 0, or kSeqLenFromPositions (-1) for the largest position + 1 (got -5)",
       apply_case([](ApplyCall& c) { c.options.seq_len = -5; }));
-  add("ApplyPerTokenCountWrong", "apply", "per_token_count 9 for 10 tokens",
-      "positions.per_token_count must equal tokens x streams = 10 x 1 = 10 for single positions (got 9)",
-      apply_case([](ApplyCall& c) { c.positions.per_token_count = 9; }));
-  add("ApplyPerTokenCountOverflows", "apply", "per_token_count INT64_MIN", "positions.per_token_count must equal tokens x streams = 10 x 1 = 10",
-      apply_case([](ApplyCall& c) { c.positions.per_token_count = std::numeric_limits<int64_t>::min(); }));
-  add("ApplyPerTokenNull", "apply", "per_token null with count 10", "positions.per_token must not be null with per_token_count 10 (got null)",
-      apply_case([](ApplyCall& c) { c.positions.per_token = nullptr; }));
-  add("ApplyTwoPositionSources", "apply", "per_token and sequence_offsets both given",
-      "positions must come from one source, per_token or sequence_offsets (got both: per_token_count 10, num_offsets 2)",
-      apply_case([](ApplyCall& c) {
-        c.offsets = {0, 0};
-        c.positions.sequence_offsets = c.offsets.data();
-        c.positions.num_offsets = 2;
-      }));
-  add("ApplyOffsetsCountWrong", "apply", "3 offsets for batch 2", "positions.num_offsets must equal the number of sequences 2 (q batch) (got 3)",
+  add("ApplyPerTokenCountWrong", "apply", "per-token span of 9 for 10 tokens",
+      "positions.values.size() must equal tokens x streams = 10 x 1 = 10 for per_token single positions (got 9)",
+      apply_case([](ApplyCall& c) { c.positions.values = c.positions.values.first(9); }));
+  // A span's size is unsigned: a negative count (once a row here) cannot be written; a size past
+  // INT64_MAX can, and must not wrap to a small count.
+  add("ApplyPerTokenSizePastInt64Max", "apply", "per-token span of size 2^63, null data",
+      "positions.values.size() must equal tokens x streams = 10 x 1 = 10 for per_token single positions (got "
+      "9223372036854775808)",
+      apply_case([](ApplyCall& c) { c.positions.values = {static_cast<const int64_t*>(nullptr), size_t{1} << 63}; }));
+  add("ApplyPerTokenNull", "apply", "per-token span null with size 10", "positions.values must not be null with size 10 (got null)",
+      apply_case([](ApplyCall& c) { c.positions.values = {static_cast<const int64_t*>(nullptr), 10}; }));
+  // Two sources at once (once a row here) cannot be written: Positions has one source.
+  add("ApplyValuesWithArange", "apply", "source arange with 10 values",
+      "positions.values must be empty for source arange, which computes 0 .. length - 1 per sequence (got size 10)",
+      apply_case([](ApplyCall& c) { c.positions.source = Positions::Source::Arange; }));
+  add("ApplySourceEnumValue", "apply", "positions.source enum value 5",
+      "positions.source must be arange, per_token or sequence_offsets (got enum value 5)",
+      apply_case([](ApplyCall& c) { c.positions.source = static_cast<Positions::Source>(5); }));
+  add("ApplyOffsetsCountWrong", "apply", "3 offsets for batch 2",
+      "positions.values.size() must equal the number of sequences 2 (q batch) for sequence_offsets (got 3)",
       apply_case([](ApplyCall& c) { c.set_offsets({0, 1, 2}); }));
-  add("ApplyNegativeOffset", "apply", "sequence_offsets[1] = -3",
-      "positions.sequence_offsets[1] + s must be in [0, 4095] for every s < 5 (got -3 + 0 = -3)",
+  add("ApplyNegativeOffset", "apply", "offset 1 = -3",
+      "positions.values[1] (sequence offset) + s must be in [0, 4095] for every s < 5 (got -3 + 0 = -3)",
       apply_case([](ApplyCall& c) { c.set_offsets({0, -3}); }));
-  add("ApplyOffsetRunsPastTable", "apply", "sequence_offsets[0] = 4093 with seq 5",
-      "positions.sequence_offsets[0] + s must be in [0, 4095] for every s < 5 (got 4093 + 3 = 4096)",
+  add("ApplyOffsetRunsPastTable", "apply", "offset 0 = 4093 with seq 5",
+      "positions.values[0] (sequence offset) + s must be in [0, 4095] for every s < 5 (got 4093 + 3 = 4096)",
       apply_case([](ApplyCall& c) { c.set_offsets({4093, 0}); }));
-  add("ApplyOffsetNearInt64Max", "apply", "sequence_offsets[0] = INT64_MAX - 2 (offset + s overflows)",
-      "positions.sequence_offsets[0] + s must be in [0, 4095] for every s < 5 (got 9223372036854775805 + 0",
+  add("ApplyOffsetNearInt64Max", "apply", "offset 0 = INT64_MAX - 2 (offset + s overflows)",
+      "positions.values[0] (sequence offset) + s must be in [0, 4095] for every s < 5 (got 9223372036854775805 + 0",
       apply_case([](ApplyCall& c) { c.set_offsets({kInt64Max - 2, 0}); }));
   add("ApplyArangePastFixedTable", "apply", "no positions, seq 5, a 4-row fixed table",
-      "positions (none given, so 0 .. length - 1 per sequence) must be in [0, 3]: sequence 0 needs position 4",
+      "positions (arange: 0 .. length - 1 per sequence) must be in [0, 3]: sequence 0 needs position 4",
       apply_case([](ApplyCall& c) {
         c.table = std::make_unique<CosSinTable>(small_spec(), TableOptions{.fixed_positions = 4});
-        c.positions = Positions{};
+        c.positions = Positions::arange();
       }));
   add("ApplyMropeOneStream", "apply", "M-RoPE spec with one position per token",
-      "positions.per_token_count must equal tokens x streams = 10 x 3 = 30 for mrope positions (got 10)",
+      "positions.values.size() must equal tokens x streams = 10 x 3 = 30 for per_token mrope positions (got 10)",
       apply_case([](ApplyCall& c) {
         RopeSpec spec = small_spec();
         spec.axes = PositionAxes::MRope;
@@ -480,22 +472,19 @@ std::vector<MatrixCase> matrix() {
       apply_case([](ApplyCall& c) { c.make_thd({0, 6, 4, 10}); }));
   add("ApplyCuSeqlensWrongEnd", "apply", "cu_seqlens ending at 9 for 10 tokens",
       "positions.cu_seqlens[2] (the last) must equal the token count 10 of q (got 9)", apply_case([](ApplyCall& c) { c.make_thd({0, 4, 9}); }));
-  add("ApplyThdWithoutCuSeqlens", "apply", "THD tensors, no cu_seqlens", "positions.cu_seqlens is required for the thd layout (got null)",
+  add("ApplyThdWithoutCuSeqlens", "apply", "THD tensors, no cu_seqlens", "positions.cu_seqlens is required for the thd layout (got an empty span)",
       apply_case([](ApplyCall& c) {
         c.make_thd({0, 10});
-        c.positions = Positions{};
+        c.positions = Positions::arange();
       }));
-  add("ApplyThdNegativeSequences", "apply", "THD num_sequences -1", "positions.num_sequences must be >= 1 for the thd layout (got -1)",
-      apply_case([](ApplyCall& c) {
-        c.make_thd({0, 10});
-        c.positions.num_sequences = -1;
-      }));
+  // A negative num_sequences (once a row here) cannot be written: the count is the span's size.
+  add("ApplyThdNoSequences", "apply", "THD cu_seqlens {0}: no sequences",
+      "positions.cu_seqlens.size() must be num_sequences + 1 >= 2 for the thd layout (got 1)",
+      apply_case([](ApplyCall& c) { c.make_thd({0}); }));
   add("ApplyCuSeqlensWithBshd", "apply", "cu_seqlens given for BSHD",
-      "positions.cu_seqlens is only for the thd layout (got cu_seqlens with layout bshd)", apply_case([](ApplyCall& c) {
+      "positions.cu_seqlens is only for the thd layout (got 2 cu_seqlens with layout bshd)", apply_case([](ApplyCall& c) {
         c.cu_seqlens = {0, 10};
-        c.positions = Positions{};
-        c.positions.cu_seqlens = c.cu_seqlens.data();
-        c.positions.num_sequences = 1;
+        c.positions = Positions::arange(c.cu_seqlens);
       }));
 
   // ---- tables, specs, threads
@@ -652,7 +641,7 @@ std::vector<MatrixCase> matrix() {
       cli_case({"apply", "--q", "q_int.npy", "--out-q", "out.npy", "--layout", "bshd"}, {"out.npy"}));
   add("CliApplyTruncatedNpy", "cli", "rotary apply: q.npy cut at 200 bytes", "npy q_truncated.npy: data must hold 3072 bytes for shape (1, 3, 2, 128) float32 (got 72)",
       cli_case({"apply", "--q", "q_truncated.npy", "--out-q", "out.npy", "--layout", "bshd"}, {"out.npy"}));
-  add("CliApplyNegativePosition", "cli", "rotary apply --positions with -1", "apply: positions.per_token[1] must be in [0, 2147483647] (got -1)",
+  add("CliApplyNegativePosition", "cli", "rotary apply --positions with -1", "apply: positions.values[1] must be in [0, 2147483647] (got -1)",
       cli_case({"apply", "--q", "q.npy", "--out-q", "out.npy", "--layout", "bshd", "--positions", "positions_negative.npy"}, {"out.npy"}));
   add("CliApplyFloatPositions", "cli", "rotary apply --positions of float32", "apply: --positions must hold int64 (got float32)",
       cli_case({"apply", "--q", "q.npy", "--out-q", "out.npy", "--layout", "bshd", "--positions", "positions_float.npy"}, {"out.npy"}));

@@ -21,17 +21,13 @@
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
 
 RopeSpec text_spec(ScalingType scaling = ScalingType::Default) {
-  RopeSpec spec;
-  spec.name = "reliability";
-  spec.head_dim = 64;
-  spec.rotary_dim = 64;
-  spec.theta_base = 10000.0;
-  spec.max_position_embeddings = 2048;
+  RopeSpec spec = test::rope_spec({.name = "reliability", .head_dim = 64, .max_position_embeddings = 2048});
   spec.scaling.type = scaling;
   if (scaling == ScalingType::Dynamic) spec.scaling.factor = 2.0;
   return spec;
@@ -59,9 +55,7 @@ struct SmallCall {
     const TensorView kv = contiguous_view(const_cast<float*>(k.data()), DType::F32, Layout::BSHD, {1, seq, heads_k, 64});
     const TensorView qo = contiguous_view(q_out.data(), DType::F32, Layout::BSHD, {1, seq, heads_q, 64});
     const TensorView ko = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, {1, seq, heads_k, 64});
-    Positions p;
-    p.per_token = positions.data();
-    p.per_token_count = seq;
+    const Positions p = Positions::per_token(positions);  // seq of them
     // RopeCache's tables are for the call that asked (a grown table serves shorter calls, as in
     // transformers): its seq_len is named, as a RopeCache user does.
     const ApplyOptions options{.seq_len = table.seq_len()};
@@ -264,9 +258,7 @@ TEST(ReliabilityNonFinite, NanAndInfReachOnlyTheirPair) {
             const TensorView kv = contiguous_view(k_buf.data(), dtype, Layout::BSHD, {1, kSeq, kHeadsK, kHeadDim});
             const TensorView qo = in_place ? qv : contiguous_view(q_out.data(), dtype, Layout::BSHD, {1, kSeq, kHeadsQ, kHeadDim});
             const TensorView ko = in_place ? kv : contiguous_view(k_out.data(), dtype, Layout::BSHD, {1, kSeq, kHeadsK, kHeadDim});
-            Positions p;
-            p.per_token = positions.data();
-            p.per_token_count = kSeq;
+            const Positions p = Positions::per_token(positions);  // kSeq of them
             const ApplyOptions options{.rotary_offset = kOffset};
             if (fast) {
               apply(qv, kv, qo, ko, p, table, options);

@@ -32,6 +32,7 @@ int cos_sin_one_input(const uint8_t* data, size_t size);
 }  // namespace rotary::fuzz
 
 #include "cli_sandbox.hpp"  // the CLI target's working directory
+#include "tests/support/spec_builder.hpp"
 
 namespace rotary {
 namespace {
@@ -69,14 +70,7 @@ TEST(FuzzReplay, CliCorpus) {
 
 // ---- the bugs the fuzzers found (their inputs are in fuzz_crashes/) --------------------------
 
-RopeSpec spec16() {
-  RopeSpec spec;
-  spec.name = "regression";
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.theta_base = 10000.0;
-  return spec;
-}
+RopeSpec spec16() { return test::rope_spec({.name = "regression", .head_dim = 16, .max_position_embeddings = 0}); }
 
 RopeSpec spec16_with_dim(int64_t dim) {
   RopeSpec spec = spec16();
@@ -93,7 +87,7 @@ TEST(FuzzRegression, ApplyDoesNotStepTheNullDataOfAHeadlessTensor) {
   const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {1, 3, 0, 16});
   const TensorView kv = contiguous_view(k.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
   const TensorView ko = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
-  apply(q, kv, q, ko, Positions{}, table);
+  apply(q, kv, q, ko, Positions::arange(), table);
   EXPECT_EQ(k_out[0], 0.5f);       // token 0: the identity rotation
   EXPECT_NE(k_out[16 * 2], 0.0f);  // token 1 was rotated too
 }
@@ -104,8 +98,8 @@ TEST(FuzzRegression, ApplyDoesNotStepTheNullDataOfAHeadlessTensor) {
 TEST(FuzzRegression, ReferenceReturnsAtOnceForAHugeBatchOfEmptySequences) {
   const CosSinTable table(spec16());
   const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {int64_t{1} << 40, 0, 4, 16});
-  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
-  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
 }
 
 // fuzz_crashes/apply_args/huge_batch_of_zero_head_tokens (found by the brief fuzz run of a fresh
@@ -118,8 +112,8 @@ TEST(FuzzRegression, ApplyReturnsAtOnceForHugelyManyTokensWithoutElements) {
   std::vector<float> q_data(16, 0.5f);
   TensorView q = contiguous_view(q_data.data(), DType::F32, Layout::BHSD, {int64_t{1} << 59, 0, 1, 16});
   q.stride_elems = {0, 16, 16, 1};
-  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
-  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
   EXPECT_EQ(q_data[0], 0.5f);
 }
 
@@ -131,8 +125,8 @@ TEST(FuzzRegression, ApplyReturnsAtOnceForHugelyManyTokensWithoutElements) {
 TEST(FuzzRegression, EmptyCallsDoNotMultiplyHeadsByDim) {
   const CosSinTable table(spec16());
   const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {0, 1, int64_t{1} << 62, 16});
-  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
-  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions{}, table));
+  EXPECT_NO_THROW(apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
+  EXPECT_NO_THROW(reference::apply(q, TensorView{}, q, TensorView{}, Positions::arange(), table));
 }
 
 // Found reading reference.cpp after the case above: a tensor without heads may state a head_dim of
@@ -144,7 +138,7 @@ TEST(FuzzRegression, ReferenceIgnoresTheHeadDimOfAHeadlessTensor) {
   const TensorView q = contiguous_view(nullptr, DType::F32, Layout::BSHD, {1, 3, 0, int64_t{1} << 40});
   const TensorView kv = contiguous_view(k.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
   const TensorView ko = contiguous_view(k_out.data(), DType::F32, Layout::BSHD, {1, 3, 2, 16});
-  EXPECT_NO_THROW(reference::apply(q, kv, q, ko, Positions{}, table));
+  EXPECT_NO_THROW(reference::apply(q, kv, q, ko, Positions::arange(), table));
   EXPECT_NE(k_out[16 * 2], 0.0f);
 }
 
@@ -156,7 +150,7 @@ TEST(FuzzRegression, MisalignedDataIsAnErrorNamingTheAddress) {
   std::vector<float> q(64, 0.5f);
   const TensorView view =
       contiguous_view(reinterpret_cast<unsigned char*>(q.data()) + 1, DType::F32, Layout::BSHD, {1, 1, 2, 16});
-  EXPECT_THROW(apply(view, TensorView{}, view, TensorView{}, Positions{}, table), Error);
+  EXPECT_THROW(apply(view, TensorView{}, view, TensorView{}, Positions::arange(), table), Error);
 }
 
 // fuzz_crashes/hf_config/yarn_mscale_1e306_makes_an_infinite_table (the one-hour hf_config
@@ -225,10 +219,8 @@ TEST(FuzzRegression, OneHeadWithAHugeHeadStrideIsRotatedAsAnyOther) {
     TensorView q_plain = contiguous_view(plain.data(), dtype, Layout::BSHD, {1, 3, 1, 16});
     TensorView q_huge = contiguous_view(huge.data(), dtype, Layout::BSHD, {1, 3, 1, 16});
     q_huge.stride_elems[2] = int64_t{1} << 62;
-    Positions positions;
     const std::vector<int64_t> per_token = {0, 7, 3000};
-    positions.per_token = per_token.data();
-    positions.per_token_count = 3;
+    const Positions positions = Positions::per_token(per_token);
     apply(q_plain, TensorView{}, q_plain, TensorView{}, positions, table);
     apply(q_huge, TensorView{}, q_huge, TensorView{}, positions, table);
     EXPECT_EQ(plain, huge);

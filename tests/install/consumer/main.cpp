@@ -15,11 +15,7 @@ int main() {
   const auto view = rotary::contiguous_view(q.data(), rotary::DType::F32, rotary::Layout::THD, {1, 1, 128, 0});
   const auto out_view = rotary::contiguous_view(out.data(), rotary::DType::F32, rotary::Layout::THD, {1, 1, 128, 0});
   const int64_t cu_seqlens[] = {0, 1};
-  rotary::Positions positions;
-  positions.per_token = &position;
-  positions.per_token_count = 1;
-  positions.cu_seqlens = cu_seqlens;
-  positions.num_sequences = 1;
+  const auto positions = rotary::Positions::per_token({&position, 1}, cu_seqlens);
   rotary::apply(view, rotary::TensorView{}, out_view, rotary::TensorView{}, positions, table);
   // Pair 1 (NeoX: elements 1 and 65) at angle 7 * inv_freq[1].
   const double angle = 7.0 * table.inv_freq()[1];
