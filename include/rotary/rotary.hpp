@@ -4,7 +4,6 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
-#include "rotary/golden.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/json.hpp"
 #include "rotary/npy.hpp"

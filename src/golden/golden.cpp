@@ -1,9 +1,9 @@
-// src/cpu/golden.cpp: verify_golden_case(), the checks behind `rotary verify-golden`.
+// src/golden/golden.cpp: verify_golden_case(), the checks behind `rotary verify-golden`.
 //
 // Tolerances are the golden README's (tests/golden/README.md, "Errors and tolerances"),
-// restated in include/rotary/golden.hpp and docs/numerics.md. Each check records the largest
+// restated in golden.hpp and docs/numerics.md. Each check records the largest
 // ratio error / tolerance it saw, so the margins are visible, not just pass/fail.
-#include "rotary/golden.hpp"
+#include "golden.hpp"
 
 #include <algorithm>
 #include <cmath>
