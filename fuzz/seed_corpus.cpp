@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/npy.hpp"
 #include "rotary/presets.hpp"
 

@@ -20,7 +20,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/frequencies.hpp"
 #include "cli_runner.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/npy.hpp"
 #include "run_cli.hpp"
 #include "rotary/presets.hpp"

@@ -24,7 +24,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "test_support.hpp"
 
 namespace rotary {

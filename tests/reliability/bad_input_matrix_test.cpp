@@ -30,7 +30,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/npy.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
