@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/json.hpp"
-#include "rotary/npy.hpp"
+#include "cli/npy.hpp"
 #include "rotary/presets.hpp"
 
 namespace {

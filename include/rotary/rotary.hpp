@@ -5,7 +5,6 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/npy.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"

@@ -21,7 +21,7 @@
 #include "rotary/frequencies.hpp"
 #include "cli_runner.hpp"
 #include "core/json.hpp"
-#include "rotary/npy.hpp"
+#include "cli/npy.hpp"
 #include "run_cli.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"

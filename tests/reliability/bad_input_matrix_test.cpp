@@ -31,7 +31,7 @@
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
 #include "core/json.hpp"
-#include "rotary/npy.hpp"
+#include "cli/npy.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
