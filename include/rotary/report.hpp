@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "rotary/spec.hpp"
@@ -39,8 +38,5 @@ struct ReportOptions {
 // property-check table of run_checks; with several models, a comparison section overlaying
 // their wavelengths and scaling factors. Throws what run_checks throws for an invalid spec.
 std::string render_report(const std::vector<ReportModel>& models, const ReportOptions& options = {});
-
-// The number of plots (<svg> elements) in a page render_report made (`rotary report` says it).
-int64_t count_report_plots(std::string_view html);
 
 }  // namespace rotary::analysis
