@@ -19,7 +19,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/table.hpp"
 
 namespace rotary::fuzz {

@@ -1,4 +1,4 @@
-// fuzz/npy_fuzz.cpp: the .npy reader (include/rotary/npy.hpp) on arbitrary bytes.
+// fuzz/npy_fuzz.cpp: the .npy reader (src/cli/npy.hpp) on arbitrary bytes.
 //
 // Properties:
 //   - npy::parse returns an array or throws rotary::Error naming the source ("npy fuzz.npy: ...");
@@ -12,7 +12,7 @@
 
 #include "fuzz_support.hpp"
 #include "rotary/error.hpp"
-#include "rotary/npy.hpp"
+#include "cli/npy.hpp"
 
 namespace rotary::fuzz {
 

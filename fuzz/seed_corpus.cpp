@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "rotary/json.hpp"
-#include "rotary/npy.hpp"
+#include "core/json.hpp"
+#include "cli/npy.hpp"
 #include "rotary/presets.hpp"
 
 namespace {

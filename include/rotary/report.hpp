@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "rotary/spec.hpp"
@@ -50,8 +49,5 @@ struct ReportOptions {
 // context among them) the out-of-distribution overshoot per pair and the decay bound.
 // Throws what run_checks throws for an invalid spec.
 std::string render_report(const std::vector<ReportModel>& models, const ReportOptions& options = {});
-
-// The number of plots (<svg> elements) in a page render_report made (`rotary report` says it).
-int64_t count_report_plots(std::string_view html);
 
 }  // namespace rotary::analysis

@@ -16,6 +16,7 @@
 #include "rotary/analysis.hpp"
 #include "rotary/frequencies.hpp"
 #include "src/analysis/html.hpp"
+#include "src/analysis/report_plots.hpp"
 
 namespace rotary::analysis {
 

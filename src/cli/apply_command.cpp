@@ -12,7 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "rotary/npy.hpp"
+#include "npy.hpp"
 
 namespace rotary::cli {
 

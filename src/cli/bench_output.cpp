@@ -2,7 +2,7 @@
 #include "bench_output.hpp"
 
 #include "args.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 namespace rotary::cli::bench {
 

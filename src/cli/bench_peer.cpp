@@ -15,7 +15,7 @@
 #include "args.hpp"
 #include "bench_timing.hpp"
 #include "rotary/error.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 extern char** environ;
 

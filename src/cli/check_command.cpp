@@ -12,7 +12,7 @@
 #include "commands.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 namespace rotary::cli {
 

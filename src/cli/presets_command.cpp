@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/presets.hpp"
 
 namespace rotary::cli {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/report_plots.hpp"
 #include "commands.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/error.hpp"

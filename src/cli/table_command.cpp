@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "rotary/error.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/table.hpp"
 
 namespace rotary::cli {

@@ -3,7 +3,7 @@
 
 #include "commands.hpp"
 #include "rotary/error.hpp"
-#include "rotary/golden.hpp"
+#include "golden/golden.hpp"
 
 namespace rotary::cli {
 

@@ -1,5 +1,5 @@
 // src/core/atomic_file.hpp: writing files so that a failure never leaves a target half written,
-// for npy::write and the `rotary` command's outputs (apply's .npy files, report's HTML). Internal:
+// for npy::write (src/cli/npy.cpp) and the `rotary` command's outputs (apply's .npy files, report's HTML). Internal:
 // not installed; the CLI includes it as "core/atomic_file.hpp".
 //
 // Each file is written to a temporary file beside its target, `<name>.tmp-<pid>-<random>` in the

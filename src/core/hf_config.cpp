@@ -15,7 +15,7 @@
 #include <string>
 
 #include "rotary/error.hpp"
-#include "rotary/json.hpp"
+#include "json.hpp"
 
 namespace rotary {
 

@@ -1,4 +1,4 @@
-// src/core/json.cpp: the JSON reader and writer declared in include/rotary/json.hpp.
+// src/core/json.cpp: the JSON reader and writer declared in json.hpp.
 //
 // The parser is a plain recursive-descent parser over the RFC 8259 grammar, plus Python's NaN,
 // Infinity and -Infinity literals. Recursion happens only when an array or object opens, and the
@@ -14,7 +14,7 @@
 //     would point nowhere useful).
 // Only '\n' starts a new line ("\r\n" works; a lone '\r' is just whitespace). A UTF-8 byte
 // order mark is skipped and not counted in the columns of line 1, as editors show it.
-#include "rotary/json.hpp"
+#include "json.hpp"
 
 #include <sys/stat.h>
 

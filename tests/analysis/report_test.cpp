@@ -14,6 +14,7 @@
 #include "rotary/analysis.hpp"
 #include "rotary/presets.hpp"
 #include "src/analysis/html.hpp"
+#include "src/analysis/report_plots.hpp"
 
 namespace rotary::analysis {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cli_runner.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 namespace rotary {
 namespace {

@@ -24,7 +24,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "tests/support/golden_files.hpp"
 #include "tests/support/ulp.hpp"
 

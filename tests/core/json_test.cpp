@@ -1,5 +1,5 @@
-// tests/core/json_test.cpp: the JSON reader and writer (include/rotary/json.hpp).
-#include "rotary/json.hpp"
+// tests/core/json_test.cpp: the JSON reader and writer (src/core/json.hpp).
+#include "core/json.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 namespace rotary {
 namespace {

@@ -45,7 +45,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "tests/support/golden_files.hpp"

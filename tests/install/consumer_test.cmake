@@ -13,6 +13,13 @@ foreach(step
     message(FATAL_ERROR "step failed (${result}): ${step}\n${out}\n${err}")
   endif()
 endforeach()
+# Only the RoPE API is installed: file formats and test helpers are internal (src/core/json.hpp,
+# src/cli/npy.hpp, src/golden/golden.hpp). The consumer build compiled every installed header alone.
+foreach(internal json npy golden)
+  if(EXISTS "${WORK_DIR}/prefix/include/rotary/${internal}.hpp")
+    message(FATAL_ERROR "internal header installed: include/rotary/${internal}.hpp")
+  endif()
+endforeach()
 # `rotary bench` finds its PyTorch peer beside the installed command (src/cli/bench_peer.hpp).
 if(NOT EXISTS "${WORK_DIR}/prefix/share/rotary/peers/torch_rope_bench.py")
   message(FATAL_ERROR "the PyTorch peer was not installed as share/rotary/peers/torch_rope_bench.py")

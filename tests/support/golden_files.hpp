@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 
 namespace rotary::test {
 

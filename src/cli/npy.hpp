@@ -1,5 +1,7 @@
-// include/rotary/npy.hpp: NumPy .npy files (format versions 1.0, 2.0 and 3.0), for the
+// src/cli/npy.hpp: NumPy .npy files (format versions 1.0, 2.0 and 3.0), for the
 // `rotary apply` command and for tests.
+// Part of rotary_cli_commands, not of the library: the .npy format is how the command reads and
+// writes tensors, not part of the RoPE API (the library takes TensorViews). Not installed.
 //
 // Element types: float32 ('<f4'), float16 ('<f2'), float64 ('<f8'), int64 ('<i8', positions),
 // and bfloat16, which NumPy lacks: stored as uint16 bit patterns ('<u2'), or as ml_dtypes writes

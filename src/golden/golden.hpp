@@ -1,4 +1,6 @@
-// include/rotary/golden.hpp: checking rotary against Hugging Face golden vectors.
+// src/golden/golden.hpp: checking rotary against Hugging Face golden vectors.
+// rotary_golden, an internal library above core and cpu (it reads config files and calls apply):
+// a test of rotary, used by `rotary verify-golden` and the tests, so not part of the installed API.
 //
 // A golden case file (format "rotary-golden/1", tests/golden/README.md) holds a config, the
 // numbers transformers' own code produced for it in float32 (hf_f32), and the exact values of

@@ -1,4 +1,4 @@
-// src/core/npy.cpp: reading and writing NumPy .npy files.
+// src/cli/npy.cpp: reading and writing NumPy .npy files.
 //
 // Format (NumPy's numpy/lib/format.py, "NEP 1"): the magic "\x93NUMPY", a major and a minor
 // version byte, the header length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), then
@@ -20,8 +20,8 @@
 // that it ends there. So a lying header can neither read past the end nor make us allocate more
 // than the file holds, and no input is read without bound.
 //
-// write() goes through detail::AtomicFileSet (atomic_file.hpp): a temporary file, then a rename.
-#include "rotary/npy.hpp"
+// write() goes through detail::AtomicFileSet (src/core/atomic_file.hpp): a temporary file, then a rename.
+#include "npy.hpp"
 
 #include <sys/stat.h>
 
@@ -36,7 +36,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::npy {

@@ -1,4 +1,7 @@
-// include/rotary/json.hpp: a small JSON reader and writer for config.json files and --json output.
+// src/core/json.hpp: a small JSON reader and writer for config.json files and --json output.
+// Internal, not installed: a file format is not part of the RoPE API. rotary_core parses configs
+// with it (hf_config.cpp); the golden checks, the CLI, the tests and the fuzzers include it as
+// "core/json.hpp" with src/ on their private include path.
 //
 // Why our own: config errors must name the field, the value and the line it is on, and configs
 // written by Python's json module may hold NaN / Infinity literals (json.dump allows them by

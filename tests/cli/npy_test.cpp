@@ -1,8 +1,8 @@
-// tests/core/npy_test.cpp: npy.hpp — round trips, byte-for-byte agreement with files NumPy wrote,
+// tests/cli/npy_test.cpp: npy.hpp — round trips, byte-for-byte agreement with files NumPy wrote,
 // the header dialects NumPy and ml_dtypes produce, every way a file can be malformed or lie, and
 // random corruption (which must give rotary::Error, never a crash: run under ASan); reading only
 // what the header declares (/dev/zero, pipes, the size cap); atomic writes (src/core/atomic_file).
-#include "rotary/npy.hpp"
+#include "cli/npy.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

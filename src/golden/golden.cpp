@@ -1,9 +1,9 @@
-// src/cpu/golden.cpp: verify_golden_case(), the checks behind `rotary verify-golden`.
+// src/golden/golden.cpp: verify_golden_case(), the checks behind `rotary verify-golden`.
 //
 // Tolerances are the golden README's (tests/golden/README.md, "Errors and tolerances"),
-// restated in include/rotary/golden.hpp and docs/numerics.md. Each check records the largest
+// restated in golden.hpp and docs/numerics.md. Each check records the largest
 // ratio error / tolerance it saw, so the margins are visible, not just pass/fail.
-#include "rotary/golden.hpp"
+#include "golden.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/json.hpp"
+#include "core/json.hpp"
 #include "rotary/table.hpp"
 
 namespace rotary {
