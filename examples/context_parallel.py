@@ -43,9 +43,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_spec(head_dim: int) -> rotary.Spec:
-    # YaRN (attention scaling 1.14, so the scaling is checked too), at the example's head_dim.
-    return rotary.Spec.preset("qwen2.5-7b-yarn").replace(head_dim=head_dim, rotary_dim=head_dim)
+def make_spec(head_dim: int, q_heads: int, k_heads: int) -> rotary.Spec:
+    # YaRN (attention scaling 1.14, so the scaling is checked too), at the example's geometry.
+    return rotary.Spec.preset("qwen2.5-7b-yarn").replace(head_dim=head_dim, rotary_dim=head_dim,
+                                                         num_attention_heads=q_heads, num_key_value_heads=k_heads)
 
 
 def all_gather(x: torch.Tensor, world_size: int) -> list:
@@ -58,7 +59,7 @@ def all_gather(x: torch.Tensor, world_size: int) -> list:
 
 def run_checks(rank: int, world_size: int, args) -> list:
     """Every (scheme, dtype) check on this rank; returns [(name, ok)]."""
-    spec = make_spec(args.head_dim)
+    spec = make_spec(args.head_dim, args.q_heads, args.k_heads)
     batch, seq = args.batch, args.seq_len
     results = []
     for dtype_name, dtype in DTYPES.items():

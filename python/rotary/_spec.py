@@ -53,6 +53,9 @@ _REPLACEABLE = {
     "theta_base": float_arg,
     "style": _str_arg,
     "max_position_embeddings": lambda name, value: int_arg(name, value, minimum=0),
+    # The geometry apply() checks tensors' heads axes against (0 = unknown: no check).
+    "num_attention_heads": lambda name, value: int_arg(name, value, minimum=0),
+    "num_key_value_heads": lambda name, value: int_arg(name, value, minimum=0),
 }
 
 
@@ -167,7 +170,7 @@ class Spec:
 
     def replace(self, **changes: object) -> "Spec":
         """A copy with some fields changed (name, head_dim, rotary_dim, theta_base, style,
-        max_position_embeddings), validated.
+        max_position_embeddings, num_attention_heads, num_key_value_heads), validated.
 
         >>> rotary.Spec.preset("llama-3.1-8b").replace(rotary_dim=64)
         Spec(name='llama-3.1-8b', head_dim=128, rotary_dim=64, theta=500000, style='neox', scaling='llama3 x8')

@@ -613,6 +613,22 @@ void check_apply_arguments(const TensorView& q, const TensorView& k, const Tenso
            spec.rotary_dim, " (got ", view->axes.dim, ")");
     }
   }
+  // The heads axis against the model's head counts, when the spec knows them: a tensor in
+  // another layout than the one named (bshd data called bhsd) reads seq as heads, and is caught
+  // here whenever the misread count neither equals nor divides the model's. A divisor is
+  // legitimate: a tensor-parallel shard holds heads / TP of them (and MQA / MLA one shared key).
+  const int64_t kv_heads = spec.num_key_value_heads > 0 ? spec.num_key_value_heads : spec.num_attention_heads;
+  for (const auto& [view, model_heads, field] :
+       {std::tuple{&cq, spec.num_attention_heads, "num_attention_heads"},
+        std::tuple{&ck, kv_heads, spec.num_key_value_heads > 0 ? "num_key_value_heads" : "num_attention_heads"}}) {
+    const int64_t heads = view->axes.heads;
+    if (!view->present || model_heads <= 0 || heads <= 0) continue;
+    if (heads > model_heads || model_heads % heads != 0) {
+      fail(view->name, " heads axis (", heads, " in layout ", to_string(view->view->layout), ", shape ",
+           shape_text(*view->view), ") must equal the model's ", field, " = ", model_heads,
+           " or divide it (a tensor-parallel shard); is the tensor in another layout?");
+    }
+  }
   check_output_strides(cq_out);
   check_output_strides(ck_out);
 

@@ -671,8 +671,8 @@ TEST(CliFiles, ApplyWritesNeitherOutputWhenTheSecondCannotBeWritten) {
 // out_k left truncated; now both keep their old contents and no temporary file remains.
 TEST(CliFiles, ApplyLeavesBothOutputsAsTheyWereWhenAWriteFailsHalfWay) {
   ScratchDir dir("rotary_half_write");
-  npy::write(dir / "q.npy", random_array({1, 2, 1, 128}, 23));    // 1 KiB of data
-  npy::write(dir / "k.npy", random_array({1, 2, 64, 128}, 24));   // 64 KiB
+  npy::write(dir / "q.npy", random_array({1, 4, 1, 128}, 23));   // 2 KiB of data
+  npy::write(dir / "k.npy", random_array({1, 4, 8, 128}, 24));   // 16 KiB (Llama 3's 8 kv heads)
   write_file(dir / "out_q.npy", "old q");
   write_file(dir / "out_k.npy", "old k");
   // dash counts ulimit -f in 512-byte blocks, bash in 1024: 4 or 8 KiB, either between the two.

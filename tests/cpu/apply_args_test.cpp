@@ -568,5 +568,40 @@ TEST(ApplyArgs, DirectionNames) {
   EXPECT_EQ(to_string(Direction::Backward), "backward");
 }
 
+// The heads axis against the model's head counts (spec.num_attention_heads / num_key_value_heads,
+// set from configs and presets): a bshd tensor named bhsd reads seq as heads and is refused
+// whenever that count neither equals nor divides the model's; tensor-parallel shards (a divisor),
+// MQA / MLA (one shared key head) and specs without head counts pass.
+TEST(ApplyArgs, HeadsAxisMustEqualOrDivideTheModels) {
+  RopeSpec spec = test::rope_spec();
+  spec.num_attention_heads = 32;
+  spec.num_key_value_heads = 8;
+  const CosSinTable table(spec);
+  std::vector<float> qd(1 * 64 * 32 * 128), kd(qd.size()), qo(qd.size()), ko(kd.size());
+  const auto views = [&](Layout layout, std::array<int64_t, 4> q_shape, std::array<int64_t, 4> k_shape) {
+    return std::array<TensorView, 4>{contiguous_view(qd.data(), DType::F32, layout, q_shape),
+                                     contiguous_view(kd.data(), DType::F32, layout, k_shape),
+                                     contiguous_view(qo.data(), DType::F32, layout, q_shape),
+                                     contiguous_view(ko.data(), DType::F32, layout, k_shape)};
+  };
+  const auto check = [&](const std::array<TensorView, 4>& v) {
+    check_apply_arguments(v[0], v[1], v[2], v[3], Positions::arange(), table, {});
+  };
+  // bshd data [1, 64, 32, 128] named bhsd: 64 "heads" (k misread alike, so that seq agrees).
+  EXPECT_THAT([&] { check(views(Layout::BHSD, {1, 64, 32, 128}, {1, 64, 32, 128})); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("q heads axis (64 in layout bhsd, shape bhsd (1, 64, 32, 128)) must equal "
+                                             "the model's num_attention_heads = 32 or divide it (a tensor-parallel "
+                                             "shard); is the tensor in another layout?")));
+  EXPECT_THAT([&] { check(views(Layout::BSHD, {1, 64, 32, 128}, {1, 64, 12, 128})); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("k heads axis (12 in layout bshd")));
+  EXPECT_NO_THROW(check(views(Layout::BSHD, {1, 64, 32, 128}, {1, 64, 8, 128})));   // the model
+  EXPECT_NO_THROW(check(views(Layout::BHSD, {1, 8, 64, 128}, {1, 2, 64, 128})));    // TP = 4 shard
+  EXPECT_NO_THROW(check(views(Layout::BSHD, {1, 64, 32, 128}, {1, 64, 1, 128})));   // one shared key head
+  spec.num_attention_heads = spec.num_key_value_heads = 0;
+  const CosSinTable unknown(spec);
+  const auto v = views(Layout::BHSD, {1, 64, 32, 128}, {1, 64, 32, 128});
+  EXPECT_NO_THROW(check_apply_arguments(v[0], v[1], v[2], v[3], Positions::arange(), unknown, {}));
+}
+
 }  // namespace
 }  // namespace rotary

@@ -32,13 +32,19 @@ import rotary.torch as rt  # noqa: E402
 U = 2.0**-24  # float32 unit roundoff
 
 # Small specs: a dynamic-NTK model that grows past 64 positions, Phi-3's LongRoPE (long factors
-# past 4096), and a plain one.
-DYNAMIC_CONFIG = dict(hidden_size=64, num_attention_heads=2, head_dim=32, max_position_embeddings=64,
+# past 4096), and a plain one. The tensors here have their own head counts (q 3, k 2), so the
+# specs' model head counts are cleared (0 = unknown: apply does not check the heads axis).
+def without_head_counts(spec):
+    return spec.replace(num_attention_heads=0, num_key_value_heads=0)
+
+
+DYNAMIC_CONFIG = dict(hidden_size=192, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
+                      max_position_embeddings=64,
                       rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=10000.0))
 DYNAMIC = rotary.Spec.from_hf_config(dict(DYNAMIC_CONFIG, model_type="llama"))
-LONGROPE = rotary.Spec.preset("phi-3-mini-128k")
-PLAIN = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=32, rotary_dim=32)
-MROPE = rotary.Spec.preset("qwen2-vl-7b")
+LONGROPE = without_head_counts(rotary.Spec.preset("phi-3-mini-128k"))
+PLAIN = without_head_counts(rotary.Spec.preset("llama-3.1-8b").replace(head_dim=32, rotary_dim=32))
+MROPE = without_head_counts(rotary.Spec.preset("qwen2-vl-7b"))
 
 
 def rng(seed=0):

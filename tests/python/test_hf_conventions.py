@@ -104,3 +104,19 @@ def test_torch_k_none_has_a_gradient_and_compiles():
     compiled = torch.compile(lambda x: rt.apply_rotary(x, None, positions, SPEC)[0], fullgraph=True)
     eager = rt.apply_rotary(torch.from_numpy(q), None, positions, SPEC)[0]
     torch.testing.assert_close(compiled(torch.from_numpy(q)), eager, rtol=0, atol=0)
+
+
+def test_a_tensor_in_another_layout_is_refused_by_its_heads_axis():
+    """bshd tensors passed with the default (HF's bhsd): the heads axis then holds seq, which
+    neither equals nor divides the model's 32 heads: an error, not a rotation along the wrong axis."""
+    q = RNG.standard_normal((1, 64, 32, 128)).astype(np.float32)  # [batch, seq, heads, dim]
+    k = RNG.standard_normal((1, 64, 8, 128)).astype(np.float32)
+    message = (r"q heads axis \(64 in layout bhsd, shape bhsd \(1, 64, 32, 128\)\) must equal the model's "
+               r"num_attention_heads = 32 or divide it \(a tensor-parallel shard\); is the tensor in another layout\?")
+    with pytest.raises(rotary.RotaryError, match=message):
+        rotary.apply(q, k[:, :, :1].repeat(32, axis=2), None, SPEC)
+    with pytest.raises(rotary.RotaryError, match=message):
+        rt.apply_rotary(torch.from_numpy(q), None, None, SPEC)
+    # A tensor-parallel shard (8 of 32 heads, 2 of 8 kv heads) is legitimate.
+    shard_q, shard_k = hf_qk(batch=1, heads=8, kv_heads=2, seq=5)
+    rotary.apply(shard_q, shard_k, None, SPEC)

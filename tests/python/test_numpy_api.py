@@ -60,6 +60,8 @@ def test_apply_matches_reference_on_random_configurations(rng, trial):
     seq = int(rng.integers(1, 40))
     hq = int(rng.integers(1, 9))
     hk = int(rng.integers(1, hq + 1))
+    # A model these tensors can come from: q holds a divisor of its heads (a shard), k all kv heads.
+    spec = spec.replace(num_attention_heads=hq * hk, num_key_value_heads=hk)
     strided = bool(trial % 2)
     q = random_tensor(rng, shape_of(layout, batch, seq, hq, head_dim), dtype, strided)
     k = random_tensor(rng, shape_of(layout, batch, seq, hk, head_dim), dtype, strided)
