@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, CliErrors,
     ::testing::Values(
         ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report (got \"frobnicate\")"},
-        ErrorCase{"UnknownPreset", "freqs --preset llama-9", "preset: name must be one of"},
+        ErrorCase{"UnknownPreset", "freqs --preset llama-9", "freqs: --preset must be a built-in preset, see rotary presets (got \"llama-9\")"},
         ErrorCase{"BothSources", "freqs --preset llama-2-7b --config x.json", "give --preset or --config, not both"},
         ErrorCase{"MissingFile", "explain --config /nonexistent/config.json", "/nonexistent/config.json: cannot read file"},
         ErrorCase{"BadSeqLen", "freqs --seq-len ten", "--seq-len must be an integer in [0, "},
@@ -748,7 +748,7 @@ TEST(CliFiles, AFlagIsNeverTheValueOfTheFlagBeforeIt) {
       {"apply --q --k " + files.k + " --layout bshd --out-q x.npy --out-k y.npy", "apply: --q needs a file path (got the flag --k)"},
       {"apply --q " + q + " --layout --out-q x.npy", "apply: --layout needs a value (got the flag --out-q)"},
       {"apply --q " + q + " --layout bshd --out-q x.npy --threads --reference", "apply: --threads needs a value (got the flag --reference)"},
-      {"apply --config --q " + q, "apply: --config needs a file path (got the flag --q)"},
+      {"apply --config --q " + q, "apply: --config needs a config.json or a model folder (got the flag --q)"},
       {"freqs --layer-type --json", "freqs: --layer-type needs a value (got the flag --json)"},
       {"freqs --preset --json", "freqs: --preset needs a preset name (got the flag --json)"},
       {"explain --context --seq-len 5", "explain: --context needs a value (got the flag --seq-len)"},
