@@ -161,7 +161,7 @@ TEST(CliMessages, ApplyOutQDashWritesTheNpyToStdoutAndNoFile) {
 TEST(CliMessages, EveryCommandThatPrintsAResultTakesJson) {
   ScratchDir dir("rotary_json_everywhere");
   const std::vector<std::string> commands = {
-      "presets --json", "freqs --json", "table --positions 0,1 --json", "check --json",
+      "presets --json", "freqs --json", "explain --json", "table --positions 0,1 --json", "check --json",
       "verify-golden " + std::string(ROTARY_GOLDEN_DIR) + " --json", "report --preset phi-2 -o " + (dir / "r.html") + " --json"};
   for (const std::string& command : commands) {
     SCOPED_TRACE(command);
@@ -207,6 +207,7 @@ TEST(CliMessages, ReportCompareTakesConfigFilesAndFoldersBesidePresets) {
   const Result r = run("report --compare Llama-3.1-8B," + (dir / "linear.json") + "," + (dir / "qwen3-yarn") + " -o " +
                        (dir / "page.html") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
   const json::Value doc = json::parse(r.out, "report");
   const auto& models = doc.find("models")->as_array();
   ASSERT_EQ(models.size(), 3u);
