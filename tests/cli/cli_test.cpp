@@ -397,6 +397,53 @@ TEST(Cli, BenchJsonRowsNameTheirCaseAndBaseline) {
   EXPECT_EQ(cases["copy_4pages"], 1);
 }
 
+// `rotary bench --quick` (what `make run` runs) is for people: a short table of at most 8 rows
+// (each case out of place at the largest thread count), then one line of takeaway.
+TEST(Cli, BenchQuickPrintsAShortTableAndATakeaway) {
+  const Result r = run("bench --quick --torch none --dtypes float32,bfloat16 --threads 1 --repetitions 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<std::string> rows;
+  bool in_table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("case ", 0) == 0) {
+      in_table = true;
+    } else if (in_table && line.empty()) {
+      break;
+    } else if (in_table) {
+      rows.push_back(line);
+    }
+  }
+  ASSERT_FALSE(rows.empty()) << r.out;
+  EXPECT_LE(rows.size(), 8u) << r.out;
+  for (const std::string& row : rows) EXPECT_THAT(row, Not(HasSubstr("copy_"))) << r.out;  // no stream rows
+  EXPECT_THAT(r.out, HasSubstr("\ntakeaway: prefill at "));
+  EXPECT_THAT(r.out, HasSubstr("x this machine's copy bandwidth (float32, 1 thread)\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("PyTorch code")));  // the torch comparison only when torch ran
+  EXPECT_THAT(r.err, Not(HasSubstr("rows, ")));        // no progress lines for the short form
+}
+
+// The full bench shows its progress on stderr and has a "!" column for rows the machine's noise
+// made unreliable (JSON: the unreliable field, null or the reason).
+TEST(Cli, BenchFullShowsProgressAndMarksUnreliableRows) {
+  const Result r = run("bench --cases decode --dtypes float32 --threads 1 --repetitions 1 --torch none");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 7 stream rows and 2 decode rows.
+  EXPECT_THAT(r.err, HasSubstr("rotary bench: 1 of 9 rows, "));
+  EXPECT_THAT(r.err, HasSubstr("rotary bench: 9 of 9 rows, "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("GHz ! +shape"));
+  const Result j = run("bench --json --quick --cases decode --dtypes float32 --threads 1 --repetitions 3 --torch none");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const json::Value rows = json::parse(j.out, "bench --json");
+  for (const json::Value& row : rows.as_array()) {
+    const json::Value* unreliable = row.find("unreliable");
+    ASSERT_NE(unreliable, nullptr);
+    EXPECT_TRUE(unreliable->is_null() || unreliable->as_string().find("spread") == 0 ||
+                unreliable->as_string().find("other processes") == 0);
+  }
+}
+
 // The floors run with the kernels' target: every stream row but glibc's memcpy names it.
 TEST(Cli, BenchStreamsRunWithTheKernelsTarget) {
   const std::string target = cpu_targets().back();  // the last: never the default on a SIMD CPU
