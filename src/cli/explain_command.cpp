@@ -484,7 +484,8 @@ int run_explain(Args& args) {
   }
 
   std::ostream& out = args.out();
-  out << "RoPE of " << name << " (" << loaded.source << ")\n\n";
+  out << "RoPE of " << (name.empty() ? loaded.source : name)
+      << (name.empty() || name == loaded.source ? std::string() : " (" + loaded.source + ")") << "\n\n";
   out << "Verdict: " << verdict << "\n";
   for (const std::string& w : warnings) out << "  ! " << w << "\n";
   for (const Explained& e : parts) {
