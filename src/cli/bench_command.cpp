@@ -21,10 +21,13 @@
 //      the same shapes, dtypes and thread counts; their ratio_to_copy uses OUR floors
 //      (bench_peer.hpp);
 //   6. the rows as a table or JSON, and how quiet the machine was (bench_output.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -286,7 +289,9 @@ int run_bench(Args& args) {
       options.dtypes.size() * options.threads.size() * (7 + 2 * workloads.size());
   size_t own_rows_done = 0;
   std::vector<bench::Row> rows;
+  const bool progress_in_place = &args.err() == &std::cerr && ::isatty(STDERR_FILENO) == 1;
   const auto keep_row = [&](bench::Row row) {
+    if (full_text && progress_in_place) args.err() << "\r\033[K" << std::flush;  // the progress line goes
     if (full_text) bench::print_row(args.out(), row);
     rows.push_back(std::move(row));
   };
@@ -305,8 +310,13 @@ int run_bench(Args& args) {
     keep_row(std::move(row));
     ++own_rows_done;
     if (full_text) {
-      args.err() << format_line("rotary bench: %zu of %zu rows, %.0f s\n", own_rows_done, own_rows_expected,
-                                std::chrono::duration<double>(now.when - started.when).count());
+      // On a terminal one line, rewritten in place (cleared before the next row is printed on
+      // stdout); elsewhere one line per row.
+      args.err() << format_line("%srotary bench: %zu of %zu rows, %.0f s%s", progress_in_place ? "\r\033[K" : "",
+                                own_rows_done, own_rows_expected,
+                                std::chrono::duration<double>(now.when - started.when).count(),
+                                progress_in_place ? "" : "\n");
+      args.err().flush();
     }
   };
 
@@ -351,6 +361,7 @@ int run_bench(Args& args) {
   closing.contention = bench::contention_line(started, finished);
   closing.core_clock = bench::core_clock_line(clock_at_start_ghz, bench::add_chain_ghz());
   closing.total_s = std::chrono::duration<double>(finished.when - started.when).count();
+  if (full_text && progress_in_place) args.err() << "\r\033[K" << std::flush;
   if (options.as_json) {
     bench::print_json(args.out(), args.err(), rows, closing);
   } else if (options.quick) {
