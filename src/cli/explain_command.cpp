@@ -145,8 +145,8 @@ std::string pairs_text(int64_t count, int64_t total) {
   return count == total ? detail::concat("all ", total, " pairs") : detail::concat(count, " of ", total, " pairs");
 }
 
-Explained explain_spec(const RopeSpec& spec, const std::string& layer_type, const HfRopeConfig& config,
-                       std::optional<int64_t> context_arg, std::optional<int64_t> seq_len_arg) {
+Explained explain_spec(const RopeSpec& spec, const std::string& layer_type, std::optional<int64_t> context_arg,
+                       std::optional<int64_t> seq_len_arg) {
   Explained e;
   e.layer_type = layer_type;
   e.spec = &spec;
@@ -254,7 +254,6 @@ Explained explain_spec(const RopeSpec& spec, const std::string& layer_type, cons
     e.warnings.push_back(detail::concat("rope_theta ", spec.theta_base, " is unusually small: the slowest pair turns every ",
                                         format_number(e.freqs.pairs.back().wavelength_tokens), " tokens"));
   }
-  (void)config;
 
   // Notes: facts about the scheme that matter to whoever runs it, not faults.
   if (type == ScalingType::Dynamic) {
@@ -433,10 +432,10 @@ int run_explain(Args& args) {
   // Every layer type of a per-layer-type config unless --layer-type picks one.
   std::vector<Explained> parts;
   if (layer_type || loaded.config.layer_type_specs.empty()) {
-    parts.push_back(explain_spec(selected, layer_type.value_or(""), loaded.config, context_arg, seq_len_arg));
+    parts.push_back(explain_spec(selected, layer_type.value_or(""), context_arg, seq_len_arg));
   } else {
     for (const auto& [name, spec] : loaded.config.layer_type_specs) {
-      parts.push_back(explain_spec(spec, name, loaded.config, context_arg, seq_len_arg));
+      parts.push_back(explain_spec(spec, name, context_arg, seq_len_arg));
     }
   }
   // The verdict: every warning of every part, and the config's own.
