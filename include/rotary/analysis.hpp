@@ -88,6 +88,12 @@ Rotation direct_rotation(std::vector<double> inv_freq, double attention_scaling 
 // yarn, longrope and llama3; max_position_embeddings for the others; 2048 when unknown.
 int64_t default_trained_context(const RopeSpec& spec);
 
+// The context the config extends the model to, the default target of `rotary check` and
+// `explain`: max_position_embeddings, or for YaRN the original context times the factor when that
+// is larger (Qwen's recipe adds factor 4 over 32768 and leaves max_position_embeddings at 32768
+// or 40960: the model is configured for 131072); the trained context when neither is known.
+int64_t default_target_context(const RopeSpec& spec);
+
 // ---- 1. norm preservation ----------------------------------------------------------------------
 //
 // |R_p q| = m |q| for every q and p: a rotation (RoFormer, arXiv:2104.09864, section 3: R is
@@ -412,7 +418,7 @@ struct CheckReport {
 
 // Runs norm preservation (float64 and the float32 kernel), relative invariance, the decay bound
 // (over max(context, kDecayMinDistance)) and the pairing-convention check, and the extrapolation
-// figures for the context. context: 0 = max_position_embeddings, else the trained context; it is
+// figures for the context. context: 0 = default_target_context(spec); it is
 // also the seq_len of the sequence-dependent schemes. Throws rotary::ConfigError for an invalid
 // spec, rotary::Error for a context outside [1, kMaxPosition].
 CheckReport run_checks(const RopeSpec& spec, int64_t context = 0);

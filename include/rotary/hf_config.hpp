@@ -40,6 +40,10 @@ struct HfRopeConfig {
   std::vector<std::string> layer_types;
   // Messages for what Hugging Face accepts with a warning, and for values rotary defaulted.
   std::vector<std::string> warnings;
+  // What Hugging Face warns about in a config that is correct as published (Phi-3's factor
+  // derived from its top-level original_max_position_embeddings; Qwen's YaRN recipe, whose
+  // factor reaches past max_position_embeddings): said, but not as a warning.
+  std::vector<std::string> notes;
   std::string model_type;  // the config's model_type, if any
 };
 

@@ -19,7 +19,7 @@ struct ReportModel {
   std::string name;     // the section heading ("llama-3.1-8b", a config path); escaped in the page
   std::string source;   // where it came from, for people: "preset llama-3.1-8b" or the path
   RopeSpec spec;
-  int64_t context = 0;  // target context in tokens; 0 = max_position_embeddings (as run_checks)
+  int64_t context = 0;  // target context in tokens; 0 = analysis::default_target_context (as run_checks)
 };
 
 struct ReportOptions {

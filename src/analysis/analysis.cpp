@@ -364,6 +364,17 @@ int64_t default_trained_context(const RopeSpec& spec) {
   return spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 2048;
 }
 
+int64_t default_target_context(const RopeSpec& spec) {
+  int64_t target = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : default_trained_context(spec);
+  if (spec.scaling.type == ScalingType::Yarn && spec.scaling.factor) {
+    const double extended = std::round(static_cast<double>(spec.original_context()) * *spec.scaling.factor);
+    if (extended > static_cast<double>(target) && extended <= static_cast<double>(kMaxPosition)) {
+      target = static_cast<int64_t>(extended);
+    }
+  }
+  return target;
+}
+
 // ---- 1. norm preservation --------------------------------------------------------------------------
 
 bool NormPreservation::passed() const {
@@ -744,9 +755,7 @@ CheckReport run_checks(const RopeSpec& spec, int64_t context) {
   CheckReport report;
   report.spec_name = spec.name;
   report.trained_context = default_trained_context(spec);
-  report.context = context > 0 ? context
-                   : spec.max_position_embeddings > 0 ? spec.max_position_embeddings
-                                                      : report.trained_context;
+  report.context = context > 0 ? context : default_target_context(spec);
   if (report.context < 1 || report.context > kMaxPosition) {
     throw Error(detail::concat("run_checks: context must be in [1, ", kMaxPosition, "] (got ", report.context, ")"));
   }

@@ -12,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "core/json.hpp"
 #include "npy.hpp"
 
 namespace rotary::cli {
@@ -22,7 +23,7 @@ const char* const kApplyHelp =
     "                    [--positions POS.npy | --offsets OFFSETS.npy] [--cu-seqlens CU.npy]\n"
     "                    [--precision exact|hf] [--direction forward|backward]\n"
     "                    [--rotary-offset N] [--style neox|gptj] [--layer-type T]\n"
-    "                    [--reference] [--threads N]\n"
+    "                    [--reference] [--threads N] [--json]\n"
     "\n"
     "Rotates q (and k) with the model's RoPE and writes the results, same shape and dtype.\n"
     "Inputs: float32, float16, float64, or bfloat16 stored as uint16 ('<u2'). The computation\n"
@@ -44,6 +45,8 @@ const char* const kApplyHelp =
     "  --style           override the spec's pairing (neox: half-split, gptj: interleaved)\n"
     "  --threads N       worker threads for the SIMD kernel (default: $ROTARY_NUM_THREADS, else\n"
     "                    every hardware thread)\n"
+    "  --json            print {\"outputs\": [paths], \"direction\", \"precision\", \"model\",\n"
+    "                    \"computation\"} on stdout instead of the line on stderr (not with a - output)\n"
     "The table follows Hugging Face's forward-time rules for dynamic NTK and LongRoPE, with\n"
     "seq_len = the largest position + 1.\n"
     "\n"
@@ -51,7 +54,8 @@ const char* const kApplyHelp =
     "only when every output is complete, so a failure (full disk, missing directory) leaves\n"
     "every existing file as it was. --out-q and --out-k must be different files, and neither may\n"
     "be one of the inputs (--q, --k, --positions, --offsets, --cu-seqlens, --config): to\n"
-    "rotate a file in place, write elsewhere and rename.\n";
+    "rotate a file in place, write elsewhere and rename. --out-q - (or --out-k -) writes that\n"
+    ".npy to stdout instead, for one of the two.\n";
 
 namespace {
 
@@ -220,6 +224,7 @@ int run_apply(Args& args) {
   const std::optional<std::string> layer_type = args.value("--layer-type");
   const bool use_reference = args.has_switch("--reference");
   const std::optional<int64_t> threads = args.integer("--threads", 1, 256);
+  const bool as_json = args.has_switch("--json");
   args.finish();
 
   if (!q_path) throw UsageError("apply: --q is required (a .npy file)");
@@ -231,6 +236,13 @@ int run_apply(Args& args) {
   const std::optional<Layout> layout = parse_layout(*layout_text);
   if (!layout) throw UsageError(detail::concat("apply: --layout must be bshd, bhsd, sbhd or thd (got \"", *layout_text, "\")"));
   if (positions_path && offsets_path) throw UsageError("apply: give --positions or --offsets, not both");
+  if (is_stdout(out_q_path) && is_stdout(out_k_path)) {
+    throw UsageError("apply: --out-q and --out-k cannot both be - (stdout holds one .npy) (got - for both)");
+  }
+  if (as_json && (is_stdout(out_q_path) || is_stdout(out_k_path))) {
+    throw UsageError(detail::concat("apply: --json prints to stdout, so ", is_stdout(out_q_path) ? "--out-q" : "--out-k",
+                                    " must be a file (got -)"));
+  }
   Precision precision = Precision::Exact;
   if (precision_text) {
     const std::optional<Precision> parsed = parse_precision(*precision_text);
@@ -255,7 +267,8 @@ int run_apply(Args& args) {
     spec.style = *style;
   }
   // Before any .npy is read: the checks look at the files' identities (stat), not their contents.
-  check_outputs_are_new_files({{"--out-q", out_q_path}, {"--out-k", out_k_path}},
+  check_outputs_are_new_files({{"--out-q", is_stdout(out_q_path) ? std::nullopt : out_q_path},
+                               {"--out-k", is_stdout(out_k_path) ? std::nullopt : out_k_path}},
                               {{"--q", q_path},
                                {"--k", k_path},
                                {"--positions", positions_path},
@@ -307,19 +320,46 @@ int run_apply(Args& args) {
     rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
   }
 
-  // All or nothing: both outputs are staged in temporary files before either replaces a target.
+  // All or nothing: both outputs are staged in temporary files before either replaces a target;
+  // a - output goes to stdout once the files are in place.
   detail::AtomicFileSet outputs("apply");
-  auto add_output = [&outputs](const std::string& flag, const std::string& path, npy::Array& array) {
-    const std::vector<unsigned char> file = npy::serialize(array);
+  std::vector<unsigned char> to_stdout;
+  auto add_output = [&](const std::string& flag, const std::string& path, npy::Array& array) {
+    std::vector<unsigned char> file = npy::serialize(array);
     array.bytes = {};  // the serialized copy is what is written; one copy in memory is enough
-    outputs.add(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), flag);
+    if (path == "-") {
+      to_stdout = std::move(file);
+    } else {
+      outputs.add(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), flag);
+    }
   };
   add_output("--out-q", *out_q_path, q_out);
   if (out_k_path) add_output("--out-k", *out_k_path, k_out);
   outputs.commit();
-  args.err() << "rotary: wrote " << *out_q_path << (out_k_path ? " and " + *out_k_path : std::string()) << " ("
-             << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
-             << (use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target()) << ")\n";
+  if (!to_stdout.empty()) {
+    args.out().write(reinterpret_cast<const char*>(to_stdout.data()), static_cast<std::streamsize>(to_stdout.size()));
+    args.out().flush();
+  }
+  const std::string computation = use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target();
+  if (as_json) {
+    json::Writer out;
+    out.begin_object();
+    out.key("outputs").begin_array();
+    out.value(*out_q_path);
+    if (out_k_path) out.value(*out_k_path);
+    out.end_array();
+    out.key("direction").value(to_string(options.direction));
+    out.key("precision").value(to_string(precision));
+    out.key("model").value(spec.name);
+    out.key("computation").value(computation);
+    out.end_object();
+    args.out() << out.str() << "\n";
+    return 0;
+  }
+  args.err() << "rotary: wrote " << (is_stdout(out_q_path) ? "q to stdout" : *out_q_path)
+             << (out_k_path ? " and " + (is_stdout(out_k_path) ? std::string("k to stdout") : *out_k_path) : std::string())
+             << " (" << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
+             << computation << ")\n";
   return 0;
 }
 

@@ -1,10 +1,13 @@
 // src/cli/args.cpp: command-line parsing shared by the subcommands.
 #include "args.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "rotary/error.hpp"
@@ -32,6 +35,7 @@ bool looks_like_flag(const std::string& token) {
 }  // namespace
 
 std::optional<std::string> Args::value(std::string_view flag, std::string_view needs) {
+  known_flags_.emplace_back(flag);
   std::optional<std::string> found;
   const std::string with_equals = std::string(flag) + "=";
   for (size_t i = 0; i < tokens_.size(); ++i) {
@@ -57,6 +61,7 @@ std::optional<std::string> Args::value(std::string_view flag, std::string_view n
 }
 
 bool Args::has_switch(std::string_view flag) {
+  known_flags_.emplace_back(flag);
   bool found = false;
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (!used_[i] && tokens_[i] == flag) {
@@ -97,27 +102,110 @@ std::optional<std::string> Args::positional() {
 
 void Args::finish() const {
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    if (!used_[i]) {
-      throw UsageError(detail::concat(command_, ": unexpected argument \"", tokens_[i], "\" (see rotary ", command_,
-                                      " --help)"));
+    if (used_[i]) continue;
+    std::string suggestion;
+    if (tokens_[i].rfind("--", 0) == 0) {
+      const std::string flag = tokens_[i].substr(0, tokens_[i].find('='));
+      if (const std::optional<std::string> near = nearest(flag, known_flags_)) suggestion = "; did you mean " + *near + "?";
+    }
+    throw UsageError(detail::concat(command_, ": unexpected argument \"", tokens_[i], "\"", suggestion, " (see rotary ",
+                                    command_, " --help)"));
+  }
+}
+
+std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Levenshtein distance, one row at a time.
+  const auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  };
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t d = distance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
     }
   }
+  return best;
+}
+
+namespace {
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// "meta-llama/Llama-3.1-8B config.json" -> "meta-llama/Llama-3.1-8B": the repository a preset cites.
+std::string source_repo(const std::string& source) { return source.substr(0, source.find(' ')); }
+
+}  // namespace
+
+std::optional<std::string> resolve_preset_name(const std::string& command, std::string_view flag,
+                                               const std::string& given, bool or_nothing) {
+  const std::vector<PresetInfo> presets = list_presets();
+  const std::string wanted = lower(given);
+  for (const PresetInfo& p : presets) {
+    if (p.name == wanted) return p.name;
+  }
+  // A repository id: the preset whose source cites that repository; of several, the one that is its
+  // config.json unchanged ("<repo> config.json") rather than one that adds to it.
+  std::optional<std::string> by_repo;
+  for (const PresetInfo& p : presets) {
+    if (lower(source_repo(p.source)) != wanted) continue;
+    if (!by_repo || p.source == source_repo(p.source) + " config.json") by_repo = p.name;
+  }
+  if (by_repo) return by_repo;
+  if (or_nothing) return std::nullopt;
+  // The nearest name, comparing a repository id's last part too ("meta-llama/Llama-3.1-7B").
+  std::vector<std::string> names;
+  for (const PresetInfo& p : presets) names.push_back(p.name);
+  std::optional<std::string> near = nearest(wanted, names);
+  if (!near && wanted.find('/') != std::string::npos) near = nearest(wanted.substr(wanted.rfind('/') + 1), names);
+  throw UsageError(detail::concat(command, ": ", flag, " must be a built-in preset, see rotary presets (got \"", given,
+                                  "\")", near ? "; did you mean " + *near + "?" : std::string()));
+}
+
+std::string config_file_path(const std::string& command, std::string_view flag, const std::string& path) {
+  std::error_code ignored;
+  if (!std::filesystem::is_directory(path, ignored)) return path;
+  const std::string file = (std::filesystem::path(path) / "config.json").string();
+  if (!std::filesystem::exists(file, ignored)) {
+    throw UsageError(detail::concat(command, ": ", flag, " must be a config.json or a model folder holding one (got the folder ",
+                                    path, ", which has no ", file, ")"));
+  }
+  return file;
 }
 
 LoadedConfig load_config(Args& args) {
   const std::optional<std::string> preset_name = args.value("--preset", "a preset name");
-  const std::optional<std::string> config_path = args.value("--config", "a file path");
-  if (preset_name && config_path) {
+  const std::optional<std::string> config_arg = args.value("--config", "a config.json or a model folder");
+  if (preset_name && config_arg) {
     throw UsageError(detail::concat(args.command(), ": give --preset or --config, not both (got --preset ",
-                                    *preset_name, " and --config ", *config_path, ")"));
+                                    *preset_name, " and --config ", *config_arg, ")"));
   }
   LoadedConfig loaded;
-  if (config_path) {
-    loaded.config = load_hf_config(*config_path);
-    loaded.source = *config_path;
+  if (config_arg) {
+    const std::string config_path = config_file_path(args.command(), "--config", *config_arg);
+    loaded.config = load_hf_config(config_path);
+    loaded.source = config_path;
     loaded.config_path = config_path;
   } else {
-    const std::string name = preset_name ? *preset_name : std::string(kDefaultPreset);
+    const std::string name =
+        preset_name ? *resolve_preset_name(args.command(), "--preset", *preset_name) : std::string(kDefaultPreset);
     loaded.config = preset(name);
     loaded.source = "preset " + name;
   }

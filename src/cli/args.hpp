@@ -51,6 +51,8 @@ class Args {
   std::optional<int64_t> integer(std::string_view flag, int64_t minimum, int64_t maximum);
   // The next token that is not a flag (--...) and not yet consumed, e.g. verify-golden's DIR.
   std::optional<std::string> positional();
+  // Throws for the first token left over. An unknown --flag names the nearest flag this command
+  // asked for (by edit distance): "freqs: unexpected argument "--seqlen"; did you mean --seq-len?".
   void finish() const;
   const std::string& command() const { return command_; }
   // The command's tokens as given (after the command name), e.g. for a report's provenance.
@@ -66,19 +68,40 @@ class Args {
   std::string command_;
   std::vector<std::string> tokens_;
   std::vector<bool> used_;
+  std::vector<std::string> known_flags_;  // every flag the command asked for, for finish()'s suggestion
   std::ostream* out_;
   std::ostream* err_;
   Effects effects_;
 };
 
 // --preset NAME | --config FILE (at most one; neither = the default preset). Warnings from the
-// config are printed to stderr as "rotary: warning: ...".
+// config are printed to stderr as "rotary: warning: ...". --config DIR reads DIR/config.json
+// (a Hugging Face model folder); --preset takes the names resolve_preset_name() accepts.
 struct LoadedConfig {
   HfRopeConfig config;
   std::string source;  // "preset llama-3.1-8b" or the path
   std::optional<std::string> config_path;  // the --config file; none for a preset
 };
 LoadedConfig load_config(Args& args);
+
+// The preset `given` names: a preset name in any case ("Llama-3.1-8B"), or the Hugging Face
+// repository id its source cites ("meta-llama/Llama-3.1-8B"). Otherwise a UsageError naming
+// `flag` and the value, with the nearest name: "explain: --preset must be a built-in preset, see
+// rotary presets (got "llama-3.1-7b"); did you mean llama-3.1-8b?". Empty optional when
+// `or_nothing` and no preset matches (for --compare, whose items may also be paths).
+std::optional<std::string> resolve_preset_name(const std::string& command, std::string_view flag,
+                                               const std::string& given, bool or_nothing = false);
+
+// A --config path: itself for a file, DIR/config.json for a folder (a UsageError naming both when
+// the folder holds none).
+std::string config_file_path(const std::string& command, std::string_view flag, const std::string& path);
+
+// The candidate closest to `word` by edit distance, if close enough to be a likely slip (at most
+// max(2, size / 3) edits), else empty. Ties go to the first candidate.
+std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates);
+
+// True for the value "-": the output goes to stdout instead of a file.
+inline bool is_stdout(const std::optional<std::string>& path) { return path && *path == "-"; }
 
 // The spec to use: the config's main spec, or --layer-type NAME for per-layer-type configs.
 const RopeSpec& select_spec(const LoadedConfig& loaded, const std::optional<std::string>& layer_type);

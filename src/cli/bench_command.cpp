@@ -21,9 +21,13 @@
 //      the same shapes, dtypes and thread counts; their ratio_to_copy uses OUR floors
 //      (bench_peer.hpp);
 //   6. the rows as a table or JSON, and how quiet the machine was (bench_output.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,14 +74,17 @@ const char* const kBenchHelp =
     "other processes took during the run: above 5% the figures are not to be trusted; and how\n"
     "fast a chain of dependent additions ran at the start and the end (the core's effective\n"
     "clock in GHz: on a shared VM it was seen to halve within the hour, and the bf16 / f16\n"
-    "rows, bound by arithmetic, with it).\n"
+    "rows, bound by arithmetic, with it). A row marked ! in the \"!\" column is unreliable: its\n"
+    "median was more than 15% above its fastest repetition, or other processes took more than 5%\n"
+    "of the CPUs while it was timed (JSON: the row's unreliable field says why). The full run\n"
+    "prints its progress on stderr: rows done of the total, and the time elapsed.\n"
     "\n"
     "cases:\n"
     "  copy, memcpy, copy_inplace  the streams (always measured: every ratio needs them)\n"
     "  prefill       bshd, batch 1, 4096 tokens, positions 0..4095\n"
     "  prefill_long  bshd, batch 1, 32768 tokens, positions 0..32767\n"
     "  decode        bshd, 64 sequences x 1 token at scattered positions < 32768, q 40 heads\n"
-    "                (the issue's decode target: 40 heads, under 50 us with 1 thread)\n"
+    "                (a large model's decode step: 40 query heads)\n"
     "  varlen        thd, 8 packed sequences of 128..2560 tokens (8192 in all), cu_seqlens,\n"
     "                positions from 0 in each sequence\n"
     "  torch_<formulation>  PyTorch eager baselines from the project's torch_rope_bench.py on\n"
@@ -88,12 +95,16 @@ const char* const kBenchHelp =
     "\n"
     "  --json            a JSON list of rows: {case, workload, dtype, threads, in_place, layout,\n"
     "                    shape, bytes, median_ms, min_ms, gb_per_s, ratio_to_copy, baseline,\n"
-    "                    baseline_gb_per_s, target, repetitions, calls_per_repetition, core_ghz}:\n"
+    "                    baseline_gb_per_s, target, repetitions, calls_per_repetition, core_ghz,\n"
+    "                    unreliable}: unreliable is null or why the row is not to be trusted;\n"
     "                    core_ghz is the core's effective clock just before the row was timed\n"
     "                    (null for PyTorch rows); notes\n"
     "                    (PyTorch missing, a busy machine) go to stderr\n"
     "  --quick           5 repetitions (3 for PyTorch) and no prefill_long unless --cases\n"
-    "                    names it: 20-30 s instead of 2-3 minutes\n"
+    "                    names it: 20-30 s instead of 2-3 minutes. Prints a short table (each\n"
+    "                    case out of place at the largest thread count, and Hugging Face's\n"
+    "                    PyTorch code on prefill when it ran: at most 8 rows) and one line of\n"
+    "                    takeaway; --json still lists every row\n"
     "  --threads LIST    thread counts, comma-separated (default 1,2): set_num_threads for the\n"
     "                    kernels, std::threads for the streams, torch.set_num_threads for PyTorch\n"
     "  --dtypes LIST     storage types, from float32, bfloat16, float16 (default float32,bfloat16)\n"
@@ -265,7 +276,10 @@ int run_bench(Args& args) {
   const double table_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - table_started).count();
 
-  if (!options.as_json) {
+  // The full text table is printed as it is measured, with progress on stderr; --quick prints
+  // its short table at the end, --json its list.
+  const bool full_text = !options.as_json && !options.quick;
+  if (full_text) {
     bench::print_preamble(args.out(), {.preset = spec.name,
                                        .table_rows = table.size(),
                                        .table_ms = table_ms,
@@ -273,10 +287,41 @@ int run_bench(Args& args) {
                                        .repetitions = options.repetitions,
                                        .long_repetitions_cap = kLongRepetitionsCap});
   }
+  // Rows this process times: 7 stream rows per dtype and thread count (copy and copy_inplace in
+  // two patterns and the faster, memcpy), 2 kernel rows per workload, dtype and thread count.
+  const size_t own_rows_expected =
+      options.dtypes.size() * options.threads.size() * (7 + 2 * workloads.size());
+  size_t own_rows_done = 0;
   std::vector<bench::Row> rows;
-  const auto add_row = [&](bench::Row row) {
-    if (!options.as_json) bench::print_row(args.out(), row);
+  const bool progress_in_place = &args.err() == &std::cerr && ::isatty(STDERR_FILENO) == 1;
+  const auto keep_row = [&](bench::Row row) {
+    if (full_text && progress_in_place) args.err() << "\r\033[K" << std::flush;  // the progress line goes
+    if (full_text) bench::print_row(args.out(), row);
     rows.push_back(std::move(row));
+  };
+  // Each row is judged by the CPU other processes took since the previous row; rows added
+  // together (the three of a stream pair) share their interval's figure.
+  bench::CpuSnapshot last_snapshot = started;
+  double last_other_percent = std::nan("");
+  const auto add_row = [&](bench::Row row) {
+    const bench::CpuSnapshot now = bench::cpu_snapshot();
+    const double other_percent = bench::other_cpu_percent(last_snapshot, now);
+    if (!std::isnan(other_percent)) {
+      last_other_percent = other_percent;
+      last_snapshot = now;
+    }
+    bench::judge_noise(row, last_other_percent);
+    keep_row(std::move(row));
+    ++own_rows_done;
+    if (full_text) {
+      // On a terminal one line, rewritten in place (cleared before the next row is printed on
+      // stdout); elsewhere one line per row.
+      args.err() << format_line("%srotary bench: %zu of %zu rows, %.0f s%s", progress_in_place ? "\r\033[K" : "",
+                                own_rows_done, own_rows_expected,
+                                std::chrono::duration<double>(now.when - started.when).count(),
+                                progress_in_place ? "" : "\n");
+      args.err().flush();
+    }
   };
 
   // 3. The floors, over q + k of prefill in each dtype.
@@ -307,10 +352,12 @@ int run_bench(Args& args) {
                                               .dtypes = options.dtypes,
                                               .repetitions = options.repetitions,
                                               .quick = options.quick,
-                                              .progress = !options.as_json},
+                                              .progress = full_text},
                                              workloads, spec, args.out(), [&](bench::Row row) {
                                                floors.compare(row);
-                                               add_row(std::move(row));
+                                               // Another process: only its own spread is known.
+                                               bench::judge_noise(row, std::nan(""));
+                                               keep_row(std::move(row));
                                              });
 
   // 6. How quiet the machine was, and the output.
@@ -318,10 +365,14 @@ int run_bench(Args& args) {
   closing.contention = bench::contention_line(started, finished);
   closing.core_clock = bench::core_clock_line(clock_at_start_ghz, bench::add_chain_ghz());
   closing.total_s = std::chrono::duration<double>(finished.when - started.when).count();
+  if (full_text && progress_in_place) args.err() << "\r\033[K" << std::flush;
   if (options.as_json) {
     bench::print_json(args.out(), args.err(), rows, closing);
+  } else if (options.quick) {
+    bench::print_quick(args.out(), {.preset = spec.name, .target = target, .repetitions = options.repetitions}, rows,
+                       closing);
   } else {
-    bench::print_closing_text(args.out(), closing, rows.size());
+    bench::print_closing_text(args.out(), closing, rows);
   }
   return 0;
 }

@@ -1,8 +1,11 @@
 // src/cli/bench_output.cpp: the text table and the JSON of `rotary bench` (bench_output.hpp).
 #include "bench_output.hpp"
 
+#include <algorithm>
+
 #include "args.hpp"
 #include "core/json.hpp"
+#include "rotary/error.hpp"
 
 namespace rotary::cli::bench {
 
@@ -18,24 +21,100 @@ void print_preamble(std::ostream& out, const Preamble& p) {
       " threads over q + k of prefill (in-place rows: copy_inplace, others: copy), timed in alternation with the"
       " row's repetitions, each after an untimed run of the same operation (torch rows: the copy rows above)\n");
   out << format_line(
-      "# decode uses 40 q heads (the issue's 50 us decode target); its q + k fit in the caches, so its base is a"
+      "# decode uses 40 q heads (a large model's decode step); its q + k fit in the caches, so its base is a"
       " stream of its own bytes on one thread (cached_copy: memcpy; cached_copy_inplace)\n");
-  out << format_line("%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s %5s  %s\n", "case", "dtype", "thr",
-                     "in_place", "layout", "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "GHz", "shape");
+  out << format_line("%-17s %-8s %3s %-8s %-6s %10s %8s %9s %6s %-13s %4s %5s %1s  %s\n", "case", "dtype", "thr",
+                     "in_place", "layout", "median_ms", "GB/s", "base_GB/s", "ratio", "target", "reps", "GHz", "!",
+                     "shape");
 }
 
 void print_row(std::ostream& out, const Row& row) {
-  out << format_line("%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d %5.2f  %s\n", row.name.c_str(),
+  out << format_line("%-17s %-8s %3d %-8s %-6s %10.4f %8.2f %9.2f %6.3f %-13s %4d %5.2f %1s  %s\n", row.name.c_str(),
                      row.dtype.c_str(), row.threads, row.in_place ? "yes" : "no", row.layout.c_str(), row.median_ms,
                      row.gb_per_s, row.baseline_gb_per_s, row.ratio_to_copy, row.target.c_str(), row.repetitions,
-                     row.core_ghz, row.shape.c_str());
+                     row.core_ghz, row.unreliable.empty() ? "" : "!", row.shape.c_str());
 }
 
-void print_closing_text(std::ostream& out, const Closing& closing, size_t num_rows) {
+void judge_noise(Row& row, double other_cpu_percent) {
+  const double spread = row.min_ms > 0.0 ? row.median_ms / row.min_ms - 1.0 : 0.0;
+  if (spread > kUnreliableSpread) {
+    row.unreliable = detail::concat("spread ", format_number(100.0 * spread, 2), "%");
+  } else if (other_cpu_percent > kUnreliableCpuPercent) {  // false for NaN
+    row.unreliable = detail::concat("other processes ", format_number(other_cpu_percent, 2), "% CPU");
+  }
+}
+
+namespace {
+
+// The footnote of the "!" column, when a row has one.
+void print_unreliable_note(std::ostream& out, const std::vector<Row>& rows) {
+  const auto flagged = static_cast<size_t>(
+      std::count_if(rows.begin(), rows.end(), [](const Row& row) { return !row.unreliable.empty(); }));
+  if (flagged == 0) return;
+  out << format_line(
+      "# ! = unreliable (%zu of %zu rows): the median was more than %.0f%% above the fastest repetition, or other"
+      " processes took more than %.0f%% of the CPUs while the row was timed; rerun on a quiet machine\n",
+      flagged, rows.size(), 100.0 * kUnreliableSpread, kUnreliableCpuPercent);
+}
+
+}  // namespace
+
+void print_closing_text(std::ostream& out, const Closing& closing, const std::vector<Row>& rows) {
+  print_unreliable_note(out, rows);
   if (!closing.torch_note.empty()) out << format_line("%s\n", closing.torch_note.c_str());
   if (!closing.contention.empty()) out << format_line("# %s\n", closing.contention.c_str());
   if (!closing.core_clock.empty()) out << format_line("# %s\n", closing.core_clock.c_str());
-  out << format_line("# %zu rows in %.1f s\n", num_rows, closing.total_s);
+  out << format_line("# %zu rows in %.1f s\n", rows.size(), closing.total_s);
+}
+
+void print_quick(std::ostream& out, const QuickHeader& header, const std::vector<Row>& rows, const Closing& closing) {
+  // The kernel rows (a row's name is its workload's) out of place, at the largest thread count.
+  int max_threads = 1;
+  for (const Row& row : rows) max_threads = std::max(max_threads, row.threads);
+  std::vector<const Row*> shown;
+  for (const Row& row : rows) {
+    if (row.name == row.workload && !row.in_place && row.threads == max_threads && shown.size() < kQuickMaxRows) {
+      shown.push_back(&row);
+    }
+  }
+  const Row* prefill = nullptr;
+  for (const Row* row : shown) {
+    if (prefill == nullptr && row->name == "prefill") prefill = row;
+  }
+  // Hugging Face's formulation in PyTorch, on the prefill shape, next to the kernel.
+  const Row* torch = nullptr;
+  for (const Row& row : rows) {
+    if (row.name == "torch_hf" && row.workload == "prefill" && prefill != nullptr && row.dtype == prefill->dtype &&
+        row.threads == prefill->threads && shown.size() < kQuickMaxRows) {
+      torch = &row;
+      shown.push_back(&row);
+    }
+  }
+  out << format_line("rotary bench --quick: %s shapes, SIMD target %s, median of %d repetitions (rotary bench for"
+                     " every row)\n\n",
+                     header.preset.c_str(), header.target.c_str(), header.repetitions);
+  out << format_line("%-9s %-9s %7s %10s %8s %9s %1s\n", "case", "dtype", "threads", "median_ms", "GB/s", "x copy", "!");
+  for (const Row* row : shown) {
+    out << format_line("%-9s %-9s %7d %10.4f %8.2f %9.3f %1s\n", row->name.c_str(), row->dtype.c_str(), row->threads,
+                       row->median_ms, row->gb_per_s, row->ratio_to_copy, row->unreliable.empty() ? "" : "!");
+  }
+  out << "\n";
+  const Row* lead = prefill != nullptr ? prefill : (shown.empty() ? nullptr : shown.front());
+  if (lead != nullptr) {
+    std::string takeaway = detail::concat("takeaway: ", lead->name, " at ", format_number(lead->ratio_to_copy, 3),
+                                          "x this machine's copy bandwidth (", lead->dtype, ", ", lead->threads,
+                                          lead->threads == 1 ? " thread)" : " threads)");
+    if (torch != nullptr && torch->median_ms > 0.0 && lead->median_ms > 0.0) {
+      takeaway += detail::concat(", ", format_number(torch->median_ms / lead->median_ms, 3),
+                                 "x as fast as Hugging Face's PyTorch code (torch_hf)");
+    }
+    out << takeaway << "\n";
+  }
+  std::vector<Row> shown_rows;
+  for (const Row* row : shown) shown_rows.push_back(*row);
+  print_unreliable_note(out, shown_rows);
+  if (!closing.torch_note.empty()) out << format_line("%s\n", closing.torch_note.c_str());
+  if (!closing.contention.empty()) out << format_line("# %s\n", closing.contention.c_str());
 }
 
 void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& rows, const Closing& closing) {
@@ -61,6 +140,11 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
     writer.key("repetitions").value(row.repetitions);
     writer.key("calls_per_repetition").value(row.calls_per_repetition);
     writer.key("core_ghz").value(row.core_ghz);  // null when NaN
+    if (row.unreliable.empty()) {
+      writer.key("unreliable").null();
+    } else {
+      writer.key("unreliable").value(row.unreliable);
+    }
     writer.end_object();
   }
   writer.end_array();

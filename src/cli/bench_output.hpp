@@ -38,7 +38,18 @@ struct Row {
   // The core's effective clock just before the row was timed (add_chain_ghz), NaN (null) where
   // not measured (PyTorch rows): the rows bound by arithmetic move with it.
   double core_ghz = std::nan("");
+  // Why the machine's noise made this row unreliable ("spread 23%", "other processes 12% CPU"),
+  // empty when it did not: the text table marks such a row with "!", JSON gives the reason.
+  std::string unreliable;
 };
+
+// A row is unreliable when its median is more than kUnreliableSpread above its fastest repetition,
+// or when other processes (and hypervisor steal) took more than kUnreliableCpuPercent of the CPUs
+// while it was timed.
+inline constexpr double kUnreliableSpread = 0.15;
+inline constexpr double kUnreliableCpuPercent = 5.0;
+// Sets row.unreliable from its own spread and from `other_cpu_percent` (NaN: unknown).
+void judge_noise(Row& row, double other_cpu_percent);
 
 // The text output's first lines: how the rows were measured, then the table's header.
 struct Preamble {
@@ -64,7 +75,18 @@ struct Closing {
 };
 // Text: the notes as "#" lines and the row count. JSON: every row as one JSON list on `out` (one
 // document), the notes people need (PyTorch skipped, a busy machine, the clock) on `err`.
-void print_closing_text(std::ostream& out, const Closing& closing, size_t num_rows);
+void print_closing_text(std::ostream& out, const Closing& closing, const std::vector<Row>& rows);
+
+// `rotary bench --quick` for people: a few rows (each kernel case out of place at the largest
+// thread count, and Hugging Face's PyTorch formulation on prefill when it ran), at most
+// kQuickMaxRows, then one line of takeaway and the notes.
+inline constexpr size_t kQuickMaxRows = 8;
+struct QuickHeader {
+  std::string preset;
+  std::string target;
+  int repetitions = 0;
+};
+void print_quick(std::ostream& out, const QuickHeader& header, const std::vector<Row>& rows, const Closing& closing);
 void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& rows, const Closing& closing);
 
 }  // namespace rotary::cli::bench

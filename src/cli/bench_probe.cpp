@@ -86,6 +86,14 @@ std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after)
   return line;
 }
 
+double other_cpu_percent(const CpuSnapshot& before, const CpuSnapshot& after) {
+  const double wall_s = std::chrono::duration<double>(after.when - before.when).count();
+  if (before.all_busy_s < 0 || after.all_busy_s < 0 || wall_s < 0.05) return std::nan("");
+  const double cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  const double others = std::max(0.0, (after.all_busy_s - before.all_busy_s) - (after.own_s - before.own_s));
+  return 100.0 * (others + (after.steal_s - before.steal_s)) / (wall_s * cpus);
+}
+
 double add_chain_ghz(int64_t adds) {
 #if defined(__x86_64__) || defined(__aarch64__)
   uint64_t value = 0;

@@ -51,6 +51,11 @@ CpuSnapshot cpu_snapshot();
 // /proc/stat could not be read.
 std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after);
 
+// Other processes' CPU use plus hypervisor steal between two snapshots, in percent of all CPUs
+// (the figure contention_line judges); NaN when /proc/stat could not be read or the interval is
+// under 50 ms (too short to say).
+double other_cpu_percent(const CpuSnapshot& before, const CpuSnapshot& after);
+
 // ---- how fast the core ran ---------------------------------------------------------------------
 
 // A chain of dependent integer additions, timed for about 20 ms: one addition per cycle on any

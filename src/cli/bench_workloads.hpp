@@ -1,9 +1,9 @@
 // src/cli/bench_workloads.hpp: the cases `rotary bench` times: Llama-3-8B's shapes (head_dim 128,
-// q 32 heads, k 8 heads; issue 5) and their data.
+// q 32 heads, k 8 heads) and their data.
 //   prefill       BSHD, batch 1, 4096 tokens, positions 0..4095
 //   prefill_long  the same with 32,768 tokens
 //   decode        BSHD, 64 sequences x 1 token at scattered per-token positions, q 40 heads
-//                 (the issue's decode target: under 50 us per call with 1 thread)
+//                 (a large model's decode step)
 //   varlen        THD, 8 packed sequences of 128..2560 tokens (8192 in all) with cu_seqlens,
 //                 positions from 0 in each sequence
 #pragma once
@@ -22,7 +22,7 @@ namespace rotary::cli::bench {
 constexpr int64_t kHeadDim = 128;
 constexpr int64_t kQHeads = 32;        // Llama-3-8B num_attention_heads
 constexpr int64_t kKvHeads = 8;        // num_key_value_heads (GQA)
-constexpr int64_t kDecodeQHeads = 40;  // issue 5's decode target: 64 x 1 token, 40 heads
+constexpr int64_t kDecodeQHeads = 40;  // a large model's decode step: 64 x 1 token, 40 heads
 constexpr int64_t kDecodeSequences = 64;
 constexpr int64_t kDecodePositionLimit = 32768;  // decode positions are drawn from [0, this)
 constexpr int64_t kPrefillTokens = 4096;

@@ -30,7 +30,7 @@ const char* const kCheckHelp =
     "Then, for information, which pairs the context drives past the angles seen in training.\n"
     "\n"
     "  --preset NAME   a built-in preset (rotary presets); default llama-3.1-8b\n"
-    "  --config FILE   a Hugging Face config.json\n"
+    "  --config FILE   a Hugging Face config.json, or a model folder holding one\n"
     "  --context N     target context in tokens (default: max_position_embeddings): the\n"
     "                  extrapolation target and the seq_len of dynamic NTK / LongRoPE; the decay is\n"
     "                  evaluated up to max(N, 2048)\n"

@@ -16,7 +16,7 @@ const char* const kFreqsHelp =
     "scaling of a model's RoPE, with per-pair diagnostics.\n"
     "\n"
     "  --preset NAME     a built-in preset (rotary presets); default llama-3.1-8b\n"
-    "  --config FILE     a Hugging Face config.json\n"
+    "  --config FILE     a Hugging Face config.json, or a model folder holding one\n"
     "  --seq-len N       sequence length, read by the sequence-dependent schemes only: dynamic NTK\n"
     "                    (base grows when N > max_position_embeddings) and LongRoPE (long factors\n"
     "                    when N > original_max_position_embeddings). Default 0: construction time.\n"

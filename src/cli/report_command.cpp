@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
+#include "core/json.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/report.hpp"
 #include "rotary/table.hpp"
@@ -19,6 +20,7 @@ namespace rotary::cli {
 
 const char* const kReportHelp =
     "usage: rotary report [--preset NAME | --config FILE | --compare A,B,...] [--context N] -o FILE.html\n"
+    "                     [--json]\n"
     "\n"
     "Writes one self-contained HTML page (inline SVG, no scripts, no network) with, per model:\n"
     "inv_freq and wavelength per pair against the default, the turns of each pair at a few\n"
@@ -29,13 +31,16 @@ const char* const kReportHelp =
     "docs/analysis.md explains each plot.\n"
     "\n"
     "  --preset NAME       a built-in preset (rotary presets); default llama-3.1-8b\n"
-    "  --config FILE       a Hugging Face config.json\n"
-    "  --compare A,B,...   several presets, compared side by side\n"
+    "  --config FILE       a Hugging Face config.json, or a model folder holding one\n"
+    "  --compare A,B,...   several models compared side by side: presets, config.json files or\n"
+    "                      model folders, comma-separated\n"
     "  --context N         target context in tokens (default: each model's max_position_embeddings)\n"
     "  --layer-type T      for configs with per-layer-type RoPE (not with --compare)\n"
     "  -o FILE             the HTML file to write (required); written to a temporary file beside\n"
     "                      it and renamed into place, so a failed write leaves FILE as it was.\n"
-    "                      Not the --config file.\n";
+    "                      Not the --config file. -o - writes the page to stdout.\n"
+    "  --json              print {\"path\", \"plots\", \"models\": [{\"name\", \"source\"}]} instead of the\n"
+    "                      sentence (not with -o -)\n";
 
 namespace {
 
@@ -92,7 +97,7 @@ int run_report(Args& args) {
   const std::optional<std::string> layer_type = args.value("--layer-type");
 
   std::vector<analysis::ReportModel> models;
-  std::optional<std::string> input_config;  // read by the report, so -o must not replace it
+  std::vector<std::string> input_configs;  // read by the report, so -o must not replace them
   if (compare) {
     const std::optional<std::string> preset_name = args.value("--preset", "a preset name");
     const std::optional<std::string> config_path = args.value("--config", "a file path");
@@ -101,29 +106,47 @@ int run_report(Args& args) {
                                       *compare, ")"));
     }
     const std::vector<std::string> names = split_names(*compare);
-    if (names.empty()) throw UsageError(detail::concat("report: --compare needs preset names A,B,... (got \"", *compare, "\")"));
+    if (names.empty()) {
+      throw UsageError(detail::concat("report: --compare needs models A,B,... (presets, config.json files or model folders)"
+                                      " (got \"", *compare, "\")"));
+    }
     for (const std::string& name : names) {
-      std::string known;
-      for (const PresetInfo& info : list_presets()) {
-        if (info.name == name) known = name;
+      if (const std::optional<std::string> known = resolve_preset_name("report", "--compare", name, true)) {
+        models.push_back({*known, "preset " + *known, preset(*known).spec, context.value_or(0)});
+        continue;
       }
-      if (known.empty()) {
-        throw UsageError(detail::concat("report: --compare must list built-in presets (see rotary presets) (got \"",
-                                        name, "\")"));
+      std::error_code ignored;
+      if (!std::filesystem::exists(name, ignored)) {
+        std::vector<std::string> preset_names;
+        for (const PresetInfo& info : list_presets()) preset_names.push_back(info.name);
+        const std::optional<std::string> near = nearest(name, preset_names);
+        throw UsageError(detail::concat("report: --compare entries must be presets (see rotary presets), config.json "
+                                        "files or model folders (got \"", name, "\", neither a preset nor a path)",
+                                        near ? "; did you mean " + *near + "?" : std::string()));
       }
-      models.push_back({name, "preset " + name, preset(name).spec, context.value_or(0)});
+      const std::string path = config_file_path("report", "--compare", name);
+      const HfRopeConfig config = load_hf_config(path);
+      for (const std::string& warning : config.warnings) args.err() << "rotary: warning: " << warning << "\n";
+      models.push_back({config.spec.name.empty() ? path : config.spec.name, path, config.spec, context.value_or(0)});
+      input_configs.push_back(path);
     }
   } else {
     const LoadedConfig loaded = load_config(args);
     const RopeSpec& spec = select_spec(loaded, layer_type);
     models.push_back({spec.name.empty() ? loaded.source : spec.name, loaded.source, spec, context.value_or(0)});
-    input_config = loaded.config_path;
+    if (loaded.config_path) input_configs.push_back(*loaded.config_path);
   }
-  if (!output) throw UsageError("report: -o FILE is required: the HTML file to write (got no -o)");
+  const bool as_json = args.has_switch("--json");
+  if (!output) throw UsageError("report: -o FILE is required: the HTML file to write, or - for stdout (got no -o)");
   args.finish();
-  if (input_config && detail::same_file(*output, *input_config)) {
-    throw UsageError(detail::concat("report: -o must not be the input --config: it would be replaced by the report (got ",
-                                    *output == *input_config ? *output + " for both" : *input_config + " and " + *output,
+  if (as_json && is_stdout(output)) {
+    throw UsageError("report: --json prints where the page went, so it needs -o FILE (got -o - and --json)");
+  }
+  for (const std::string& input : input_configs) {
+    if (is_stdout(output) || !detail::same_file(*output, input)) continue;
+    throw UsageError(detail::concat("report: -o must not be the input ", compare ? "--compare entry" : "--config",
+                                    ": it would be replaced by the report (got ",
+                                    *output == input ? *output + " for both" : input + " and " + *output,
                                     ", the same file)"));
   }
   if (args.parse_only()) return 0;
@@ -134,9 +157,31 @@ int run_report(Args& args) {
   options.command_line = command_line(args);
   options.docs_url = docs_url();
   const std::string html = analysis::render_report(models, options);
+  if (is_stdout(output)) {
+    args.out() << html;
+    return 0;
+  }
   // "report: cannot write <path>: <reason>"; a failure leaves an existing file as it was.
   detail::write_file_atomically(*output, html, "report");
-  args.out() << "report written to " << *output << " (" << analysis::count_report_plots(html) << " plots)\n";
+  const int64_t plots = analysis::count_report_plots(html);
+  if (as_json) {
+    json::Writer out;
+    out.begin_object();
+    out.key("path").value(*output);
+    out.key("plots").value(plots);
+    out.key("models").begin_array();
+    for (const analysis::ReportModel& model : models) {
+      out.begin_object();
+      out.key("name").value(model.name);
+      out.key("source").value(model.source);
+      out.end_object();
+    }
+    out.end_array();
+    out.end_object();
+    args.out() << out.str() << "\n";
+    return 0;
+  }
+  args.out() << "report written to " << *output << " (" << plots << " plots)\n";
   return 0;
 }
 

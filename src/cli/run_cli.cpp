@@ -5,6 +5,7 @@
 #include "run_cli.hpp"
 
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,10 @@ constexpr const char* kUsage =
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "\n"
-    "Each command takes --help. A command given neither --preset nor --config uses the default\n"
-    "preset, llama-3.1-8b.\n";
+    "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
+    "prints the version. A command given neither --preset nor --config uses the default preset,\n"
+    "llama-3.1-8b. --preset takes a preset's name in any case or its Hugging Face repository id\n"
+    "(meta-llama/Llama-3.1-8B); --config a config.json or a model folder holding one.\n";
 
 struct Command {
   const char* name;
@@ -60,12 +63,39 @@ std::vector<std::string> command_names() {
   return names;
 }
 
+namespace {
+
+// "command must be one of ... (got "explian"); did you mean explain?".
+int unknown_command(const std::string& what, const std::string& given, std::ostream& err) {
+  const std::optional<std::string> near = nearest(given, command_names());
+  err << "rotary: error: " << what
+      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report (got \"" << given
+      << "\")" << (near ? "; did you mean " + *near + "?" : std::string()) << " (see rotary --help)\n";
+  return 2;
+}
+
+}  // namespace
+
 int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err, Effects effects) {
-  if (tokens.empty() || tokens[0] == "--help" || tokens[0] == "-h" || tokens[0] == "help") {
+  if (tokens.empty() || tokens[0] == "--help" || tokens[0] == "-h" || (tokens[0] == "help" && tokens.size() == 1)) {
     out << kUsage;
     return tokens.empty() ? 2 : 0;
   }
-  if (tokens[0] == "--version") {
+  if (tokens[0] == "help") {  // rotary help COMMAND
+    if (tokens.size() > 2) {
+      err << "rotary: error: help takes one command (got " << tokens.size() - 1 << " arguments: " << tokens[1] << " "
+          << tokens[2] << (tokens.size() > 3 ? " ..." : "") << ")\n";
+      return 2;
+    }
+    for (const Command& command : kCommands) {
+      if (tokens[1] == command.name) {
+        out << *command.help;
+        return 0;
+      }
+    }
+    return unknown_command("help: COMMAND", tokens[1], err);
+  }
+  if (tokens[0] == "--version" || tokens[0] == "-V") {
     out << "rotary " << ROTARY_VERSION << "\n";  // CMake's project(VERSION): the one version string
     return 0;
   }
@@ -87,9 +117,7 @@ int run_cli(const std::vector<std::string>& tokens, std::ostream& out, std::ostr
       return 2;
     }
   }
-  err << "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, "
-         "report (got \"" << tokens[0] << "\"); see rotary --help\n";
-  return 2;
+  return unknown_command("command", tokens[0], err);
 }
 
 }  // namespace rotary::cli

@@ -79,6 +79,11 @@ class ConfigReader {
   void warn(Parts&&... parts) {
     warnings_.push_back(detail::concat(source_, ": ", std::forward<Parts>(parts)...));
   }
+  // For what transformers warns about in a config that is correct as published (HfRopeConfig::notes).
+  template <typename... Parts>
+  void note(Parts&&... parts) {
+    notes_.push_back(detail::concat(source_, ": ", std::forward<Parts>(parts)...));
+  }
 
   // ---- lookups ------------------------------------------------------------------------------
   // A top-level field; multimodal configs (Qwen2.5-VL, Qwen3-VL, Gemma 3) keep the language
@@ -149,6 +154,7 @@ class ConfigReader {
   const json::Value* text_config_ = nullptr;
   std::string source_;
   std::vector<std::string> warnings_;
+  std::vector<std::string> notes_;
 
   // Geometry shared by every layer type.
   std::string model_type_;
@@ -402,12 +408,22 @@ void ConfigReader::read_scaling(const Field& params, const std::string& rope_typ
            static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
            " as transformers does");
     } else if (max_position_embeddings_ > 0) {
-      // HF _validate_yarn_rope_parameters: factor should equal Lmax / L0 unless that ratio is 1.
+      // HF _validate_yarn_rope_parameters warns when factor != Lmax / L0 (unless that ratio is 1).
+      // Lmax past L0 x factor, the context YaRN extends to, is a fault; Lmax below it is Qwen's own
+      // recipe (factor 4 over 32768, max_position_embeddings left at 40960), correct: a note.
       const double implicit = static_cast<double>(max_position_embeddings_) /
                               static_cast<double>(s.original_max_position_embeddings);
       if (implicit != *s.factor && implicit != 1.0) {
-        warn("the explicit YaRN factor ", *s.factor, " does not match max_position_embeddings / ",
-             "original_max_position_embeddings = ", implicit, "; the explicit factor is used, as transformers does");
+        const auto say = [&](auto&&... parts) {
+          if (implicit > *s.factor) {
+            warn(std::forward<decltype(parts)>(parts)...);
+          } else {
+            note(std::forward<decltype(parts)>(parts)...);
+          }
+        };
+        say("the explicit YaRN factor ", *s.factor, " does not match max_position_embeddings / ",
+            "original_max_position_embeddings = ", implicit, "; the explicit factor is used, as transformers does",
+            implicit > *s.factor ? "" : " (transformers warns; the scaling reaches past max_position_embeddings)");
       }
     }
   } else if (rope_type == "longrope") {
@@ -437,11 +453,20 @@ void ConfigReader::read_scaling(const Field& params, const std::string& rope_typ
         fail_at(params.value, params.path, ".factor and max_position_embeddings are both missing: LongRoPE's ",
                 "attention scaling needs one");
       }
-      // HF's Phi-3 note: the factor is derived from max_position_embeddings / original.
-      warn(params.path, " has no factor; LongRoPE's attention scaling uses max_position_embeddings / ",
-           "original_max_position_embeddings = ",
-           static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
-           " (transformers recommends setting factor)");
+      // HF's Phi-3 note: the factor is derived from max_position_embeddings / original. With a
+      // top-level original_max_position_embeddings that is Phi-3's published layout, correct as
+      // it is (transformers still asks for a factor): a note; otherwise a warning.
+      const auto say = [&](auto&&... parts) {
+        if (top_original_max_.present_non_null()) {
+          note(std::forward<decltype(parts)>(parts)...);
+        } else {
+          warn(std::forward<decltype(parts)>(parts)...);
+        }
+      };
+      say(params.path, " has no factor; LongRoPE's attention scaling uses max_position_embeddings / ",
+          "original_max_position_embeddings = ",
+          static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
+          " (transformers recommends setting factor)");
     }
   } else if (rope_type == "llama3") {
     s.type = ScalingType::Llama3;
@@ -645,6 +670,7 @@ HfRopeConfig ConfigReader::read() {
     }
   }
   result.warnings = std::move(warnings_);
+  result.notes = std::move(notes_);
   return result;
 }
 

@@ -87,9 +87,11 @@ TEST_P(GoldenPositive, FrequenciesMatchHuggingFace) {
   EXPECT_LE(test::ulp_distance(freqs.attention_scaling, hf_scaling), 1)
       << freqs.attention_scaling << " vs HF " << hf_scaling;
 
-  // What HF warns about, rotary reports (never silence).
+  // What HF warns about, rotary reports (never silence): as a warning, or as a note when the
+  // config is correct as published (Phi-3's derived factor).
   if (!root.find("hf_log_messages")->as_array().empty()) {
-    EXPECT_FALSE(config.warnings.empty()) << "HF logged a warning for this config; rotary said nothing";
+    EXPECT_FALSE(config.warnings.empty() && config.notes.empty())
+        << "HF logged a warning for this config; rotary said nothing";
   }
 }
 

@@ -140,7 +140,9 @@ TEST(HfConfig, RopeInterleaveFalseKeepsNeox) {
   EXPECT_EQ(c.spec.style, Style::NeoX);
 }
 
-TEST(HfConfig, PhiTopLevelOriginalMaxOverridesAndLongropeWarns) {
+// Phi-3's published layout (top-level original_max_position_embeddings, no factor) is correct:
+// what transformers says about it is a note, not a warning.
+TEST(HfConfig, PhiTopLevelOriginalMaxOverridesWithANoteNotAWarning) {
   std::string shorts = "[";
   for (int i = 0; i < 48; ++i) shorts += (i ? ", " : "") + std::string("1.5");
   shorts += "]";
@@ -150,7 +152,14 @@ TEST(HfConfig, PhiTopLevelOriginalMaxOverridesAndLongropeWarns) {
   EXPECT_EQ(c.spec.scaling.type, ScalingType::LongRope);
   EXPECT_EQ(c.spec.scaling.original_max_position_embeddings, 4096);
   EXPECT_FALSE(c.spec.scaling.factor.has_value());
-  EXPECT_TRUE(any_contains(c.warnings, "has no factor"));
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  EXPECT_TRUE(any_contains(c.notes, "has no factor"));
+  // The same lists with original_max_position_embeddings inside rope_scaling and no factor: a
+  // layout transformers recommends completing, so rotary says so.
+  const HfRopeConfig in_dict = parse_hf_config(R"({"hidden_size": 3072, "num_attention_heads": 32,
+      "max_position_embeddings": 131072, "rope_theta": 10000.0, "rope_scaling": {"type": "longrope",
+      "original_max_position_embeddings": 4096, "short_factor": )" + shorts + R"(, "long_factor": )" + shorts + "}}");
+  EXPECT_TRUE(any_contains(in_dict.warnings, "has no factor"));
 }
 
 TEST(HfConfig, SuIsLongRope) {
@@ -173,6 +182,16 @@ TEST(HfConfig, YarnFactorMismatchWarnsLikeHuggingFace) {
   const HfRopeConfig c = parse_hf_config(
       llama(R"("rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})"));
   EXPECT_TRUE(any_contains(c.warnings, "does not match"));
+}
+
+// Qwen3's documented YaRN recipe: factor 4 over 32768, max_position_embeddings left at 40960.
+// The scaling reaches 131072 > 40960: nothing is wrong, so transformers' warning is a note.
+TEST(HfConfig, YarnFactorPastMaxPositionsIsANoteNotAWarning) {
+  const HfRopeConfig c = parse_hf_config(R"({"head_dim": 128, "hidden_size": 4096, "max_position_embeddings": 40960,
+      "model_type": "qwen3", "num_attention_heads": 32, "num_key_value_heads": 8, "rope_theta": 1000000,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})");
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  EXPECT_TRUE(any_contains(c.notes, "does not match"));
 }
 
 TEST(HfConfig, YarnBetaZeroMeansDefault) {
