@@ -21,6 +21,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "src/cpu/kernels.hpp"
+#include "src/cpu/storage.hpp"
 #include "src/cpu/targets.hpp"
 
 namespace rotary {
@@ -64,26 +65,6 @@ bool kernel_can_take(const TensorView& in, const TensorView& out) {
   return named_axes(in).stride_dim == 1 && named_axes(out).stride_dim == 1;
 }
 
-double load_element(const unsigned char* base, DType dtype, int64_t offset_elems) {
-  switch (dtype) {
-    case DType::F32: return reinterpret_cast<const float*>(base)[offset_elems];
-    case DType::BF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
-    case DType::F16: return f16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
-    case DType::F64: return reinterpret_cast<const double*>(base)[offset_elems];
-  }
-  return 0.0;
-}
-
-// Stores a value with one rounding to the output type.
-void store_element(unsigned char* base, DType dtype, int64_t offset_elems, double value) {
-  switch (dtype) {
-    case DType::F32: reinterpret_cast<float*>(base)[offset_elems] = static_cast<float>(value); return;
-    case DType::BF16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_bf16(value); return;
-    case DType::F16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_f16(value); return;
-    case DType::F64: reinterpret_cast<double*>(base)[offset_elems] = value; return;
-  }
-}
-
 // One token's heads of a tensor the kernels cannot read directly (see the file comment).
 // `args` carries the row, pairing and direction; `buffer` holds 2 * num_pairs floats.
 void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxes& in_axes,
@@ -96,7 +77,7 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
     const int64_t out_head = h * out_axes.stride_heads;
     for (int64_t e = 0; e < width; ++e) {
       // float64 inputs round to float32 here: the kernels' math is float32.
-      buffer[e] = static_cast<float>(load_element(in, in_type, in_head + (offset + e) * in_axes.stride_dim));
+      buffer[e] = static_cast<float>(cpu::load_element(in, in_type, in_head + (offset + e) * in_axes.stride_dim));
     }
     args.in = buffer;
     args.out = buffer;
@@ -108,13 +89,13 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
     args.stream_stores = false;
     cpu::rotate_token(DType::F32, args, nullptr);
     for (int64_t e = 0; e < width; ++e) {
-      store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
+      cpu::store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
     }
     if (in_place) continue;
     for (int64_t e = 0; e < in_axes.dim; ++e) {
       if (e >= offset && e < offset + width) continue;
-      store_element(out, out_type, out_head + e * out_axes.stride_dim,
-                    load_element(in, in_type, in_head + e * in_axes.stride_dim));
+      cpu::store_element(out, out_type, out_head + e * out_axes.stride_dim,
+                         cpu::load_element(in, in_type, in_head + e * in_axes.stride_dim));
     }
   }
 }
