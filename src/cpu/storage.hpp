@@ -53,7 +53,9 @@ inline void store_element(void* data, DType dtype, int64_t offset_elems, double 
 // The bf16 and f16 ones are written without branches so that the loops vectorize (tensor.hpp's
 // conversions are out of line). They were checked bit-identical to bf16_to_float /
 // float_to_bf16 / f16_to_float / float_to_f16 (src/core/tensor.cpp) over all 2^16 / 2^32
-// inputs when written; the Python tests compare LikeTorch results with torch bit for bit.
+// inputs when written; tests/cpu/storage_test.cpp keeps checking every 16-bit pattern and a
+// dense sample of float32 ones, and the Python tests compare LikeTorch results with torch bit
+// for bit.
 template <DType D> struct ElementStorage;
 
 template <> struct ElementStorage<DType::F32> {
