@@ -16,10 +16,11 @@
 //
 // Cost. A stored table, one stream, no xPos, forward (the common case): a pointer into the
 // table, no copy (rows() is inline). Otherwise the values are computed into the caller's
-// RowScratch: a stored row copied and negated (backward); a row computed from the angle per
-// stream (on-the-fly tables: the table's own row(), tens of ns per pair); the M-RoPE / vision
-// gather (one row per stream, then one pass over the pairs); xPos adds a pow() per pair.
-// The pointers stay valid until the next rows() call with the same scratch.
+// RowScratch: backward negates sin (one pass over the pairs); an on-the-fly table computes each
+// row (CosSinTable::row: about 250 ns for 64 pairs, docs/performance.md); M-RoPE / vision read
+// one row per stream and gather the pairs; xPos adds a pow() per pair. Rows a token repeats
+// (every head of q and k) are computed once per token, not per head. The pointers stay valid
+// until the next rows() call with the same scratch.
 //
 // Thread safety. A RowSource is immutable after construction and rows() is const: any number of
 // threads may call it at once, each with its own RowScratch. Stored tables: every row rows() is
