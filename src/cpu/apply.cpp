@@ -1,28 +1,29 @@
 // src/cpu/apply.cpp: rotary::apply, the fast path: plan a checked call, split its tokens over
 // the thread pool, and rotate each token's heads with the SIMD kernels (rotate_kernels-inl.h).
 //
-// Per token: resolve its position(s) (per-token positions, sequence offsets or arange; THD
-// sequences from cu_seqlens), fetch the cos/sin row (a pointer into a stored table, or a row
-// computed into a per-thread buffer for on-the-fly tables, M-RoPE / vision gathers and xPos),
-// then one kernel call per tensor rotates all of that token's heads. Every element is computed
-// the same way whichever thread handles its token, so results are bitwise identical for any
-// thread count.
+// The call: check it, store the table rows it reads (Stored tables), then per chunk of tokens,
+// per token: its position(s) and its place in the tensors (token_addressing.hpp), its cos/sin
+// rows for q and k (row_source.hpp: a pointer into a stored table, or rows computed for
+// on-the-fly tables, M-RoPE / vision, xPos, backward), then one kernel call rotates all of that
+// token's q and k heads. Every element is computed the same way whichever thread handles its
+// token, so results are bitwise identical for any thread count.
 //
 // Tensors the kernels cannot read directly (a head dim with a stride other than 1, float64
 // storage, an output dtype different from its input's) are gathered head by head into a
 // float32 buffer, rotated there by the same float32 kernel, and scattered back converted: the
 // rotated values are those of the direct path, so in-place, out-of-place and strided calls
 // agree bit for bit. Pass-through elements are converted directly from input to output.
-#include <algorithm>
-#include <cmath>
-#include <functional>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "src/cpu/kernels.hpp"
+#include "src/cpu/row_source.hpp"
+#include "src/cpu/storage.hpp"
 #include "src/cpu/targets.hpp"
+#include "src/cpu/token_addressing.hpp"
 
 namespace rotary {
 
@@ -36,53 +37,10 @@ constexpr int64_t kStreamOutputBytes = int64_t{16} << 20;
 
 // ---- one call ---------------------------------------------------------------------------------
 
-struct TensorPlan {
-  const unsigned char* in = nullptr;
-  unsigned char* out = nullptr;
-  DType dtype = DType::F32;
-  int64_t element_bytes = 4;      // of the input
-  int64_t out_element_bytes = 4;  // of the output (differs when the call converts)
-  NamedAxes in_axes, out_axes;
-  bool in_place = false;
-};
-
-TensorPlan plan_tensor(const TensorView& in, const TensorView& out) {
-  TensorPlan p;
-  p.in = static_cast<const unsigned char*>(in.data);
-  p.out = static_cast<unsigned char*>(out.data);
-  p.dtype = in.dtype;
-  p.element_bytes = dtype_size(in.dtype);
-  p.out_element_bytes = dtype_size(out.dtype);
-  p.in_axes = named_axes(in);
-  p.out_axes = named_axes(out);
-  p.in_place = in.data == out.data;
-  return p;
-}
-
 bool kernel_can_take(const TensorView& in, const TensorView& out) {
   if (in.data == nullptr) return true;  // absent k
   if (in.dtype != out.dtype || in.dtype == DType::F64) return false;
   return named_axes(in).stride_dim == 1 && named_axes(out).stride_dim == 1;
-}
-
-double load_element(const unsigned char* base, DType dtype, int64_t offset_elems) {
-  switch (dtype) {
-    case DType::F32: return reinterpret_cast<const float*>(base)[offset_elems];
-    case DType::BF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
-    case DType::F16: return f16_to_float(reinterpret_cast<const uint16_t*>(base)[offset_elems]);
-    case DType::F64: return reinterpret_cast<const double*>(base)[offset_elems];
-  }
-  return 0.0;
-}
-
-// Stores a value with one rounding to the output type.
-void store_element(unsigned char* base, DType dtype, int64_t offset_elems, double value) {
-  switch (dtype) {
-    case DType::F32: reinterpret_cast<float*>(base)[offset_elems] = static_cast<float>(value); return;
-    case DType::BF16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_bf16(value); return;
-    case DType::F16: reinterpret_cast<uint16_t*>(base)[offset_elems] = double_to_f16(value); return;
-    case DType::F64: reinterpret_cast<double*>(base)[offset_elems] = value; return;
-  }
 }
 
 // One token's heads of a tensor the kernels cannot read directly (see the file comment).
@@ -97,7 +55,7 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
     const int64_t out_head = h * out_axes.stride_heads;
     for (int64_t e = 0; e < width; ++e) {
       // float64 inputs round to float32 here: the kernels' math is float32.
-      buffer[e] = static_cast<float>(load_element(in, in_type, in_head + (offset + e) * in_axes.stride_dim));
+      buffer[e] = static_cast<float>(cpu::load_element(in, in_type, in_head + (offset + e) * in_axes.stride_dim));
     }
     args.in = buffer;
     args.out = buffer;
@@ -109,14 +67,90 @@ void rotate_gathered(const unsigned char* in, unsigned char* out, const NamedAxe
     args.stream_stores = false;
     cpu::rotate_token(DType::F32, args, nullptr);
     for (int64_t e = 0; e < width; ++e) {
-      store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
+      cpu::store_element(out, out_type, out_head + (offset + e) * out_axes.stride_dim, buffer[e]);
     }
     if (in_place) continue;
     for (int64_t e = 0; e < in_axes.dim; ++e) {
       if (e >= offset && e < offset + width) continue;
-      store_element(out, out_type, out_head + e * out_axes.stride_dim,
-                    load_element(in, in_type, in_head + e * in_axes.stride_dim));
+      cpu::store_element(out, out_type, out_head + e * out_axes.stride_dim,
+                         cpu::load_element(in, in_type, in_head + e * in_axes.stride_dim));
     }
+  }
+}
+
+// One tensor (q or k) of a call: where it is, and the kernel arguments that are the same for all
+// of its tokens (HeadsArgs' in, out, cos and sin are per token).
+struct TensorCall {
+  const unsigned char* in = nullptr;
+  unsigned char* out = nullptr;
+  DType dtype = DType::F32;
+  DType out_dtype = DType::F32;   // differs from dtype when the call converts
+  int64_t element_bytes = 4;      // of the input
+  int64_t out_element_bytes = 4;  // of the output
+  NamedAxes in_axes, out_axes;
+  bool in_place = false;
+  bool direct = false;  // the kernels read it in place; otherwise rotate_gathered
+  cpu::HeadsArgs args;
+};
+
+TensorCall plan_tensor(const TensorView& in, const TensorView& out, const ApplyOptions& options, int64_t num_pairs,
+                       Style style, bool memory_bound, int64_t max_head_groups) {
+  TensorCall call;
+  call.in = static_cast<const unsigned char*>(in.data);
+  call.out = static_cast<unsigned char*>(out.data);
+  call.dtype = in.dtype;
+  call.out_dtype = out.dtype;
+  call.element_bytes = dtype_size(in.dtype);
+  call.out_element_bytes = dtype_size(out.dtype);
+  call.in_axes = named_axes(in);
+  call.out_axes = named_axes(out);
+  call.in_place = in.data == out.data;
+  call.direct = kernel_can_take(in, out);
+  cpu::HeadsArgs& a = call.args;
+  a.in_head_stride = call.in_axes.stride_heads;
+  a.out_head_stride = call.out_axes.stride_heads;
+  a.num_heads = call.in_axes.heads;
+  a.head_dim = call.in_axes.dim;
+  a.rotary_offset = options.rotary_offset;
+  a.num_pairs = num_pairs;
+  a.style = style;
+  a.copy_passthrough = !call.in_place;
+  a.stream_stores = !call.in_place && memory_bound;
+  a.max_head_groups = max_head_groups;
+  a.memory_bound = memory_bound;
+  return call;
+}
+
+// One token: its q heads and, if there is a k (calls.size() == 2), its k heads, with its rows.
+// The kernels take q and k of a token in one call (they may interleave their heads); a tensor
+// they cannot read directly goes through rotate_gathered on its own. `gather`: 2 * num_pairs
+// floats when a tensor is gathered.
+void rotate_token_heads(std::span<const TensorCall> calls, cpu::TokenCoordinates at, const cpu::TokenRows& rows,
+                        float* gather) {
+  cpu::HeadsArgs args[2];
+  bool take[2] = {false, false};
+  for (size_t which = 0; which < calls.size(); ++which) {
+    const TensorCall& call = calls[which];
+    // No heads: nothing to rotate, and the data may be null (no arithmetic on it then).
+    if (call.in_axes.heads == 0) continue;
+    cpu::HeadsArgs& a = args[which];
+    a = call.args;
+    a.in = call.in + token_offset_elems(at, call.in_axes) * call.element_bytes;
+    a.out = call.out + token_offset_elems(at, call.out_axes) * call.out_element_bytes;
+    a.cos = which == 0 ? rows.q_cos : rows.k_cos;
+    a.sin = which == 0 ? rows.q_sin : rows.k_sin;
+    if (call.direct) {
+      take[which] = true;
+    } else {
+      rotate_gathered(static_cast<const unsigned char*>(a.in), static_cast<unsigned char*>(a.out), call.in_axes,
+                      call.out_axes, call.dtype, call.out_dtype, call.in_place, a, gather);
+    }
+  }
+  if (take[0] && take[1] && calls[0].dtype == calls[1].dtype) {
+    cpu::rotate_token(calls[0].dtype, args[0], &args[1]);
+  } else {
+    if (take[0]) cpu::rotate_token(calls[0].dtype, args[0], nullptr);
+    if (take[1]) cpu::rotate_token(calls[1].dtype, args[1], nullptr);
   }
 }
 
@@ -126,195 +160,59 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
            const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
   check_apply_arguments(q, k, q_out, k_out, positions, table, options);
   cpu::apply_target_from_environment();
-  const int64_t max_head_groups = cpu::max_head_groups();
-  const bool direct[2] = {kernel_can_take(q, q_out), kernel_can_take(k, k_out)};
 
-  const RopeSpec& spec = table.spec();
   const bool has_k = k.data != nullptr;
-  const TensorPlan qp = plan_tensor(q, q_out);
-  const TensorPlan kp = has_k ? plan_tensor(k, k_out) : TensorPlan{};
-  const NamedAxes& axes = qp.in_axes;
-  const bool thd = q.layout == Layout::THD;
+  const NamedAxes axes = named_axes(q);
+  const NamedAxes k_axes = has_k ? named_axes(k) : NamedAxes{};
   const int64_t tokens = axes.batch * axes.seq;
   // Nothing to rotate: no tokens, or no elements in any token (q with 0 heads and no k, say).
   // Return before the per-token loops below: 2^59 tokens of 0 heads are a valid, empty call.
   // (Tested without multiplying: with 0 tokens, heads x dim may overflow, and the checks allow it.)
   const bool q_has_elements = axes.heads > 0 && axes.dim > 0;
-  const bool k_has_elements = has_k && kp.in_axes.heads > 0 && kp.in_axes.dim > 0;
+  const bool k_has_elements = has_k && k_axes.heads > 0 && k_axes.dim > 0;
   if (tokens == 0 || !(q_has_elements || k_has_elements)) return;
-  const int64_t num_pairs = table.num_pairs();
-  const int streams = position_streams(spec);
-  const std::vector<int> pair_stream = pair_streams(spec);
-  const bool xpos = spec.xpos.has_value();
-  const bool backward = options.direction == Direction::Backward;
-  const bool stored = table.storage() == Storage::Stored;
 
-  // THD: the sequence of each token, and its index in it.
-  std::vector<int64_t> sequence_of;
-  if (thd) {
-    sequence_of.resize(static_cast<size_t>(tokens));
-    const std::span<const int64_t> cu = positions.cu_seqlens;
-    for (size_t b = 0; b + 1 < cu.size(); ++b) {
-      for (int64_t t = cu[b]; t < cu[b + 1]; ++t) sequence_of[static_cast<size_t>(t)] = static_cast<int64_t>(b);
-    }
-  }
-  // position of token t in stream `stream` (arguments are checked: every value is in range).
-  const int64_t* per_token = positions.source == Positions::Source::PerToken ? positions.values.data() : nullptr;
-  const int64_t* offsets = positions.source == Positions::Source::SequenceOffsets ? positions.values.data() : nullptr;
-  auto position_of = [&](int64_t t, int stream) -> int64_t {
-    if (per_token != nullptr) return per_token[stream * tokens + t];
-    const int64_t b = thd ? sequence_of[t] : t / axes.seq;
-    const int64_t s = thd ? t - positions.cu_seqlens[static_cast<size_t>(b)] : t % axes.seq;
-    return offsets != nullptr ? offsets[b] + s : s;
-  };
-
+  const cpu::TokenAddressing addressing(axes, q.layout == Layout::THD, positions);
+  const cpu::RowSource row_source(table, options.direction, options.xpos_length);
+  const int streams = row_source.streams();
   // Stored tables store the rows this call reads here, once, so workers only read: the pages of
   // its positions that are not stored yet, not a table up to its largest position (a decode step
   // at position 10^6 stores one page). Growth past max_bytes throws here, before any output is
   // written.
-  if (stored) {
-    const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
-    std::vector<int64_t> missing;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int s = 0; s < streams; ++s) {
-        const int64_t position = position_of(t, s);
-        if (position >= stored_prefix && !table.is_stored(position)) missing.push_back(position);
-      }
-    }
-    table.reserve_rows(missing);
-  }
+  row_source.store_rows(tokens, [&](int64_t t, int stream) { return addressing.position(t, stream); });
 
-  // xPos: zeta_i = (2i + 0.4 d) / (1.4 d), e(p) = (p - L // 2) / scale_base (flash-attn).
-  std::vector<double> zeta;
-  int64_t xpos_length = 0;
-  if (xpos) {
-    const double d = static_cast<double>(spec.rotary_dim);
-    for (int64_t i = 0; i < num_pairs; ++i) zeta.push_back((2.0 * static_cast<double>(i) + 0.4 * d) / (1.4 * d));
-    xpos_length = options.xpos_length > 0 ? options.xpos_length : spec.max_position_embeddings;
-  }
-
-  const bool direct_rows = stored && streams == 1 && !xpos;
-  // Outputs much larger than the caches are streamed past them (see HeadsArgs::stream_stores).
-  const int64_t output_bytes = tokens * (qp.out_axes.heads * qp.out_axes.dim * qp.out_element_bytes +
-                                         (has_k ? kp.out_axes.heads * kp.out_axes.dim * kp.out_element_bytes : 0));
-  // Out of place such calls stream their outputs; the kernels also order heads for memory
-  // (HeadsArgs::memory_bound).
+  // Outputs much larger than the caches are streamed past them (see HeadsArgs::stream_stores),
+  // and the kernels order heads for memory (HeadsArgs::memory_bound).
+  const NamedAxes q_out_axes = named_axes(q_out);
+  const NamedAxes k_out_axes = has_k ? named_axes(k_out) : NamedAxes{};
+  const int64_t output_bytes =
+      tokens * (q_out_axes.heads * q_out_axes.dim * dtype_size(q_out.dtype) +
+                (has_k ? k_out_axes.heads * k_out_axes.dim * dtype_size(k_out.dtype) : 0));
   const bool memory_bound = output_bytes >= kStreamOutputBytes;
+  const int64_t max_head_groups = cpu::max_head_groups();
+  const int64_t num_pairs = table.num_pairs();
+  const Style style = table.spec().style;
+  const TensorCall calls[2] = {
+      plan_tensor(q, q_out, options, num_pairs, style, memory_bound, max_head_groups),
+      has_k ? plan_tensor(k, k_out, options, num_pairs, style, memory_bound, max_head_groups) : TensorCall{}};
+  const std::span<const TensorCall> tensors(calls, has_k ? 2 : 1);
+  const bool any_gathered = !calls[0].direct || (has_k && !calls[1].direct);
+
   auto rotate_range = [&](int64_t first, int64_t last) {
-    // Per-thread row buffers: cos and sin for q, and for k when xPos scales them apart.
-    std::vector<float> buffer(static_cast<size_t>(direct_rows ? 0 : 6 * num_pairs));
-    std::vector<float> stream_rows(static_cast<size_t>(streams > 1 ? 2 * num_pairs * streams : 0));
-    std::vector<float> gather(static_cast<size_t>(direct[0] && direct[1] ? 0 : 2 * num_pairs));
-    // Backward: the kernels rotate one way, so the inverse takes -sin (q's, and k's when xPos
-    // gives k its own), negated here once per token (cpu::HeadsArgs::sin).
-    std::vector<float> negated_sin(static_cast<size_t>(backward ? 2 * num_pairs : 0));
+    cpu::RowScratch scratch(row_source);
+    std::vector<float> gather(static_cast<size_t>(any_gathered ? 2 * num_pairs : 0));
+    int64_t token_positions[cpu::kMaxPositionStreams];
     for (int64_t t = first; t < last; ++t) {
-      const float* q_cos = nullptr;
-      const float* q_sin = nullptr;
-      const float* k_cos = nullptr;
-      const float* k_sin = nullptr;
-      if (direct_rows) {
-        const float* row = table.stored_row(position_of(t, 0));
-        q_cos = k_cos = row;
-        q_sin = k_sin = row + num_pairs;
-      } else {
-        float* cos_row = buffer.data();
-        float* sin_row = cos_row + num_pairs;
-        if (streams == 1) {
-          table.row(position_of(t, 0), cos_row, sin_row);
-        } else {
-          // M-RoPE / vision: pair i takes its values from the row of its stream's position.
-          for (int s = 0; s < streams; ++s) {
-            table.row(position_of(t, s), stream_rows.data() + 2 * s * num_pairs,
-                      stream_rows.data() + (2 * s + 1) * num_pairs);
-          }
-          for (int64_t i = 0; i < num_pairs; ++i) {
-            const int s = pair_stream[i];
-            cos_row[i] = stream_rows[(2 * s) * num_pairs + i];
-            sin_row[i] = stream_rows[(2 * s + 1) * num_pairs + i];
-          }
-        }
-        q_cos = k_cos = cos_row;
-        q_sin = k_sin = sin_row;
-        if (xpos) {
-          float* qc = sin_row + num_pairs;
-          float* qs = qc + num_pairs;
-          float* kc = qs + num_pairs;
-          float* ks = kc + num_pairs;
-          const double e = static_cast<double>(position_of(t, 0) - xpos_length / 2) / spec.xpos->scale_base;
-          for (int64_t i = 0; i < num_pairs; ++i) {
-            const double scale = std::pow(zeta[i], e);
-            qc[i] = static_cast<float>(cos_row[i] * scale);
-            qs[i] = static_cast<float>(sin_row[i] * scale);
-            kc[i] = static_cast<float>(cos_row[i] / scale);
-            ks[i] = static_cast<float>(sin_row[i] / scale);
-          }
-          q_cos = qc;
-          q_sin = qs;
-          k_cos = kc;
-          k_sin = ks;
-        }
-      }
-      if (backward) {
-        float* q_negated = negated_sin.data();
-        for (int64_t i = 0; i < num_pairs; ++i) q_negated[i] = -q_sin[i];
-        if (k_sin == q_sin) {
-          k_sin = q_negated;
-        } else {
-          float* k_negated = q_negated + num_pairs;
-          for (int64_t i = 0; i < num_pairs; ++i) k_negated[i] = -k_sin[i];
-          k_sin = k_negated;
-        }
-        q_sin = q_negated;
-      }
-      const int64_t b = thd ? 0 : t / axes.seq;
-      const int64_t s = thd ? t : t % axes.seq;
-      // The kernels take q and k of a token in one call (they may interleave their heads); a
-      // tensor they cannot read directly goes through rotate_gathered on its own.
-      cpu::HeadsArgs args[2];
-      bool take[2] = {false, false};
-      for (int which = 0; which < (has_k ? 2 : 1); ++which) {
-        const TensorPlan& p = which == 0 ? qp : kp;
-        // No heads: nothing to rotate, and the data may be null (no arithmetic on it then).
-        if (p.in_axes.heads == 0) continue;
-        cpu::HeadsArgs& a = args[which];
-        a.in = p.in + (b * p.in_axes.stride_batch + s * p.in_axes.stride_seq) * p.element_bytes;
-        a.out = p.out + (b * p.out_axes.stride_batch + s * p.out_axes.stride_seq) * p.out_element_bytes;
-        a.in_head_stride = p.in_axes.stride_heads;
-        a.out_head_stride = p.out_axes.stride_heads;
-        a.num_heads = p.in_axes.heads;
-        a.head_dim = p.in_axes.dim;
-        a.rotary_offset = options.rotary_offset;
-        a.num_pairs = num_pairs;
-        a.cos = which == 0 ? q_cos : k_cos;
-        a.sin = which == 0 ? q_sin : k_sin;
-        a.style = spec.style;
-        a.copy_passthrough = !p.in_place;
-        a.stream_stores = !p.in_place && memory_bound;
-        a.max_head_groups = max_head_groups;
-        a.memory_bound = memory_bound;
-        if (direct[which]) {
-          take[which] = true;
-        } else {
-          const TensorView& in_view = which == 0 ? q : k;
-          const TensorView& out_view = which == 0 ? q_out : k_out;
-          rotate_gathered(static_cast<const unsigned char*>(a.in), static_cast<unsigned char*>(a.out), p.in_axes,
-                          p.out_axes, in_view.dtype, out_view.dtype, p.in_place, a, gather.data());
-        }
-      }
-      if (take[0] && take[1] && qp.dtype == kp.dtype) {
-        cpu::rotate_token(qp.dtype, args[0], &args[1]);
-      } else {
-        if (take[0]) cpu::rotate_token(qp.dtype, args[0], nullptr);
-        if (take[1]) cpu::rotate_token(kp.dtype, args[1], nullptr);
-      }
+      for (int s = 0; s < streams; ++s) token_positions[s] = addressing.position(t, s);
+      const cpu::TokenRows rows = row_source.rows({token_positions, static_cast<size_t>(streams)}, scratch);
+      rotate_token_heads(tensors, addressing.coordinates(t), rows, gather.data());
     }
     // Non-temporal stores are weakly ordered: fence them before this thread reports its rows
     // done (parallel_rows' completion), once for all of them.
     if (memory_bound) cpu::flush_streamed_stores();
   };
 
-  const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? kp.in_axes.heads * kp.in_axes.dim : 0));
+  const int64_t elements = tokens * (axes.heads * axes.dim + (has_k ? k_axes.heads * k_axes.dim : 0));
   cpu::parallel_rows(tokens, elements, rotate_range);
 }
 

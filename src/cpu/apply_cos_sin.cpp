@@ -19,7 +19,6 @@
 // innocuous?", SIGNUM 1995). torch's bf16 / f16 add rounds through float32 first, which is
 // innocuous for the same reason (24 >= 2*11 + 2).
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -28,6 +27,7 @@
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
 #include "src/cpu/kernels.hpp"
+#include "src/cpu/storage.hpp"
 
 namespace rotary {
 
@@ -41,106 +41,9 @@ std::string_view to_string(Rounding rounding) {
 
 namespace {
 
-// Storage access by type: one instantiation of the row loop per storage dtype, so that the inner
-// loops have no per-element switch.
-template <DType D> struct Storage;
-template <> struct Storage<DType::F32> {
-  using Bits = float;
-  static float load(float v) { return v; }
-  static float store(double v) { return static_cast<float>(v); }
-  static float round(float v) { return v; }
-  static float store_rounded(float v) { return v; }
-};
-// bf16 is the common case of the drop-in: its rounding is written here without branches so that
-// the row loop vectorizes (the library's conversions are out of line). Round to nearest even on
-// the bits; a NaN stays a quiet NaN with its sign and high payload: c10::BFloat16's rule.
-// cond ? a : b with masks: a ternary over floating-point values can stay a branch (the
-// compiler may not speculate an operation that could raise an FP exception), which stops the
-// loop from vectorizing.
-inline uint32_t select(bool cond, uint32_t a, uint32_t b) {
-  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
-  return (a & mask) | (b & ~mask);
-}
-
-inline uint32_t bf16_round_bits(float value) {
-  const auto bits = std::bit_cast<uint32_t>(value);
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  const uint32_t quiet_nan = (bits | 0x00400000u) & 0xffff0000u;
-  return select((bits & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded);
-}
-
-template <> struct Storage<DType::BF16> {
-  using Bits = uint16_t;
-  static float load(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
-  static uint16_t store(double v) { return double_to_bf16(v); }
-  static float round(float v) { return std::bit_cast<float>(bf16_round_bits(v)); }
-  static uint16_t store_rounded(float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16); }
-};
-// binary16 the same way: decoding, the rounding onto the binary16 grid and the encoding of a
-// value already on it, without branches. Checked bit-identical to f16_to_float / float_to_f16
-// (src/core/tensor.cpp) over all 2^16 / 2^32 inputs when written (as were the bf16 ones above
-// against float_to_bf16); the Python tests compare the results with torch bit for bit.
-inline float f16_round(float value) {
-  const auto bits = std::bit_cast<uint32_t>(value);
-  const uint32_t sign = bits & 0x80000000u;
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  // Normal results (>= 2^-14): round away 13 mantissa bits to nearest even, as for bf16.
-  const uint32_t normal = (magnitude + 0xfffu + ((magnitude >> 13) & 1u)) & 0xffffe000u;
-  // Subnormal results are multiples of 2^-24: adding 0.5 (whose ulp is 2^-24) rounds to one,
-  // to nearest even, and subtracting it again is exact.
-  const uint32_t subnormal = std::bit_cast<uint32_t>((std::bit_cast<float>(magnitude) + 0.5f) - 0.5f);
-  const uint32_t quiet_nan = (magnitude | 0x00400000u) & 0x7fffe000u;
-  // 65520 and up (infinity included) round to infinity.
-  const uint32_t result = select(magnitude > 0x7f800000u, quiet_nan,
-                                 select(magnitude >= 0x477ff000u, 0x7f800000u,
-                                        select(magnitude >= 0x38800000u, normal, subnormal)));
-  return std::bit_cast<float>(sign | result);
-}
-inline float f16_decode(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu;
-  const uint32_t mantissa = bits & 0x3ffu;
-  const uint32_t normal = ((exponent + (127u - 15u)) << 23) | (mantissa << 13);
-  const uint32_t special = 0x7f800000u | (mantissa << 13);  // infinity, NaN payload kept
-  const auto subnormal = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f);  // exact
-  const uint32_t result = select(exponent == 0x1fu, special, select(exponent == 0, subnormal, normal));
-  return std::bit_cast<float>(sign | result);
-}
-inline uint16_t f16_encode(float value) {  // value on the binary16 grid (f16_round's result)
-  const auto bits = std::bit_cast<uint32_t>(value);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  const uint32_t special = 0x7c00u | ((magnitude >> 13) & 0x3ffu);  // infinity, NaN payload kept
-  const uint32_t normal = (magnitude >> 13) - ((127u - 15u) << 10);
-  const auto subnormal = static_cast<uint32_t>(static_cast<int32_t>(std::bit_cast<float>(magnitude) * 0x1p24f));
-  const uint32_t result = select(magnitude >= 0x7f800000u, special, select(magnitude >= 0x38800000u, normal, subnormal));
-  return static_cast<uint16_t>(sign | result);
-}
-
-template <> struct Storage<DType::F16> {
-  using Bits = uint16_t;
-  static float load(uint16_t v) { return f16_decode(v); }
-  static uint16_t store(double v) { return double_to_f16(v); }
-  static float round(float v) { return f16_round(v); }
-  static uint16_t store_rounded(float v) { return f16_encode(v); }
-};
-template <> struct Storage<DType::F64> {
-  using Bits = double;
-  static double load(double v) { return v; }
-  static double store(double v) { return v; }
-  static double round(double v) { return v; }
-  static double store_rounded(double v) { return v; }
-};
-
-double load_any(const void* data, DType dtype, int64_t offset) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[offset];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[offset]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[offset]);
-    case DType::F64: return static_cast<const double*>(data)[offset];
-  }
-  return 0.0;  // unreachable: checked
-}
+// Storage access by type (src/cpu/storage.hpp): one instantiation of the row loop per storage
+// dtype, so that the inner loops have no per-element switch.
+using cpu::ElementStorage;
 
 // The rotation as out[j] = x[j] c[j] + x[p(j)] t[j], one formula for both pairings and both
 // directions: p(j) is j's partner, and t[j] = sigma(j) s[j] forward (rotate(x)[j] =
@@ -175,8 +78,9 @@ using Math = std::conditional_t<LikeTorch && D != DType::F64, float, double>;
 template <DType D, bool LikeTorch>
 ROTARY_ROW_CLONES void rotate_head(int64_t r, const Math<D, LikeTorch>* __restrict h,
                                    const Math<D, LikeTorch>* __restrict hp, const Math<D, LikeTorch>* __restrict c,
-                                   const Math<D, LikeTorch>* __restrict t, typename Storage<D>::Bits* __restrict out) {
-  using S = Storage<D>;
+                                   const Math<D, LikeTorch>* __restrict t,
+                                   typename ElementStorage<D>::Bits* __restrict out) {
+  using S = ElementStorage<D>;
   if constexpr (LikeTorch && D != DType::F64) {
     // torch: round(round(x * cos) + round(rotate_half(x) * sin)), each op in the storage type.
     for (int64_t j = 0; j < r; ++j) out[j] = S::store_rounded(S::round(S::round(h[j] * c[j]) + S::round(hp[j] * t[j])));
@@ -187,16 +91,16 @@ ROTARY_ROW_CLONES void rotate_head(int64_t r, const Math<D, LikeTorch>* __restri
 
 // A unit-stride head of storage type D widened to M (f16's decoding vectorizes too).
 template <DType D, typename M>
-ROTARY_ROW_CLONES void load_head(const typename Storage<D>::Bits* __restrict src, M* __restrict h, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) h[j] = static_cast<M>(Storage<D>::load(src[j]));
+ROTARY_ROW_CLONES void load_head(const typename ElementStorage<D>::Bits* __restrict src, M* __restrict h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) h[j] = static_cast<M>(ElementStorage<D>::load(src[j]));
 }
 
 // The same into out with any element stride.
 template <DType D, bool LikeTorch>
 void rotate_head(int64_t r, const Math<D, LikeTorch>* __restrict h, const Math<D, LikeTorch>* __restrict hp,
                  const Math<D, LikeTorch>* __restrict c, const Math<D, LikeTorch>* __restrict t,
-                 typename Storage<D>::Bits* __restrict out, int64_t out_stride) {
-  using S = Storage<D>;
+                 typename ElementStorage<D>::Bits* __restrict out, int64_t out_stride) {
+  using S = ElementStorage<D>;
   if (out_stride == 1) {  // the common case, as its own loop so that it vectorizes
     rotate_head<D, LikeTorch>(r, h, hp, c, t, out);
     return;
@@ -214,7 +118,7 @@ void rotate_head(int64_t r, const Math<D, LikeTorch>* __restrict h, const Math<D
 template <DType D, bool LikeTorch>
 void rotate_all(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
                 const RowPlan& plan) {
-  using Bits = typename Storage<D>::Bits;
+  using Bits = typename ElementStorage<D>::Bits;
   using M = Math<D, LikeTorch>;
   const NamedAxes in = named_axes(x);
   const NamedAxes to = named_axes(out);
@@ -246,7 +150,7 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
         load_head<D, M>(static_cast<const Bits*>(x.data) + in_base, h.data(), in.dim);
       } else {
         for (int64_t j = 0; j < in.dim; ++j) {
-          h[static_cast<size_t>(j)] = static_cast<M>(load_any(x.data, x.dtype, in_base + j * in.stride_dim));
+          h[static_cast<size_t>(j)] = static_cast<M>(cpu::load_element(x.data, x.dtype, in_base + j * in.stride_dim));
         }
       }
       // The partners: for NeoX the other half, so each half is one contiguous call; for GPT-J
@@ -267,7 +171,7 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
       }
       if (out.data != x.data || to.stride_dim != in.stride_dim || out_base != in_base) {
         for (int64_t j = r; j < in.dim; ++j) {
-          out_data[out_base + j * to.stride_dim] = Storage<D>::store(h[static_cast<size_t>(j)]);
+          out_data[out_base + j * to.stride_dim] = ElementStorage<D>::store(h[static_cast<size_t>(j)]);
         }
       }
     };
@@ -279,10 +183,10 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
         M* c_row = c.data() + static_cast<size_t>(i) * width;
         M* t_row = t.data() + static_cast<size_t>(i) * width;
         for (int64_t j = 0; j < r; ++j) {
-          c_row[j] = static_cast<M>(load_any(cos.data, cos.dtype,
-                                             b * cos_batch_stride + tok * cos.stride_elems[1] + j * cos.stride_elems[3]));
-          s_row[static_cast<size_t>(j)] =
-              load_any(sin.data, sin.dtype, b * sin_batch_stride + tok * sin.stride_elems[1] + j * sin.stride_elems[3]);
+          c_row[j] = static_cast<M>(cpu::load_element(
+              cos.data, cos.dtype, b * cos_batch_stride + tok * cos.stride_elems[1] + j * cos.stride_elems[3]));
+          s_row[static_cast<size_t>(j)] = cpu::load_element(
+              sin.data, sin.dtype, b * sin_batch_stride + tok * sin.stride_elems[1] + j * sin.stride_elems[3]);
         }
         for (size_t u = 0; u < width; ++u) {
           t_row[u] = static_cast<M>(plan.sign[u] * s_row[static_cast<size_t>(plan.sin_index[u])]);

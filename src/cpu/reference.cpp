@@ -25,8 +25,8 @@
 //               scale = (arange(0, d, 2) + 0.4 d) / (1.4 d), power = (p - L // 2) / scale_base,
 //               cos_q = cos * scale^power, cos_k = cos / scale^power (likewise sin).
 //
-// Storage: values load exactly as double (bf16_to_float / f16_to_float widen exactly) and are
-// rounded once on store: float32 by the IEEE conversion, bf16 / f16 by double_to_bf16 /
+// Storage (src/cpu/storage.hpp, load_element / store_element): values load exactly as double and
+// are rounded once on store: float32 by the IEEE conversion, bf16 / f16 by double_to_bf16 /
 // double_to_f16 (tensor.hpp: round to nearest even from the double itself; double -> float ->
 // bf16 would round twice).
 #include <algorithm>
@@ -38,30 +38,10 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/storage.hpp"
 
 namespace rotary::reference {
 namespace {
-
-// ---- storage ------------------------------------------------------------------------------------
-
-double load(const void* data, DType dtype, int64_t offset_elems) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[offset_elems];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[offset_elems]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[offset_elems]);
-    case DType::F64: return static_cast<const double*>(data)[offset_elems];
-  }
-  return 0.0;  // unreachable: dtypes are checked
-}
-
-void store(void* data, DType dtype, int64_t offset_elems, double value) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(data)[offset_elems] = static_cast<float>(value); return;
-    case DType::BF16: static_cast<uint16_t*>(data)[offset_elems] = double_to_bf16(value); return;
-    case DType::F16: static_cast<uint16_t*>(data)[offset_elems] = double_to_f16(value); return;
-    case DType::F64: static_cast<double*>(data)[offset_elems] = value; return;
-  }
-}
 
 // ---- one head -------------------------------------------------------------------------------
 
@@ -86,7 +66,9 @@ struct PairValues {
 void rotate_head(const TensorView& in, int64_t in_base, int64_t in_stride, const TensorView& out, int64_t out_base,
                  int64_t out_stride, int64_t head_dim, const PairValues& values, Style style, Direction direction,
                  int64_t rotary_offset, int64_t rotary_dim, std::vector<double>& x, std::vector<double>& y) {
-  for (int64_t j = 0; j < head_dim; ++j) x[static_cast<size_t>(j)] = load(in.data, in.dtype, in_base + j * in_stride);
+  for (int64_t j = 0; j < head_dim; ++j) {
+    x[static_cast<size_t>(j)] = cpu::load_element(in.data, in.dtype, in_base + j * in_stride);
+  }
   y = x;  // pass-through elements keep their value
   const int64_t num_pairs = rotary_dim / 2;
   for (int64_t i = 0; i < num_pairs; ++i) {
@@ -104,7 +86,9 @@ void rotate_head(const TensorView& in, int64_t in_base, int64_t in_stride, const
       y[static_cast<size_t>(index_c)] = c * cos_value - a * sin_value;
     }
   }
-  for (int64_t j = 0; j < head_dim; ++j) store(out.data, out.dtype, out_base + j * out_stride, y[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j < head_dim; ++j) {
+    cpu::store_element(out.data, out.dtype, out_base + j * out_stride, y[static_cast<size_t>(j)]);
+  }
 }
 
 }  // namespace
