@@ -1,0 +1,242 @@
+// src/attention/attention_kernels-inl.h: blocked online-softmax attention (FlashAttention's
+// forward loop, Dao et al. 2022, Algorithm 1; the online normaliser of Milakov & Gimelshein 2018)
+// as Highway templates over the storage type. attention_kernels_f32.cpp, _bf16.cpp and _f16.cpp
+// include it once per target and instantiate their type (STYLE.md section 8).
+//
+// One item (kernels.hpp) = the q heads of one kv head x a block of queries, R rows in all. Per row
+// r it keeps m_r (running max of the scores), l_r (running sum of exp(s - m_r)) and an
+// unnormalised output o_r, in float32. For each tile of kKeyBlock keys:
+//   K and V rows are loaded once for the R rows, widened to float32 (and K rotated, fused RoPE);
+//   s_rj = <q'_r, k_j>   with q' = scale * q (rotated), over the row's visible keys only;
+//   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
+//   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
+// and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when l_r = 0: no
+// visible key). Tiles hold rows padded with zeros to a whole number of vectors, so the dot
+// products and the accumulation run on full vectors; loads from the tensors stop at the head dim.
+// exp is Highway's contrib Exp (max error 1 ulp, 0 below -104). docs/attention.md derives the
+// error bound.
+#if defined(ROTARY_SRC_ATTENTION_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#undef ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#else
+#define ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "src/attention/kernels.hpp"
+// The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
+#include "src/cpu/rotate_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::attention_internal::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace cpu = rotary::cpu::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// One row of `count` elements from storage into a float32 buffer (padded: the rest stays as is).
+template <DType kType>
+HWY_INLINE void LoadRow(const void* base, int64_t index, int64_t count, float* HWY_RESTRICT row) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t e = 0;
+  for (; e + N <= count; e += N) hn::StoreU(cpu::LoadF32<kType>(base, index + e), df, row + e);
+  for (; e < count; ++e) row[e] = cpu::LoadOne<kType>(base, index + e);
+}
+
+// Rotates the block [offset, offset + 2 * num_pairs) of a float32 row by cos / sin (apply()'s
+// forward formula, the same roundings as rotate_kernels-inl.h: a' = a*C - c*S, c' = c*C + a*S
+// with one fused rounding over one rounded product where the target has FMA).
+HWY_INLINE void RotateRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT cos_sin, int64_t num_pairs, int64_t offset,
+                          Style style) {
+  const float* cos = cos_sin;
+  const float* sin = cos_sin + num_pairs;
+  float* block = row + offset;
+  int64_t i = 0;
+  if (style == Style::NeoX) {
+    const DF df;
+    const auto N = static_cast<int64_t>(hn::Lanes(df));
+    for (; i + N <= num_pairs; i += N) {
+      const VF a = hn::LoadU(df, block + i), c = hn::LoadU(df, block + num_pairs + i);
+      const VF C = hn::LoadU(df, cos + i), S = hn::LoadU(df, sin + i);
+      hn::StoreU(hn::MulSub(a, C, hn::Mul(c, S)), df, block + i);
+      hn::StoreU(hn::MulAdd(c, C, hn::Mul(a, S)), df, block + num_pairs + i);
+    }
+  }
+  for (; i < num_pairs; ++i) {
+    const int64_t first = style == Style::NeoX ? i : 2 * i, second = style == Style::NeoX ? i + num_pairs : 2 * i + 1;
+    const float a = block[first], c = block[second];
+    block[first] = std::fma(a, cos[i], -(c * sin[i]));
+    block[second] = std::fma(c, cos[i], a * sin[i]);
+  }
+}
+
+// Scratch of one thread: float32 tiles, rows padded to whole vectors.
+struct Scratch {
+  std::vector<float> q, k, v, s, o, m, l;
+};
+
+template <DType kType>
+void AttendTyped(const Call& call, int64_t begin, int64_t end) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const Plan& plan = *call.plan;
+  const int64_t dq = plan.qk_dim, dv = plan.v_dim;
+  const int64_t dq_pad = (dq + N - 1) / N * N, dv_pad = (dv + N - 1) / N * N;
+  const int64_t max_rows = plan.group * std::max<int64_t>(1, kTargetRows / plan.group);
+  Scratch t;
+  t.q.assign(static_cast<size_t>(max_rows * dq_pad), 0.0f);
+  t.k.assign(static_cast<size_t>(kKeyBlock * dq_pad), 0.0f);
+  t.v.assign(static_cast<size_t>(kKeyBlock * dv_pad), 0.0f);
+  t.s.assign(static_cast<size_t>(kKeyBlock + N), 0.0f);  // one row of scores, a vector of slack
+  t.o.assign(static_cast<size_t>(max_rows * dv_pad), 0.0f);
+  t.m.assign(static_cast<size_t>(max_rows), 0.0f);
+  t.l.assign(static_cast<size_t>(max_rows), 0.0f);
+  std::vector<KeyRange> ranges(static_cast<size_t>(max_rows));
+
+  for (int64_t item_index = begin; item_index < end; ++item_index) {
+    const Item& item = call.items[item_index];
+    const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
+    const int64_t rows = plan.group * item.q_count;
+    // Row r = (head g*group + r / q_count, query q_first + r % q_count).
+    int64_t first_key = seq.num_keys, last_key = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = item.kv_head * plan.group + r / item.q_count;
+      const int64_t query = item.q_first + r % item.q_count;
+      const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      ranges[static_cast<size_t>(r)] = range;
+      t.m[static_cast<size_t>(r)] = -INFINITY;
+      t.l[static_cast<size_t>(r)] = 0.0f;
+      std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
+      if (range.first >= range.last) continue;
+      first_key = std::min(first_key, range.first);
+      last_key = std::max(last_key, range.last);
+      float* q_row = t.q.data() + r * dq_pad;
+      LoadRow<kType>(call.q, seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads, dq, q_row);
+      if (call.q_rope != nullptr) {
+        RotateRow(q_row, call.q_rope[seq.q_token0 + query], call.num_pairs, call.rotary_offset, call.style);
+      }
+      const VF scale = hn::Set(df, call.scale);
+      for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
+    }
+
+    for (int64_t tile = first_key; tile < last_key; tile += kKeyBlock) {
+      const int64_t tile_keys = std::min(kKeyBlock, last_key - tile);
+      for (int64_t j = 0; j < tile_keys; ++j) {
+        const int64_t key = tile + j;
+        float* k_row = t.k.data() + j * dq_pad;
+        LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
+        if (call.k_rope != nullptr) {
+          RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
+        }
+        LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
+                       t.v.data() + j * dv_pad);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const KeyRange range = ranges[static_cast<size_t>(r)];
+        const int64_t j0 = std::max(range.first, tile) - tile, j1 = std::min(range.last, tile + tile_keys) - tile;
+        if (j0 >= j1) continue;
+        const float* q_row = t.q.data() + r * dq_pad;
+        float* s = t.s.data();
+        // Scores, four keys at a time (each q vector loaded once for four K rows).
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) {
+          const float* k0 = t.k.data() + j * dq_pad;
+          VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+          for (int64_t e = 0; e < dq_pad; e += N) {
+            const VF qv = hn::LoadU(df, q_row + e);
+            a0 = hn::MulAdd(qv, hn::LoadU(df, k0 + e), a0);
+            a1 = hn::MulAdd(qv, hn::LoadU(df, k0 + dq_pad + e), a1);
+            a2 = hn::MulAdd(qv, hn::LoadU(df, k0 + 2 * dq_pad + e), a2);
+            a3 = hn::MulAdd(qv, hn::LoadU(df, k0 + 3 * dq_pad + e), a3);
+          }
+          s[j] = hn::GetLane(hn::SumOfLanes(df, a0));
+          s[j + 1] = hn::GetLane(hn::SumOfLanes(df, a1));
+          s[j + 2] = hn::GetLane(hn::SumOfLanes(df, a2));
+          s[j + 3] = hn::GetLane(hn::SumOfLanes(df, a3));
+        }
+        for (; j < j1; ++j) {
+          const float* k_row = t.k.data() + j * dq_pad;
+          VF a = hn::Zero(df);
+          for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q_row + e), hn::LoadU(df, k_row + e), a);
+          s[j] = hn::GetLane(hn::SumOfLanes(df, a));
+        }
+        float tile_max = s[j0];
+        for (j = j0 + 1; j < j1; ++j) tile_max = std::max(tile_max, s[j]);
+        float& m = t.m[static_cast<size_t>(r)];
+        const float m_new = std::max(m, tile_max);
+        // m = -inf before the first visible key: alpha = exp(-inf) = 0 (o and l are 0 anyway).
+        const float alpha = std::exp(m - m_new);
+        m = m_new;
+        // p_j = exp(s_j - m) over whole vectors from j0; the slack past j1 is computed and unused.
+        // Clamped to [-200, 0] so that no lane (stale slack, a NaN-free but huge value) reaches
+        // an out-of-range float -> int conversion inside Exp; exp(-200) underflows to 0 as
+        // exp(s - m) would for any s - m < -104.
+        const VF vm = hn::Set(df, m_new), lo = hn::Set(df, -200.0f), hi = hn::Zero(df);
+        VF sum = hn::Zero(df);
+        for (j = j0; j < j1; j += N) {
+          const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, s + j), vm), lo), hi);
+          const VF p = hn::Exp(df, x);
+          hn::StoreU(p, df, s + j);
+          if (j + N <= j1) sum = hn::Add(sum, p);
+        }
+        float p_sum = hn::GetLane(hn::SumOfLanes(df, sum));
+        for (j = j0 + (j1 - j0) / N * N; j < j1; ++j) p_sum += s[j];
+        t.l[static_cast<size_t>(r)] = alpha * t.l[static_cast<size_t>(r)] + p_sum;
+
+        // o = alpha * o + sum_j p_j v_j, four vectors of o held in registers across the keys.
+        float* o_row = t.o.data() + r * dv_pad;
+        const VF va = hn::Set(df, alpha);
+        int64_t e = 0;
+        for (; e + 4 * N <= dv_pad; e += 4 * N) {
+          VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va), o1 = hn::Mul(hn::LoadU(df, o_row + e + N), va);
+          VF o2 = hn::Mul(hn::LoadU(df, o_row + e + 2 * N), va), o3 = hn::Mul(hn::LoadU(df, o_row + e + 3 * N), va);
+          for (j = j0; j < j1; ++j) {
+            const VF p = hn::Set(df, s[j]);
+            const float* v_row = t.v.data() + j * dv_pad + e;
+            o0 = hn::MulAdd(p, hn::LoadU(df, v_row), o0);
+            o1 = hn::MulAdd(p, hn::LoadU(df, v_row + N), o1);
+            o2 = hn::MulAdd(p, hn::LoadU(df, v_row + 2 * N), o2);
+            o3 = hn::MulAdd(p, hn::LoadU(df, v_row + 3 * N), o3);
+          }
+          hn::StoreU(o0, df, o_row + e);
+          hn::StoreU(o1, df, o_row + e + N);
+          hn::StoreU(o2, df, o_row + e + 2 * N);
+          hn::StoreU(o3, df, o_row + e + 3 * N);
+        }
+        for (; e < dv_pad; e += N) {
+          VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va);
+          for (j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, s[j]), hn::LoadU(df, t.v.data() + j * dv_pad + e), o0);
+          hn::StoreU(o0, df, o_row + e);
+        }
+      }
+    }
+
+    // out = o / l, zeros for a row without visible keys.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = item.kv_head * plan.group + r / item.q_count;
+      const int64_t query = item.q_first + r % item.q_count;
+      const int64_t out_index = seq.out_base + query * plan.out.stride_seq + head * plan.out.stride_heads;
+      float* o_row = t.o.data() + r * dv_pad;
+      const float l = t.l[static_cast<size_t>(r)];
+      if (l > 0.0f) {
+        const VF vl = hn::Set(df, l);
+        for (int64_t e = 0; e < dv_pad; e += N) hn::StoreU(hn::Div(hn::LoadU(df, o_row + e), vl), df, o_row + e);
+      }
+      int64_t e = 0;
+      for (; e + N <= dv; e += N) cpu::StoreF32<kType>(hn::LoadU(df, o_row + e), call.out, out_index + e);
+      for (; e < dv; ++e) cpu::StoreOne<kType>(o_row[e], call.out, out_index + e);
+    }
+  }
+}
+
+}  // namespace rotary::attention_internal::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
