@@ -77,10 +77,149 @@ HWY_INLINE void RotateRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT cos
   }
 }
 
+// o = alpha * o + sum_{j in [j0, j1)} p[j * p_stride] v_j over a zero-padded V tile (rows of
+// dv_pad floats), four vectors of o held in registers across the keys.
+HWY_INLINE void AccumulateValues(float* HWY_RESTRICT o_row, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
+                                 const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const VF va = hn::Set(df, alpha);
+  int64_t e = 0;
+  for (; e + 4 * N <= dv_pad; e += 4 * N) {
+    VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va), o1 = hn::Mul(hn::LoadU(df, o_row + e + N), va);
+    VF o2 = hn::Mul(hn::LoadU(df, o_row + e + 2 * N), va), o3 = hn::Mul(hn::LoadU(df, o_row + e + 3 * N), va);
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF pj = hn::Set(df, p[j * p_stride]);
+      const float* v_row = v + j * dv_pad + e;
+      o0 = hn::MulAdd(pj, hn::LoadU(df, v_row), o0);
+      o1 = hn::MulAdd(pj, hn::LoadU(df, v_row + N), o1);
+      o2 = hn::MulAdd(pj, hn::LoadU(df, v_row + 2 * N), o2);
+      o3 = hn::MulAdd(pj, hn::LoadU(df, v_row + 3 * N), o3);
+    }
+    hn::StoreU(o0, df, o_row + e);
+    hn::StoreU(o1, df, o_row + e + N);
+    hn::StoreU(o2, df, o_row + e + 2 * N);
+    hn::StoreU(o3, df, o_row + e + 3 * N);
+  }
+  for (; e < dv_pad; e += N) {
+    VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va);
+    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * dv_pad + e), o0);
+    hn::StoreU(o0, df, o_row + e);
+  }
+}
+
 // Scratch of one thread: float32 tiles, rows padded to whole vectors.
 struct Scratch {
   std::vector<float> q, k, v, s, o, m, l;
+  // The transposed form (ScoresTransposed): q as [dim][rows_pad], scores as [key][rows_pad], and
+  // per row its visible keys within the tile [j0, j1) and its rescale factor.
+  std::vector<float> qt, st, j0, j1, alpha;
 };
+
+// One tile for an item of rows >= N, SIMD over rows: scores St[j][r] = sum_e Qt[e][r] K[j][e]
+// (two vectors of rows x four keys per pass: 6 loads per 8 FMAs, no reductions), then the online
+// softmax update per vector of rows with each row's visible keys [j0, j1) as a lane mask, then
+// o_r += p_jr v_j per row. Pad rows (r >= rows) and keys outside a row's range are computed on
+// finite data and masked out: they never reach m, l or o.
+HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows, int64_t rows_pad, int64_t tile,
+                               int64_t tile_keys, int64_t dq, int64_t dq_pad, int64_t dv_pad) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  bool any = false;
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    int64_t j0 = 0, j1 = 0;
+    if (r < rows) {
+      j0 = std::max(ranges[r].first, tile) - tile;
+      j1 = std::min(ranges[r].last, tile + tile_keys) - tile;
+      if (j0 >= j1) j0 = j1 = 0;
+      any = any || j0 < j1;
+    }
+    t.j0[static_cast<size_t>(r)] = static_cast<float>(j0);  // exact: <= kKeyBlock
+    t.j1[static_cast<size_t>(r)] = static_cast<float>(j1);
+  }
+  if (!any) return;
+  const float* qt = t.qt.data();
+  const float* k = t.k.data();
+  float* st = t.st.data();
+  int64_t rb = 0;
+  for (; rb + 2 * N <= rows_pad; rb += 2 * N) {
+    int64_t j = 0;
+    for (; j + 4 <= tile_keys; j += 4) {
+      const float* k0 = k + j * dq_pad;
+      VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+      VF b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
+      for (int64_t e = 0; e < dq; ++e) {
+        const VF qa = hn::LoadU(df, qt + e * rows_pad + rb), qb = hn::LoadU(df, qt + e * rows_pad + rb + N);
+        const VF k_0 = hn::Set(df, k0[e]), k_1 = hn::Set(df, k0[dq_pad + e]);
+        const VF k_2 = hn::Set(df, k0[2 * dq_pad + e]), k_3 = hn::Set(df, k0[3 * dq_pad + e]);
+        a0 = hn::MulAdd(qa, k_0, a0), b0 = hn::MulAdd(qb, k_0, b0);
+        a1 = hn::MulAdd(qa, k_1, a1), b1 = hn::MulAdd(qb, k_1, b1);
+        a2 = hn::MulAdd(qa, k_2, a2), b2 = hn::MulAdd(qb, k_2, b2);
+        a3 = hn::MulAdd(qa, k_3, a3), b3 = hn::MulAdd(qb, k_3, b3);
+      }
+      float* out = st + j * rows_pad + rb;
+      hn::StoreU(a0, df, out), hn::StoreU(b0, df, out + N);
+      hn::StoreU(a1, df, out + rows_pad), hn::StoreU(b1, df, out + rows_pad + N);
+      hn::StoreU(a2, df, out + 2 * rows_pad), hn::StoreU(b2, df, out + 2 * rows_pad + N);
+      hn::StoreU(a3, df, out + 3 * rows_pad), hn::StoreU(b3, df, out + 3 * rows_pad + N);
+    }
+    for (; j < tile_keys; ++j) {
+      const float* kj = k + j * dq_pad;
+      VF a = hn::Zero(df), b = hn::Zero(df);
+      for (int64_t e = 0; e < dq; ++e) {
+        const VF ke = hn::Set(df, kj[e]);
+        a = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb), ke, a);
+        b = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb + N), ke, b);
+      }
+      hn::StoreU(a, df, st + j * rows_pad + rb);
+      hn::StoreU(b, df, st + j * rows_pad + rb + N);
+    }
+  }
+  for (; rb < rows_pad; rb += N) {
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const float* kj = k + j * dq_pad;
+      VF a = hn::Zero(df);
+      for (int64_t e = 0; e < dq; ++e) a = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb), hn::Set(df, kj[e]), a);
+      hn::StoreU(a, df, st + j * rows_pad + rb);
+    }
+  }
+
+  // Online softmax per vector of rows. As in the other form, exp's argument is clamped to
+  // [-200, 0]; a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
+  const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
+  for (rb = 0; rb < rows_pad; rb += N) {
+    const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
+    VF tile_max = neg_inf;
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const VF jf = hn::Set(df, static_cast<float>(j));
+      const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
+      tile_max = hn::Max(tile_max, hn::IfThenElse(visible, hn::LoadU(df, st + j * rows_pad + rb), neg_inf));
+    }
+    const VF m_old = hn::LoadU(df, t.m.data() + rb);
+    const VF m_new = hn::Max(m_old, tile_max);
+    const auto seen = hn::Gt(m_new, neg_inf);
+    const VF alpha = hn::Exp(df, hn::Max(hn::IfThenElseZero(seen, hn::Sub(m_old, m_new)), lo));
+    VF sum = zero;
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const VF jf = hn::Set(df, static_cast<float>(j));
+      const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
+      float* at = st + j * rows_pad + rb;
+      const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, at), m_new), lo), zero);
+      const VF p = hn::IfThenElseZero(visible, hn::Exp(df, x));
+      hn::StoreU(p, df, at);
+      sum = hn::Add(sum, p);
+    }
+    hn::StoreU(m_new, df, t.m.data() + rb);
+    hn::StoreU(hn::MulAdd(alpha, hn::LoadU(df, t.l.data() + rb), sum), df, t.l.data() + rb);
+    hn::StoreU(alpha, df, t.alpha.data() + rb);
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto j0 = static_cast<int64_t>(t.j0[static_cast<size_t>(r)]), j1 = static_cast<int64_t>(t.j1[static_cast<size_t>(r)]);
+    if (j0 >= j1) continue;  // alpha is 1: m did not change
+    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[static_cast<size_t>(r)], st + r, rows_pad, t.v.data(), dv_pad, j0, j1);
+  }
+}
 
 template <DType kType>
 void AttendTyped(const Call& call, int64_t begin, int64_t end) {
@@ -96,8 +235,14 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   t.v.assign(static_cast<size_t>(kKeyBlock * dv_pad), 0.0f);
   t.s.assign(static_cast<size_t>(kKeyBlock + N), 0.0f);  // one row of scores, a vector of slack
   t.o.assign(static_cast<size_t>(max_rows * dv_pad), 0.0f);
-  t.m.assign(static_cast<size_t>(max_rows), 0.0f);
-  t.l.assign(static_cast<size_t>(max_rows), 0.0f);
+  const int64_t max_rows_pad = (max_rows + N - 1) / N * N;
+  t.m.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.l.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.qt.assign(static_cast<size_t>(dq * max_rows_pad), 0.0f);
+  t.st.assign(static_cast<size_t>(kKeyBlock * max_rows_pad), 0.0f);
+  t.j0.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.j1.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.alpha.assign(static_cast<size_t>(max_rows_pad), 1.0f);
   std::vector<KeyRange> ranges(static_cast<size_t>(max_rows));
 
   for (int64_t item_index = begin; item_index < end; ++item_index) {
@@ -105,7 +250,15 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
     const int64_t rows = plan.group * item.q_count;
     // Row r = (head g*group + r / q_count, query q_first + r % q_count).
+    const int64_t rows_pad = (rows + N - 1) / N * N;
+    // Items of at least a vector of rows compute scores with SIMD over rows (no reductions);
+    // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
+    const bool transposed = rows >= N;
     int64_t first_key = seq.num_keys, last_key = 0;
+    for (int64_t r = rows; r < rows_pad; ++r) {
+      t.m[static_cast<size_t>(r)] = -INFINITY;
+      t.l[static_cast<size_t>(r)] = 0.0f;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
@@ -114,7 +267,10 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
       std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
-      if (range.first >= range.last) continue;
+      if (range.first >= range.last) {
+        std::fill_n(t.q.begin() + r * dq_pad, dq_pad, 0.0f);  // its scores are masked, but finite
+        continue;
+      }
       first_key = std::min(first_key, range.first);
       last_key = std::max(last_key, range.last);
       float* q_row = t.q.data() + r * dq_pad;
@@ -124,6 +280,14 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       }
       const VF scale = hn::Set(df, call.scale);
       for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
+    }
+
+    if (transposed) {
+      for (int64_t e = 0; e < dq; ++e) {
+        float* column = t.qt.data() + e * rows_pad;
+        for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
+        for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
+      }
     }
 
     for (int64_t tile = first_key; tile < last_key; tile += kKeyBlock) {
@@ -137,6 +301,10 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         }
         LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
                        t.v.data() + j * dv_pad);
+      }
+      if (transposed) {
+        TileTransposed(t, ranges.data(), rows, rows_pad, tile, tile_keys, dq, dq_pad, dv_pad);
+        continue;
       }
       for (int64_t r = 0; r < rows; ++r) {
         const KeyRange range = ranges[static_cast<size_t>(r)];
@@ -190,31 +358,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         for (j = j0 + (j1 - j0) / N * N; j < j1; ++j) p_sum += s[j];
         t.l[static_cast<size_t>(r)] = alpha * t.l[static_cast<size_t>(r)] + p_sum;
 
-        // o = alpha * o + sum_j p_j v_j, four vectors of o held in registers across the keys.
-        float* o_row = t.o.data() + r * dv_pad;
-        const VF va = hn::Set(df, alpha);
-        int64_t e = 0;
-        for (; e + 4 * N <= dv_pad; e += 4 * N) {
-          VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va), o1 = hn::Mul(hn::LoadU(df, o_row + e + N), va);
-          VF o2 = hn::Mul(hn::LoadU(df, o_row + e + 2 * N), va), o3 = hn::Mul(hn::LoadU(df, o_row + e + 3 * N), va);
-          for (j = j0; j < j1; ++j) {
-            const VF p = hn::Set(df, s[j]);
-            const float* v_row = t.v.data() + j * dv_pad + e;
-            o0 = hn::MulAdd(p, hn::LoadU(df, v_row), o0);
-            o1 = hn::MulAdd(p, hn::LoadU(df, v_row + N), o1);
-            o2 = hn::MulAdd(p, hn::LoadU(df, v_row + 2 * N), o2);
-            o3 = hn::MulAdd(p, hn::LoadU(df, v_row + 3 * N), o3);
-          }
-          hn::StoreU(o0, df, o_row + e);
-          hn::StoreU(o1, df, o_row + e + N);
-          hn::StoreU(o2, df, o_row + e + 2 * N);
-          hn::StoreU(o3, df, o_row + e + 3 * N);
-        }
-        for (; e < dv_pad; e += N) {
-          VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va);
-          for (j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, s[j]), hn::LoadU(df, t.v.data() + j * dv_pad + e), o0);
-          hn::StoreU(o0, df, o_row + e);
-        }
+        AccumulateValues(t.o.data() + r * dv_pad, alpha, s, 1, t.v.data(), dv_pad, j0, j1);
       }
     }
 

@@ -552,17 +552,18 @@ TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
     ForcedTarget forced(target);
     SCOPED_TRACE("target " + target);
     Rng rng(20261125 + std::hash<std::string>{}(target) % 1000);
-    double worst = 0;
+    std::array<double, 3> worst{};  // per dtype: float32, bfloat16, float16
     for (int trial = 0; trial < 60; ++trial) {
       const Case c = random_case(rng);
       const uint64_t seed = static_cast<uint64_t>(rng.uniform(0, 1 << 30));
       SCOPED_TRACE("trial " + std::to_string(trial) + " seed " + std::to_string(seed) + ": " + describe(c));
       const Outcome outcome = run_case(c, seed);
-      worst = std::max(worst, outcome.worst_ratio);
+      double& w = worst[c.dtype == DType::F32 ? 0 : (c.dtype == DType::BF16 ? 1 : 2)];
+      w = std::max(w, outcome.worst_ratio);
       ASSERT_EQ(outcome.failures, 0) << outcome.first_failure;
     }
-    RecordProperty("worst_ratio_" + target, std::to_string(worst));
-    std::printf("[ target %s ] worst |fast - ref| / tolerance = %.3g\n", target.c_str(), worst);
+    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g\n",
+                target.c_str(), worst[0], worst[1], worst[2]);
   }
 }
 
@@ -620,7 +621,8 @@ TEST(AttentionCpu, FullyMaskedRowsAreZerosAndOthersUntouchedByThem) {
   EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
 }
 
-// GQA is MHA with each kv head repeated over its group of q heads (fast and reference).
+// GQA is MHA with each kv head repeated over its group of q heads (reference: bitwise; fast:
+// within its bound).
 TEST(AttentionCpu, GqaEqualsMhaWithRepeatedKvHeads) {
   Rng rng(5);
   const int64_t seq = 37, kv_heads = 2, group = 3, dim = 24;
@@ -647,8 +649,19 @@ TEST(AttentionCpu, GqaEqualsMhaWithRepeatedKvHeads) {
       reference::attention(q.view, k.view, v.view, gqa.view, options);
       reference::attention(q.view, k_rep.view, v_rep.view, mha.view, options);
     }
-    // Bitwise: each q head sees the same key and value numbers in the same order.
-    EXPECT_EQ(std::memcmp(gqa.storage.data(), mha.storage.data(), gqa.storage.size() * sizeof(double)), 0) << (fast ? "fast" : "reference");
+    if (!fast) {
+      // Bitwise: each q head sees the same key and value numbers in the same order.
+      EXPECT_EQ(std::memcmp(gqa.storage.data(), mha.storage.data(), gqa.storage.size() * sizeof(double)), 0);
+      continue;
+    }
+    // The fast path may take another form for items of other row counts (SIMD over rows or over
+    // the head dim: other summation orders), so within twice its bound of the reference: with
+    // |q|, |k| <= 1, d = 24, scale 1/sqrt(24), n <= 37: 2 * (2 * (30 * 4.9 + 110) + 2 * 45 + 1) u.
+    double worst = 0;
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t h = 0; h < kv_heads * group; ++h)
+        for (int64_t e = 0; e < dim; ++e) worst = std::max(worst, std::abs(gqa.at(0, s, h, e) - mha.at(0, s, h, e)));
+    EXPECT_LE(worst, 1212 * kU);
   }
 }
 
