@@ -23,7 +23,7 @@ struct Item {
 
 // Keys per K / V tile, and the number of (head, query) rows an item aims for.
 constexpr int64_t kKeyBlock = 64;
-constexpr int64_t kTargetRows = 32;
+constexpr int64_t kTargetRows = 64;
 
 // A checked call (make_plan) in the kernels' terms. q / k / v / out point at element 0 of their
 // views; every offset the plan gives is inside the checked spans.
