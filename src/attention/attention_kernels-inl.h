@@ -77,6 +77,18 @@ HWY_INLINE void RotateRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT cos
   }
 }
 
+// o[0, width) = alpha * o + sum_j p_j v_j[0, width), a vector at a time (width: whole vectors).
+HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
+                               const float* HWY_RESTRICT v, int64_t dv_pad, int64_t width, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t e = 0; e < width; e += N) {
+    VF o0 = hn::Mul(hn::LoadU(df, o + e), hn::Set(df, alpha));
+    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * dv_pad + e), o0);
+    hn::StoreU(o0, df, o + e);
+  }
+}
+
 // o = alpha * o + sum_{j in [j0, j1)} p[j * p_stride] v_j over a zero-padded V tile (rows of
 // dv_pad floats), four vectors of o held in registers across the keys.
 HWY_INLINE void AccumulateValues(float* HWY_RESTRICT o_row, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
@@ -101,10 +113,39 @@ HWY_INLINE void AccumulateValues(float* HWY_RESTRICT o_row, float alpha, const f
     hn::StoreU(o2, df, o_row + e + 2 * N);
     hn::StoreU(o3, df, o_row + e + 3 * N);
   }
-  for (; e < dv_pad; e += N) {
-    VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va);
-    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * dv_pad + e), o0);
-    hn::StoreU(o0, df, o_row + e);
+  if (e < dv_pad) AccumulateTail(o_row + e, alpha, p, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+}
+
+// The same for two rows that see the same keys (a tile's rows mostly do): each V load serves both,
+// 6 loads per 8 FMAs instead of 5 per 4.
+HWY_INLINE void AccumulateValues2(float* HWY_RESTRICT o_a, float* HWY_RESTRICT o_b, float alpha_a, float alpha_b,
+                                  const float* HWY_RESTRICT p_a, const float* HWY_RESTRICT p_b, int64_t p_stride,
+                                  const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const VF va = hn::Set(df, alpha_a), vb = hn::Set(df, alpha_b);
+  int64_t e = 0;
+  for (; e + 4 * N <= dv_pad; e += 4 * N) {
+    VF a0 = hn::Mul(hn::LoadU(df, o_a + e), va), a1 = hn::Mul(hn::LoadU(df, o_a + e + N), va);
+    VF a2 = hn::Mul(hn::LoadU(df, o_a + e + 2 * N), va), a3 = hn::Mul(hn::LoadU(df, o_a + e + 3 * N), va);
+    VF b0 = hn::Mul(hn::LoadU(df, o_b + e), vb), b1 = hn::Mul(hn::LoadU(df, o_b + e + N), vb);
+    VF b2 = hn::Mul(hn::LoadU(df, o_b + e + 2 * N), vb), b3 = hn::Mul(hn::LoadU(df, o_b + e + 3 * N), vb);
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF pa = hn::Set(df, p_a[j * p_stride]), pb = hn::Set(df, p_b[j * p_stride]);
+      const float* v_row = v + j * dv_pad + e;
+      const VF v0 = hn::LoadU(df, v_row), v1 = hn::LoadU(df, v_row + N);
+      const VF v2 = hn::LoadU(df, v_row + 2 * N), v3 = hn::LoadU(df, v_row + 3 * N);
+      a0 = hn::MulAdd(pa, v0, a0), b0 = hn::MulAdd(pb, v0, b0);
+      a1 = hn::MulAdd(pa, v1, a1), b1 = hn::MulAdd(pb, v1, b1);
+      a2 = hn::MulAdd(pa, v2, a2), b2 = hn::MulAdd(pb, v2, b2);
+      a3 = hn::MulAdd(pa, v3, a3), b3 = hn::MulAdd(pb, v3, b3);
+    }
+    hn::StoreU(a0, df, o_a + e), hn::StoreU(a1, df, o_a + e + N), hn::StoreU(a2, df, o_a + e + 2 * N), hn::StoreU(a3, df, o_a + e + 3 * N);
+    hn::StoreU(b0, df, o_b + e), hn::StoreU(b1, df, o_b + e + N), hn::StoreU(b2, df, o_b + e + 2 * N), hn::StoreU(b3, df, o_b + e + 3 * N);
+  }
+  if (e < dv_pad) {  // the last vectors: row by row
+    AccumulateTail(o_a + e, alpha_a, p_a, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+    AccumulateTail(o_b + e, alpha_b, p_b, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
   }
 }
 
@@ -217,7 +258,14 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
   for (int64_t r = 0; r < rows; ++r) {
     const auto j0 = static_cast<int64_t>(t.j0[static_cast<size_t>(r)]), j1 = static_cast<int64_t>(t.j1[static_cast<size_t>(r)]);
     if (j0 >= j1) continue;  // alpha is 1: m did not change
-    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[static_cast<size_t>(r)], st + r, rows_pad, t.v.data(), dv_pad, j0, j1);
+    const auto u = static_cast<size_t>(r);
+    if (r + 1 < rows && t.j0[u + 1] == t.j0[u] && t.j1[u + 1] == t.j1[u]) {
+      AccumulateValues2(t.o.data() + r * dv_pad, t.o.data() + (r + 1) * dv_pad, t.alpha[u], t.alpha[u + 1], st + r, st + r + 1,
+                        rows_pad, t.v.data(), dv_pad, j0, j1);
+      ++r;
+      continue;
+    }
+    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[u], st + r, rows_pad, t.v.data(), dv_pad, j0, j1);
   }
 }
 
