@@ -157,8 +157,36 @@ struct Scratch {
   std::vector<float> qt, st, j0, j1, alpha;
 };
 
+// Scores of kRowVecs vectors of rows x kKeys keys: acc[r][j] = sum_e Qt[e][rows r] * K[j][e], all
+// accumulators in registers (AVX3 has 32: 4 x 4 = 16 accumulators, 8 loads per 16 FMAs; other
+// targets 2 x 4: 6 loads per 8 FMAs).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int64_t kScoreRowVecs = 4;
+#else
+constexpr int64_t kScoreRowVecs = 2;
+#endif
+template <int64_t kRowVecs, int64_t kKeys>
+HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT qt, int64_t rows_pad, const float* HWY_RESTRICT k, int64_t dq_pad,
+                           int64_t dq, float* HWY_RESTRICT st) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[kRowVecs][kKeys];
+  for (int64_t r = 0; r < kRowVecs; ++r)
+    for (int64_t j = 0; j < kKeys; ++j) acc[r][j] = hn::Zero(df);
+  for (int64_t e = 0; e < dq; ++e) {
+    VF q[kRowVecs];
+    for (int64_t r = 0; r < kRowVecs; ++r) q[r] = hn::LoadU(df, qt + e * rows_pad + r * N);
+    for (int64_t j = 0; j < kKeys; ++j) {
+      const VF kj = hn::Set(df, k[j * dq_pad + e]);
+      for (int64_t r = 0; r < kRowVecs; ++r) acc[r][j] = hn::MulAdd(q[r], kj, acc[r][j]);
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kRowVecs; ++r) hn::StoreU(acc[r][j], df, st + j * rows_pad + r * N);
+}
+
 // One tile for an item of rows >= N, SIMD over rows: scores St[j][r] = sum_e Qt[e][r] K[j][e]
-// (two vectors of rows x four keys per pass: 6 loads per 8 FMAs, no reductions), then the online
+// (ScoreBlock: no reductions), then the online
 // softmax update per vector of rows with each row's visible keys [j0, j1) as a lane mask, then
 // o_r += p_jr v_j per row. Pad rows (r >= rows) and keys outside a row's range are computed on
 // finite data and masked out: they never reach m, l or o.
@@ -183,38 +211,10 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
   const float* k = t.k.data();
   float* st = t.st.data();
   int64_t rb = 0;
-  for (; rb + 2 * N <= rows_pad; rb += 2 * N) {
+  for (; rb + kScoreRowVecs * N <= rows_pad; rb += kScoreRowVecs * N) {
     int64_t j = 0;
-    for (; j + 4 <= tile_keys; j += 4) {
-      const float* k0 = k + j * dq_pad;
-      VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-      VF b0 = hn::Zero(df), b1 = hn::Zero(df), b2 = hn::Zero(df), b3 = hn::Zero(df);
-      for (int64_t e = 0; e < dq; ++e) {
-        const VF qa = hn::LoadU(df, qt + e * rows_pad + rb), qb = hn::LoadU(df, qt + e * rows_pad + rb + N);
-        const VF k_0 = hn::Set(df, k0[e]), k_1 = hn::Set(df, k0[dq_pad + e]);
-        const VF k_2 = hn::Set(df, k0[2 * dq_pad + e]), k_3 = hn::Set(df, k0[3 * dq_pad + e]);
-        a0 = hn::MulAdd(qa, k_0, a0), b0 = hn::MulAdd(qb, k_0, b0);
-        a1 = hn::MulAdd(qa, k_1, a1), b1 = hn::MulAdd(qb, k_1, b1);
-        a2 = hn::MulAdd(qa, k_2, a2), b2 = hn::MulAdd(qb, k_2, b2);
-        a3 = hn::MulAdd(qa, k_3, a3), b3 = hn::MulAdd(qb, k_3, b3);
-      }
-      float* out = st + j * rows_pad + rb;
-      hn::StoreU(a0, df, out), hn::StoreU(b0, df, out + N);
-      hn::StoreU(a1, df, out + rows_pad), hn::StoreU(b1, df, out + rows_pad + N);
-      hn::StoreU(a2, df, out + 2 * rows_pad), hn::StoreU(b2, df, out + 2 * rows_pad + N);
-      hn::StoreU(a3, df, out + 3 * rows_pad), hn::StoreU(b3, df, out + 3 * rows_pad + N);
-    }
-    for (; j < tile_keys; ++j) {
-      const float* kj = k + j * dq_pad;
-      VF a = hn::Zero(df), b = hn::Zero(df);
-      for (int64_t e = 0; e < dq; ++e) {
-        const VF ke = hn::Set(df, kj[e]);
-        a = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb), ke, a);
-        b = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb + N), ke, b);
-      }
-      hn::StoreU(a, df, st + j * rows_pad + rb);
-      hn::StoreU(b, df, st + j * rows_pad + rb + N);
-    }
+    for (; j + 4 <= tile_keys; j += 4) ScoreBlock<kScoreRowVecs, 4>(qt + rb, rows_pad, k + j * dq_pad, dq_pad, dq, st + j * rows_pad + rb);
+    for (; j < tile_keys; ++j) ScoreBlock<kScoreRowVecs, 1>(qt + rb, rows_pad, k + j * dq_pad, dq_pad, dq, st + j * rows_pad + rb);
   }
   for (; rb < rows_pad; rb += N) {
     for (int64_t j = 0; j < tile_keys; ++j) {
