@@ -34,6 +34,7 @@ std::vector<Item> make_items(const Plan& plan, int64_t& work) {
   const int64_t block = std::max<int64_t>(1, kTargetRows / plan.group);
   std::vector<Item> items;
   work = 0;
+  if (plan.num_q_heads == 0) return items;  // nothing to compute (and out has no heads to write)
   for (size_t b = 0; b < plan.sequences.size(); ++b) {
     const Sequence& s = plan.sequences[b];
     if (s.num_queries == 0) continue;

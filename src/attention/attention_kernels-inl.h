@@ -26,6 +26,7 @@
 #include <cmath>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "src/attention/kernels.hpp"
@@ -157,6 +158,24 @@ struct Scratch {
   std::vector<float> qt, st, j0, j1, alpha;
 };
 
+// The p.v update of a tile for every row with visible keys in it ([j0, j1) in t.j0 / t.j1; row r's
+// p_j at p[r * row_stride + j * key_stride]), two rows at a time where they see the same keys.
+HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t row_stride, int64_t key_stride,
+                               int64_t dv_pad) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto u = static_cast<size_t>(r);
+    const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
+    if (j0 >= j1) continue;  // alpha is 1: m did not change
+    if (r + 1 < rows && t.j0[u + 1] == t.j0[u] && t.j1[u + 1] == t.j1[u]) {
+      AccumulateValues2(t.o.data() + r * dv_pad, t.o.data() + (r + 1) * dv_pad, t.alpha[u], t.alpha[u + 1], p + r * row_stride,
+                        p + (r + 1) * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+      ++r;
+      continue;
+    }
+    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[u], p + r * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+  }
+}
+
 // Scores of kRowVecs vectors of rows x kKeys keys: acc[r][j] = sum_e Qt[e][rows r] * K[j][e], all
 // accumulators in registers (AVX3 has 32: 4 x 4 = 16 accumulators, 8 loads per 16 FMAs; other
 // targets 2 x 4: 6 loads per 8 FMAs).
@@ -255,22 +274,20 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
     hn::StoreU(alpha, df, t.alpha.data() + rb);
   }
 
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto j0 = static_cast<int64_t>(t.j0[static_cast<size_t>(r)]), j1 = static_cast<int64_t>(t.j1[static_cast<size_t>(r)]);
-    if (j0 >= j1) continue;  // alpha is 1: m did not change
-    const auto u = static_cast<size_t>(r);
-    if (r + 1 < rows && t.j0[u + 1] == t.j0[u] && t.j1[u + 1] == t.j1[u]) {
-      AccumulateValues2(t.o.data() + r * dv_pad, t.o.data() + (r + 1) * dv_pad, t.alpha[u], t.alpha[u + 1], st + r, st + r + 1,
-                        rows_pad, t.v.data(), dv_pad, j0, j1);
-      ++r;
-      continue;
-    }
-    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[u], st + r, rows_pad, t.v.data(), dv_pad, j0, j1);
-  }
+  AccumulateRows(t, rows, st, 1, rows_pad, dv_pad);
+}
+
+// Prefetches the cache lines of `bytes` bytes of storage from element `index` on.
+template <DType kType>
+HWY_INLINE void PrefetchRowTyped(const void* base, int64_t index, int64_t bytes) {
+  const char* first = static_cast<const char*>(base) + index * static_cast<int64_t>(kType == DType::F32 ? 4 : 2);
+  for (int64_t offset = 0; offset < bytes; offset += 64) hwy::Prefetch(first + offset);
 }
 
 template <DType kType>
 void AttendTyped(const Call& call, int64_t begin, int64_t end) {
+  constexpr int64_t kBytes = kType == DType::F32 ? 4 : 2;
+  const auto PrefetchRow = [](const void* base, int64_t index, int64_t bytes) { PrefetchRowTyped<kType>(base, index, bytes); };
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   const Plan& plan = *call.plan;
@@ -281,7 +298,8 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   t.q.assign(static_cast<size_t>(max_rows * dq_pad), 0.0f);
   t.k.assign(static_cast<size_t>(kKeyBlock * dq_pad), 0.0f);
   t.v.assign(static_cast<size_t>(kKeyBlock * dv_pad), 0.0f);
-  t.s.assign(static_cast<size_t>(kKeyBlock + N), 0.0f);  // one row of scores, a vector of slack
+  const int64_t s_stride = kKeyBlock + N;  // a row of scores and a vector of slack
+  t.s.assign(static_cast<size_t>(max_rows * s_stride), 0.0f);
   t.o.assign(static_cast<size_t>(max_rows * dv_pad), 0.0f);
   const int64_t max_rows_pad = (max_rows + N - 1) / N * N;
   t.m.assign(static_cast<size_t>(max_rows_pad), 0.0f);
@@ -342,6 +360,13 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       const int64_t tile_keys = std::min(kKeyBlock, last_key - tile);
       for (int64_t j = 0; j < tile_keys; ++j) {
         const int64_t key = tile + j;
+        // The same row of the next tile, ahead of time: an item reads its kv head's rows, a few
+        // hundred bytes every heads * head_dim elements, a pattern the hardware prefetchers
+        // follow poorly (decode spent half its time waiting on these loads; perf, 2026-11-25).
+        if (key + kKeyBlock < last_key) {
+          PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
+          PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
+        }
         float* k_row = t.k.data() + j * dq_pad;
         LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
         if (call.k_rope != nullptr) {
@@ -357,9 +382,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       for (int64_t r = 0; r < rows; ++r) {
         const KeyRange range = ranges[static_cast<size_t>(r)];
         const int64_t j0 = std::max(range.first, tile) - tile, j1 = std::min(range.last, tile + tile_keys) - tile;
+        t.j0[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j0 : 0);  // for the p.v pass below
+        t.j1[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j1 : 0);
         if (j0 >= j1) continue;
         const float* q_row = t.q.data() + r * dq_pad;
-        float* s = t.s.data();
+        float* s = t.s.data() + r * s_stride;
         // Scores, four keys at a time (each q vector loaded once for four K rows).
         int64_t j = j0;
         for (; j + 4 <= j1; j += 4) {
@@ -406,8 +433,9 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         for (j = j0 + (j1 - j0) / N * N; j < j1; ++j) p_sum += s[j];
         t.l[static_cast<size_t>(r)] = alpha * t.l[static_cast<size_t>(r)] + p_sum;
 
-        AccumulateValues(t.o.data() + r * dv_pad, alpha, s, 1, t.v.data(), dv_pad, j0, j1);
+        t.alpha[static_cast<size_t>(r)] = alpha;
       }
+      AccumulateRows(t, rows, t.s.data(), s_stride, 1, dv_pad);
     }
 
     // out = o / l, zeros for a row without visible keys.

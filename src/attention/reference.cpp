@@ -65,6 +65,7 @@ struct RopeRows {
 void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
          const AttentionOptions& options, const AttentionRope* rope) {
   const Plan plan = attention_internal::make_plan(q, k, v, out, options, rope, /*allow_f64=*/true);
+  if (plan.num_q_heads == 0) return;  // no output heads (kv heads may still be given)
   const int64_t dq = plan.qk_dim, dv = plan.v_dim;
   RopeRows rows{rope, {}, {}};
   std::vector<double> keys, values, query(static_cast<size_t>(dq)), scores, output(static_cast<size_t>(dv));

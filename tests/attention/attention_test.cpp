@@ -330,6 +330,37 @@ TEST(AttentionScale, DefaultIsInverseSqrtAndDeepSeekYarnFoldsMscaleAllDimSquared
   EXPECT_THAT([&] { (void)attention_scale(spec, 0); }, ThrowsMessage<Error>(HasSubstr("qk_head_dim must be >= 1 (got 0)")));
 }
 
+// Empty extents are valid calls that write nothing (and read no null pointer): no q heads, no
+// tokens, no keys (then every row is zeros), head dims of 0.
+TEST(AttentionArgs, EmptyExtentsAreValidAndWriteNothingOutside) {
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "reference");
+    const auto call = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const AttentionOptions& options) {
+      if (fast) {
+        attention(q.view, k.view, v.view, out.view, options);
+      } else {
+        reference::attention(q.view, k.view, v.view, out.view, options);
+      }
+    };
+    TensorView no_heads_q{nullptr, DType::F32, Layout::BSHD, {1, 3, 0, 8}, {24, 8, 8, 1}};
+    TensorView no_heads_out = no_heads_q;
+    Tensor k = make(DType::F32, Layout::BSHD, 1, 5, 2, 8), v = make(DType::F32, Layout::BSHD, 1, 5, 2, 8);
+    if (fast) {
+      EXPECT_NO_THROW(attention(no_heads_q, k.view, v.view, no_heads_out, AttentionOptions{}));
+    } else {
+      EXPECT_NO_THROW(reference::attention(no_heads_q, k.view, v.view, no_heads_out, AttentionOptions{}));
+    }
+    Tensor q = make(DType::F32, Layout::BSHD, 1, 3, 4, 8), out = make(DType::F32, Layout::BSHD, 1, 3, 4, 8);
+    Tensor k0 = make(DType::F32, Layout::BSHD, 1, 0, 2, 8), v0 = make(DType::F32, Layout::BSHD, 1, 0, 2, 8);
+    Rng rng(1);
+    q.fill(rng), out.fill(rng);
+    call(q, k0, v0, out, {.mask = Mask::Causal});
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(out.at(0, s, h, e), 0.0);
+  }
+}
+
 // ---- the fast path against the reference --------------------------------------------------------
 
 double ulp_fmt(DType dtype, double value) {
