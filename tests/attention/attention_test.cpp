@@ -637,6 +637,15 @@ TEST(AttentionCpu, ToleranceRejectsAnOffByOneMask) {
   c.options.window = 5;
   EXPECT_EQ(run_case(c, 4).failures, 0);
   EXPECT_GT(run_case(c, 4, /*shift_offset=*/1).failures, 0);
+  // The decode form (fewer rows than a vector): one query at position 20 of 40 keys.
+  c.q_seq = 1;
+  c.k_seq = 40;
+  c.options.query_offset = 20;
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    c.dtype = dtype;
+    EXPECT_EQ(run_case(c, 5).failures, 0);
+    EXPECT_GT(run_case(c, 5, /*shift_offset=*/1).failures, 0);
+  }
 }
 
 TEST(AttentionCpu, FullyMaskedRowsAreZerosAndOthersUntouchedByThem) {
