@@ -150,6 +150,38 @@ HWY_INLINE void AccumulateValues2(float* HWY_RESTRICT o_a, float* HWY_RESTRICT o
   }
 }
 
+// out[0..3] = the lane sums of a0..a3, in one tree: pairs of vectors are interleaved and added per
+// 128-bit block (32-bit, then 64-bit lanes), leaving per block the four partial sums in order;
+// then the blocks are added by halves. 9-13 operations for four sums where four SumOfLanes take
+// about 30 on AVX3. Any summation order is within the analysis (docs/attention.md).
+HWY_INLINE void SumOfFour(VF a0, VF a1, VF a2, VF a3, float* HWY_RESTRICT out) {
+  const DF df;
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+#else
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF s01 = hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1));  // a0 a1 a0 a1
+  const VF s23 = hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3));  // a2 a3 a2 a3
+  const VF lo = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23)));
+  const VF hi = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23)));
+  const VF sum = hn::Add(lo, hi);  // per 128-bit block: a0 a1 a2 a3
+  if constexpr (hn::MaxLanes(DF()) == 4) {
+    hn::StoreU(sum, df, out);
+  } else if constexpr (hn::MaxLanes(DF()) == 8) {
+    const hn::Half<DF> dh;
+    hn::StoreU(hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum)), dh, out);
+  } else {  // 16 lanes (AVX3); Highway's x86 float vectors have 4, 8 or 16
+    const hn::Half<DF> dh;
+    const hn::Half<hn::Half<DF>> dq;
+    const auto half = hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum));
+    hn::StoreU(hn::Add(hn::LowerHalf(dq, half), hn::UpperHalf(dq, half)), dq, out);
+  }
+#endif
+}
+
 // Scratch of one thread: float32 tiles, rows padded to whole vectors.
 struct Scratch {
   std::vector<float> q, k, v, s, o, m, l;
@@ -399,10 +431,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
             a2 = hn::MulAdd(qv, hn::LoadU(df, k0 + 2 * dq_pad + e), a2);
             a3 = hn::MulAdd(qv, hn::LoadU(df, k0 + 3 * dq_pad + e), a3);
           }
-          s[j] = hn::GetLane(hn::SumOfLanes(df, a0));
-          s[j + 1] = hn::GetLane(hn::SumOfLanes(df, a1));
-          s[j + 2] = hn::GetLane(hn::SumOfLanes(df, a2));
-          s[j + 3] = hn::GetLane(hn::SumOfLanes(df, a3));
+          SumOfFour(a0, a1, a2, a3, s + j);
         }
         for (; j < j1; ++j) {
           const float* k_row = t.k.data() + j * dq_pad;
