@@ -289,6 +289,18 @@ TEST(AttentionArgs, RejectsMismatchedShapesNullDataAndOverlap) {
               ThrowsMessage<Error>(HasSubstr("options.query_offset must be in [0, 2^62) (got -1)")));
   EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.scale = -1.0}); },
               ThrowsMessage<Error>(HasSubstr("options.scale must be finite and > 0 (got -1)")));
+  TensorView negative = s.k.view;
+  negative.stride_elems[1] = -16;
+  EXPECT_THAT([&] { attention(s.q.view, negative, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("k.stride_elems[1] must be >= 0 (got -16)")));
+  TensorView strided_dim = s.v.view;
+  strided_dim.stride_elems[3] = 2;
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, strided_dim, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("v: the head dim must have unit stride (got stride 2)")));
+  TensorView shared_heads = s.out.view;
+  shared_heads.stride_elems[2] = 0;  // every head of out at the same address
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, shared_heads); },
+              ThrowsMessage<Error>(HasSubstr("out: elements must not share addresses")));
   TensorView huge = s.q.view;
   huge.shape[0] = int64_t{1} << 62;
   EXPECT_THAT([&] { attention(huge, s.k.view, s.v.view, s.out.view); }, ThrowsMessage<Error>(HasSubstr("q")));
