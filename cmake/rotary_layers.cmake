@@ -1,5 +1,5 @@
 # cmake/rotary_layers.cmake: the layers of rotary and which ones each may use (docs/design.md,
-# "Layers"). Edges run down only: core <- cpu <- {bandwidth, analysis, golden} <- cli / python.
+# "Layers"). Edges run down only: core <- cpu <- {bandwidth, analysis, golden, attention} <- cli / python.
 # One table, read twice:
 #   - at configure time, rotary_check_layer_links() (top-level CMakeLists.txt) checks that each
 #     library links only rotary libraries of the layers below it;
@@ -7,7 +7,7 @@
 #     `#include "..."` in include/rotary and src/<layer>/ against the same table.
 # A new layer, public header or library is added here, or both checks fail naming it.
 
-set(ROTARY_LAYERS core cpu bandwidth analysis golden cli python)
+set(ROTARY_LAYERS core cpu bandwidth analysis golden attention cli python)
 
 # Source folder (under src/) of each layer.
 set(ROTARY_LAYER_DIR_core core)
@@ -15,6 +15,7 @@ set(ROTARY_LAYER_DIR_cpu cpu)
 set(ROTARY_LAYER_DIR_bandwidth cpu/bandwidth)
 set(ROTARY_LAYER_DIR_analysis analysis)
 set(ROTARY_LAYER_DIR_golden golden)
+set(ROTARY_LAYER_DIR_attention attention)
 set(ROTARY_LAYER_DIR_cli cli)
 set(ROTARY_LAYER_DIR_python python)
 
@@ -25,6 +26,9 @@ set(ROTARY_LAYER_USES_cpu core cpu hwy)
 set(ROTARY_LAYER_USES_bandwidth core cpu bandwidth hwy)
 set(ROTARY_LAYER_USES_analysis core cpu analysis)
 set(ROTARY_LAYER_USES_golden core cpu golden)
+# Attention's kernels are Highway kernels beside the rotation's, sharing its internal loads,
+# stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
+set(ROTARY_LAYER_USES_attention core cpu attention hwy)
 set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden cli)
 set(ROTARY_LAYER_USES_python core cpu analysis python)
 
@@ -33,6 +37,7 @@ set(ROTARY_LAYER_USES_python core cpu analysis python)
 set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report)
+set(ROTARY_PUBLIC_HEADERS_attention attention)
 
 # The CMake targets of each layer, by every name they are linked by.
 set(ROTARY_LAYER_TARGETS_core rotary_core rotary::core)
@@ -40,6 +45,7 @@ set(ROTARY_LAYER_TARGETS_cpu rotary_cpu rotary::cpu)
 set(ROTARY_LAYER_TARGETS_bandwidth rotary_bandwidth)
 set(ROTARY_LAYER_TARGETS_analysis rotary_analysis rotary::analysis)
 set(ROTARY_LAYER_TARGETS_golden rotary_golden)
+set(ROTARY_LAYER_TARGETS_attention rotary_attention rotary::attention)
 set(ROTARY_LAYER_TARGETS_cli rotary_cli_commands)
 set(ROTARY_LAYER_TARGETS_python rotary_python)
 

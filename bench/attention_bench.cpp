@@ -1,0 +1,155 @@
+// bench/attention_bench.cpp: rotary::attention on Llama-3-8B shapes (Google Benchmark): 32 q heads,
+// 8 kv heads, head_dim 128, BSHD, batch 1.
+//   BM_Decode        1 query at position 4095 against a 4,096-token cache (kv read once per call)
+//   BM_DecodeFused   the same with un-rotated q / k and RoPE fused into the loads (llama-3.1-8b
+//                    table, Exact, Stored)
+//   BM_Prefill       causal self-attention over 1,024 or 4,096 tokens (state.range(2))
+//   BM_PrefillFused  the same with RoPE fused
+//   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
+//                    bandwidth floor the decode is compared with
+// Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads / stream threads).
+// Counters: bytes_per_second = K + V bytes read per call (for BM_CopyKv: the bytes copied, so the
+// two GB/s columns compare directly: decode at the floor would show the copy's figure);
+// GFLOPs = 4 * q_heads * head_dim * (visible query-key pairs) per call (2 for q.k, 2 for p.v).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cpu/bandwidth/buffer.hpp"
+#include "cpu/bandwidth/streams.hpp"
+#include "rotary/apply.hpp"
+#include "rotary/attention.hpp"
+#include "rotary/presets.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace {
+
+using rotary::DType;
+using rotary::Layout;
+
+constexpr int64_t kHeadDim = 128;
+constexpr int64_t kQHeads = 32;
+constexpr int64_t kKvHeads = 8;
+constexpr int64_t kCacheTokens = 4096;
+
+DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
+
+const rotary::CosSinTable& llama_table() {
+  static const rotary::CosSinTable table(rotary::preset(rotary::kDefaultPreset).spec,
+                                         {.precision = rotary::Precision::Exact, .storage = rotary::Storage::Stored});
+  static const bool reserved = (table.reserve_positions(kCacheTokens), true);
+  (void)reserved;
+  return table;
+}
+
+// Random non-zero values in +-[0.05, 0.5) (scores of a few units), rounded to the dtype.
+void fill_random(std::byte* data, DType dtype, int64_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> magnitude(0.05f, 0.5f);
+  for (int64_t i = 0; i < count; ++i) {
+    const float value = (generator() & 1) ? -magnitude(generator) : magnitude(generator);
+    if (dtype == DType::BF16) {
+      reinterpret_cast<uint16_t*>(data)[i] = rotary::float_to_bf16(value);
+    } else {
+      reinterpret_cast<float*>(data)[i] = value;
+    }
+  }
+}
+
+struct Buffers {
+  rotary::bandwidth::Buffer q, k, v, out;
+  rotary::TensorView q_view, k_view, v_view, out_view;
+  Buffers(DType dtype, int64_t q_tokens, int64_t kv_tokens)
+      : q(static_cast<size_t>(q_tokens * kQHeads * kHeadDim * rotary::dtype_size(dtype))),
+        k(static_cast<size_t>(kv_tokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype))),
+        v(k.bytes()),
+        out(q.bytes()) {
+    fill_random(q.data(), dtype, q_tokens * kQHeads * kHeadDim, 1);
+    fill_random(k.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 2);
+    fill_random(v.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 3);
+    q_view = rotary::contiguous_view(q.data(), dtype, Layout::BSHD, {1, q_tokens, kQHeads, kHeadDim});
+    k_view = rotary::contiguous_view(k.data(), dtype, Layout::BSHD, {1, kv_tokens, kKvHeads, kHeadDim});
+    v_view = rotary::contiguous_view(v.data(), dtype, Layout::BSHD, {1, kv_tokens, kKvHeads, kHeadDim});
+    out_view = rotary::contiguous_view(out.data(), dtype, Layout::BSHD, {1, q_tokens, kQHeads, kHeadDim});
+  }
+};
+
+void report(benchmark::State& state, int64_t kv_bytes, double pairs) {
+  state.SetBytesProcessed(state.iterations() * kv_bytes);
+  state.counters["GFLOPs"] = benchmark::Counter(4.0 * kQHeads * kHeadDim * pairs * 1e-9 * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+  state.SetLabel(rotary::current_cpu_target());
+}
+
+void run(benchmark::State& state, int64_t q_tokens, bool fused) {
+  const DType dtype = dtype_arg(state);
+  rotary::set_num_threads(static_cast<int>(state.range(1)));
+  const int64_t kv_tokens = q_tokens == 1 ? kCacheTokens : q_tokens;
+  Buffers b(dtype, q_tokens, kv_tokens);
+  // Decode: the query at position kv_tokens - 1 (bottom-right causal); prefill: positions 0..n-1.
+  const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - q_tokens};
+  std::vector<int64_t> q_positions(static_cast<size_t>(q_tokens)), k_positions(static_cast<size_t>(kv_tokens));
+  for (int64_t i = 0; i < q_tokens; ++i) q_positions[static_cast<size_t>(i)] = kv_tokens - q_tokens + i;
+  for (int64_t j = 0; j < kv_tokens; ++j) k_positions[static_cast<size_t>(j)] = j;
+  const rotary::AttentionRope rope{.table = &llama_table(), .q_positions = q_positions, .k_positions = k_positions};
+  const auto call = [&] {
+    if (fused) {
+      rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, rope, options);
+    } else {
+      rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, options);
+    }
+  };
+  call();  // warm-up (and the table rows)
+  for (auto _ : state) {
+    call();
+    benchmark::ClobberMemory();
+  }
+  const double pairs = q_tokens == 1 ? static_cast<double>(kv_tokens)
+                                     : static_cast<double>(q_tokens) * static_cast<double>(q_tokens + 1) / 2;
+  report(state, static_cast<int64_t>(b.k.bytes() + b.v.bytes()), pairs);
+}
+
+void BM_Decode(benchmark::State& state) { run(state, 1, false); }
+void BM_DecodeFused(benchmark::State& state) { run(state, 1, true); }
+void BM_Prefill(benchmark::State& state) { run(state, state.range(2), false); }
+void BM_PrefillFused(benchmark::State& state) { run(state, state.range(2), true); }
+
+void BM_CopyKv(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(2 * kCacheTokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype_arg(state)));
+  const int threads = static_cast<int>(state.range(1));
+  rotary::bandwidth::Buffer src(bytes), dst(bytes);
+  rotary::bandwidth::copy_inplace_init(src.data(), bytes);
+  rotary::bandwidth::copy_stream(dst.data(), src.data(), bytes, threads);  // warm-up
+  for (auto _ : state) {
+    rotary::bandwidth::copy_stream(dst.data(), src.data(), bytes, threads);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.SetLabel(rotary::bandwidth::stream_target());
+}
+
+void DecodeArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads"});
+  for (int64_t dtype : {0, 1})
+    for (int64_t threads : {1, 2}) b->Args({dtype, threads});
+}
+
+void PrefillArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads", "tokens"});
+  for (int64_t tokens : {1024, 4096})
+    for (int64_t dtype : {0, 1})
+      for (int64_t threads : {1, 2}) b->Args({dtype, threads, tokens});
+}
+
+BENCHMARK(BM_CopyKv)->Apply(DecodeArgs)->UseRealTime();
+BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime();
+BENCHMARK(BM_DecodeFused)->Apply(DecodeArgs)->UseRealTime();
+BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,491 @@
+// src/attention/attention_kernels-inl.h: blocked online-softmax attention (FlashAttention's
+// forward loop, Dao et al. 2022, Algorithm 1; the online normaliser of Milakov & Gimelshein 2018)
+// as Highway templates over the storage type. attention_kernels_f32.cpp, _bf16.cpp and _f16.cpp
+// include it once per target and instantiate their type (STYLE.md section 8).
+//
+// One item (kernels.hpp) = the q heads of one kv head x a block of queries, R rows in all. Per row
+// r it keeps m_r (running max of the scores), l_r (running sum of exp(s - m_r)) and an
+// unnormalised output o_r, in float32. For each tile of kKeyBlock keys:
+//   K and V rows are loaded once for the R rows, widened to float32 (and K rotated, fused RoPE);
+//   s_rj = <q'_r, k_j>   with q' = scale * q (rotated), over the row's visible keys only;
+//   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
+//   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
+// and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when l_r = 0: no
+// visible key). Tiles hold rows padded with zeros to a whole number of vectors, so the dot
+// products and the accumulation run on full vectors; loads from the tensors stop at the head dim.
+// exp is Highway's contrib Exp (max error 1 ulp, 0 below -104). docs/attention.md derives the
+// error bound.
+#if defined(ROTARY_SRC_ATTENTION_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#undef ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#else
+#define ROTARY_SRC_ATTENTION_KERNELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "src/attention/kernels.hpp"
+// The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
+#include "src/cpu/rotate_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::attention_internal::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace cpu = rotary::cpu::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// One row of `count` elements from storage into a float32 buffer (padded: the rest stays as is).
+template <DType kType>
+HWY_INLINE void LoadRow(const void* base, int64_t index, int64_t count, float* HWY_RESTRICT row) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t e = 0;
+  for (; e + N <= count; e += N) hn::StoreU(cpu::LoadF32<kType>(base, index + e), df, row + e);
+  for (; e < count; ++e) row[e] = cpu::LoadOne<kType>(base, index + e);
+}
+
+// Rotates the block [offset, offset + 2 * num_pairs) of a float32 row by cos / sin (apply()'s
+// forward formula, the same roundings as rotate_kernels-inl.h: a' = a*C - c*S, c' = c*C + a*S
+// with one fused rounding over one rounded product where the target has FMA).
+HWY_INLINE void RotateRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT cos_sin, int64_t num_pairs, int64_t offset,
+                          Style style) {
+  const float* cos = cos_sin;
+  const float* sin = cos_sin + num_pairs;
+  float* block = row + offset;
+  int64_t i = 0;
+  if (style == Style::NeoX) {
+    const DF df;
+    const auto N = static_cast<int64_t>(hn::Lanes(df));
+    for (; i + N <= num_pairs; i += N) {
+      const VF a = hn::LoadU(df, block + i), c = hn::LoadU(df, block + num_pairs + i);
+      const VF C = hn::LoadU(df, cos + i), S = hn::LoadU(df, sin + i);
+      hn::StoreU(hn::MulSub(a, C, hn::Mul(c, S)), df, block + i);
+      hn::StoreU(hn::MulAdd(c, C, hn::Mul(a, S)), df, block + num_pairs + i);
+    }
+  }
+  for (; i < num_pairs; ++i) {
+    const int64_t first = style == Style::NeoX ? i : 2 * i, second = style == Style::NeoX ? i + num_pairs : 2 * i + 1;
+    const float a = block[first], c = block[second];
+    block[first] = std::fma(a, cos[i], -(c * sin[i]));
+    block[second] = std::fma(c, cos[i], a * sin[i]);
+  }
+}
+
+// o[0, width) = alpha * o + sum_j p_j v_j[0, width), a vector at a time (width: whole vectors).
+HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
+                               const float* HWY_RESTRICT v, int64_t dv_pad, int64_t width, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t e = 0; e < width; e += N) {
+    VF o0 = hn::Mul(hn::LoadU(df, o + e), hn::Set(df, alpha));
+    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * dv_pad + e), o0);
+    hn::StoreU(o0, df, o + e);
+  }
+}
+
+// o = alpha * o + sum_{j in [j0, j1)} p[j * p_stride] v_j over a zero-padded V tile (rows of
+// dv_pad floats), four vectors of o held in registers across the keys.
+HWY_INLINE void AccumulateValues(float* HWY_RESTRICT o_row, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
+                                 const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const VF va = hn::Set(df, alpha);
+  int64_t e = 0;
+  for (; e + 4 * N <= dv_pad; e += 4 * N) {
+    VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va), o1 = hn::Mul(hn::LoadU(df, o_row + e + N), va);
+    VF o2 = hn::Mul(hn::LoadU(df, o_row + e + 2 * N), va), o3 = hn::Mul(hn::LoadU(df, o_row + e + 3 * N), va);
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF pj = hn::Set(df, p[j * p_stride]);
+      const float* v_row = v + j * dv_pad + e;
+      o0 = hn::MulAdd(pj, hn::LoadU(df, v_row), o0);
+      o1 = hn::MulAdd(pj, hn::LoadU(df, v_row + N), o1);
+      o2 = hn::MulAdd(pj, hn::LoadU(df, v_row + 2 * N), o2);
+      o3 = hn::MulAdd(pj, hn::LoadU(df, v_row + 3 * N), o3);
+    }
+    hn::StoreU(o0, df, o_row + e);
+    hn::StoreU(o1, df, o_row + e + N);
+    hn::StoreU(o2, df, o_row + e + 2 * N);
+    hn::StoreU(o3, df, o_row + e + 3 * N);
+  }
+  if (e < dv_pad) AccumulateTail(o_row + e, alpha, p, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+}
+
+// The same for two rows that see the same keys (a tile's rows mostly do): each V load serves both,
+// 6 loads per 8 FMAs instead of 5 per 4.
+HWY_INLINE void AccumulateValues2(float* HWY_RESTRICT o_a, float* HWY_RESTRICT o_b, float alpha_a, float alpha_b,
+                                  const float* HWY_RESTRICT p_a, const float* HWY_RESTRICT p_b, int64_t p_stride,
+                                  const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const VF va = hn::Set(df, alpha_a), vb = hn::Set(df, alpha_b);
+  int64_t e = 0;
+  for (; e + 4 * N <= dv_pad; e += 4 * N) {
+    VF a0 = hn::Mul(hn::LoadU(df, o_a + e), va), a1 = hn::Mul(hn::LoadU(df, o_a + e + N), va);
+    VF a2 = hn::Mul(hn::LoadU(df, o_a + e + 2 * N), va), a3 = hn::Mul(hn::LoadU(df, o_a + e + 3 * N), va);
+    VF b0 = hn::Mul(hn::LoadU(df, o_b + e), vb), b1 = hn::Mul(hn::LoadU(df, o_b + e + N), vb);
+    VF b2 = hn::Mul(hn::LoadU(df, o_b + e + 2 * N), vb), b3 = hn::Mul(hn::LoadU(df, o_b + e + 3 * N), vb);
+    for (int64_t j = j0; j < j1; ++j) {
+      const VF pa = hn::Set(df, p_a[j * p_stride]), pb = hn::Set(df, p_b[j * p_stride]);
+      const float* v_row = v + j * dv_pad + e;
+      const VF v0 = hn::LoadU(df, v_row), v1 = hn::LoadU(df, v_row + N);
+      const VF v2 = hn::LoadU(df, v_row + 2 * N), v3 = hn::LoadU(df, v_row + 3 * N);
+      a0 = hn::MulAdd(pa, v0, a0), b0 = hn::MulAdd(pb, v0, b0);
+      a1 = hn::MulAdd(pa, v1, a1), b1 = hn::MulAdd(pb, v1, b1);
+      a2 = hn::MulAdd(pa, v2, a2), b2 = hn::MulAdd(pb, v2, b2);
+      a3 = hn::MulAdd(pa, v3, a3), b3 = hn::MulAdd(pb, v3, b3);
+    }
+    hn::StoreU(a0, df, o_a + e), hn::StoreU(a1, df, o_a + e + N), hn::StoreU(a2, df, o_a + e + 2 * N), hn::StoreU(a3, df, o_a + e + 3 * N);
+    hn::StoreU(b0, df, o_b + e), hn::StoreU(b1, df, o_b + e + N), hn::StoreU(b2, df, o_b + e + 2 * N), hn::StoreU(b3, df, o_b + e + 3 * N);
+  }
+  if (e < dv_pad) {  // the last vectors: row by row
+    AccumulateTail(o_a + e, alpha_a, p_a, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+    AccumulateTail(o_b + e, alpha_b, p_b, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+  }
+}
+
+// out[0..3] = the lane sums of a0..a3, in one tree: pairs of vectors are interleaved and added per
+// 128-bit block (32-bit, then 64-bit lanes), leaving per block the four partial sums in order;
+// then the blocks are added by halves. 9-13 operations for four sums where four SumOfLanes take
+// about 30 on AVX3. Any summation order is within the analysis (docs/attention.md).
+HWY_INLINE void SumOfFour(VF a0, VF a1, VF a2, VF a3, float* HWY_RESTRICT out) {
+  const DF df;
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+#else
+  const hn::Repartition<uint64_t, DF> d64;
+  const VF s01 = hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1));  // a0 a1 a0 a1
+  const VF s23 = hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3));  // a2 a3 a2 a3
+  const VF lo = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23)));
+  const VF hi = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, s01), hn::BitCast(d64, s23)));
+  const VF sum = hn::Add(lo, hi);  // per 128-bit block: a0 a1 a2 a3
+  if constexpr (hn::MaxLanes(DF()) == 4) {
+    hn::StoreU(sum, df, out);
+  } else if constexpr (hn::MaxLanes(DF()) == 8) {
+    const hn::Half<DF> dh;
+    hn::StoreU(hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum)), dh, out);
+  } else {  // 16 lanes (AVX3); Highway's x86 float vectors have 4, 8 or 16
+    const hn::Half<DF> dh;
+    const hn::Half<hn::Half<DF>> dq;
+    const auto half = hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum));
+    hn::StoreU(hn::Add(hn::LowerHalf(dq, half), hn::UpperHalf(dq, half)), dq, out);
+  }
+#endif
+}
+
+// Scratch of one thread: float32 tiles, rows padded to whole vectors.
+struct Scratch {
+  std::vector<float> q, k, v, s, o, m, l;
+  // The transposed form (ScoresTransposed): q as [dim][rows_pad], scores as [key][rows_pad], and
+  // per row its visible keys within the tile [j0, j1) and its rescale factor.
+  std::vector<float> qt, st, j0, j1, alpha;
+};
+
+// The p.v update of a tile for every row with visible keys in it ([j0, j1) in t.j0 / t.j1; row r's
+// p_j at p[r * row_stride + j * key_stride]), two rows at a time where they see the same keys.
+HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t row_stride, int64_t key_stride,
+                               int64_t dv_pad) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto u = static_cast<size_t>(r);
+    const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
+    if (j0 >= j1) continue;  // alpha is 1: m did not change
+    if (r + 1 < rows && t.j0[u + 1] == t.j0[u] && t.j1[u + 1] == t.j1[u]) {
+      AccumulateValues2(t.o.data() + r * dv_pad, t.o.data() + (r + 1) * dv_pad, t.alpha[u], t.alpha[u + 1], p + r * row_stride,
+                        p + (r + 1) * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+      ++r;
+      continue;
+    }
+    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[u], p + r * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+  }
+}
+
+// Scores of kRowVecs vectors of rows x kKeys keys: acc[r][j] = sum_e Qt[e][rows r] * K[j][e], all
+// accumulators in registers (AVX3 has 32: 4 x 4 = 16 accumulators, 8 loads per 16 FMAs; other
+// targets 2 x 4: 6 loads per 8 FMAs).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int64_t kScoreRowVecs = 4;
+#else
+constexpr int64_t kScoreRowVecs = 2;
+#endif
+template <int64_t kRowVecs, int64_t kKeys>
+HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT qt, int64_t rows_pad, const float* HWY_RESTRICT k, int64_t dq_pad,
+                           int64_t dq, float* HWY_RESTRICT st) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[kRowVecs][kKeys];
+  for (int64_t r = 0; r < kRowVecs; ++r)
+    for (int64_t j = 0; j < kKeys; ++j) acc[r][j] = hn::Zero(df);
+  for (int64_t e = 0; e < dq; ++e) {
+    VF q[kRowVecs];
+    for (int64_t r = 0; r < kRowVecs; ++r) q[r] = hn::LoadU(df, qt + e * rows_pad + r * N);
+    for (int64_t j = 0; j < kKeys; ++j) {
+      const VF kj = hn::Set(df, k[j * dq_pad + e]);
+      for (int64_t r = 0; r < kRowVecs; ++r) acc[r][j] = hn::MulAdd(q[r], kj, acc[r][j]);
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kRowVecs; ++r) hn::StoreU(acc[r][j], df, st + j * rows_pad + r * N);
+}
+
+// One tile for an item of rows >= N, SIMD over rows: scores St[j][r] = sum_e Qt[e][r] K[j][e]
+// (ScoreBlock: no reductions), then the online
+// softmax update per vector of rows with each row's visible keys [j0, j1) as a lane mask, then
+// o_r += p_jr v_j per row. Pad rows (r >= rows) and keys outside a row's range are computed on
+// finite data and masked out: they never reach m, l or o.
+HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows, int64_t rows_pad, int64_t tile,
+                               int64_t tile_keys, int64_t dq, int64_t dq_pad, int64_t dv_pad) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  bool any = false;
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    int64_t j0 = 0, j1 = 0;
+    if (r < rows) {
+      j0 = std::max(ranges[r].first, tile) - tile;
+      j1 = std::min(ranges[r].last, tile + tile_keys) - tile;
+      if (j0 >= j1) j0 = j1 = 0;
+      any = any || j0 < j1;
+    }
+    t.j0[static_cast<size_t>(r)] = static_cast<float>(j0);  // exact: <= kKeyBlock
+    t.j1[static_cast<size_t>(r)] = static_cast<float>(j1);
+  }
+  if (!any) return;
+  const float* qt = t.qt.data();
+  const float* k = t.k.data();
+  float* st = t.st.data();
+  int64_t rb = 0;
+  for (; rb + kScoreRowVecs * N <= rows_pad; rb += kScoreRowVecs * N) {
+    int64_t j = 0;
+    for (; j + 4 <= tile_keys; j += 4) ScoreBlock<kScoreRowVecs, 4>(qt + rb, rows_pad, k + j * dq_pad, dq_pad, dq, st + j * rows_pad + rb);
+    for (; j < tile_keys; ++j) ScoreBlock<kScoreRowVecs, 1>(qt + rb, rows_pad, k + j * dq_pad, dq_pad, dq, st + j * rows_pad + rb);
+  }
+  for (; rb < rows_pad; rb += N) {
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const float* kj = k + j * dq_pad;
+      VF a = hn::Zero(df);
+      for (int64_t e = 0; e < dq; ++e) a = hn::MulAdd(hn::LoadU(df, qt + e * rows_pad + rb), hn::Set(df, kj[e]), a);
+      hn::StoreU(a, df, st + j * rows_pad + rb);
+    }
+  }
+
+  // Online softmax per vector of rows. As in the other form, exp's argument is clamped to
+  // [-200, 0]; a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
+  const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
+  for (rb = 0; rb < rows_pad; rb += N) {
+    const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
+    VF tile_max = neg_inf;
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const VF jf = hn::Set(df, static_cast<float>(j));
+      const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
+      tile_max = hn::Max(tile_max, hn::IfThenElse(visible, hn::LoadU(df, st + j * rows_pad + rb), neg_inf));
+    }
+    const VF m_old = hn::LoadU(df, t.m.data() + rb);
+    const VF m_new = hn::Max(m_old, tile_max);
+    const auto seen = hn::Gt(m_new, neg_inf);
+    const VF alpha = hn::Exp(df, hn::Max(hn::IfThenElseZero(seen, hn::Sub(m_old, m_new)), lo));
+    VF sum = zero;
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      const VF jf = hn::Set(df, static_cast<float>(j));
+      const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
+      float* at = st + j * rows_pad + rb;
+      const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, at), m_new), lo), zero);
+      const VF p = hn::IfThenElseZero(visible, hn::Exp(df, x));
+      hn::StoreU(p, df, at);
+      sum = hn::Add(sum, p);
+    }
+    hn::StoreU(m_new, df, t.m.data() + rb);
+    hn::StoreU(hn::MulAdd(alpha, hn::LoadU(df, t.l.data() + rb), sum), df, t.l.data() + rb);
+    hn::StoreU(alpha, df, t.alpha.data() + rb);
+  }
+
+  AccumulateRows(t, rows, st, 1, rows_pad, dv_pad);
+}
+
+// Prefetches the cache lines of `bytes` bytes of storage from element `index` on.
+template <DType kType>
+HWY_INLINE void PrefetchRowTyped(const void* base, int64_t index, int64_t bytes) {
+  const char* first = static_cast<const char*>(base) + index * static_cast<int64_t>(kType == DType::F32 ? 4 : 2);
+  for (int64_t offset = 0; offset < bytes; offset += 64) hwy::Prefetch(first + offset);
+}
+
+template <DType kType>
+void AttendTyped(const Call& call, int64_t begin, int64_t end) {
+  constexpr int64_t kBytes = kType == DType::F32 ? 4 : 2;
+  const auto PrefetchRow = [](const void* base, int64_t index, int64_t bytes) { PrefetchRowTyped<kType>(base, index, bytes); };
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const Plan& plan = *call.plan;
+  const int64_t dq = plan.qk_dim, dv = plan.v_dim;
+  const int64_t dq_pad = (dq + N - 1) / N * N, dv_pad = (dv + N - 1) / N * N;
+  const int64_t max_rows = plan.group * std::max<int64_t>(1, kTargetRows / plan.group);
+  Scratch t;
+  t.q.assign(static_cast<size_t>(max_rows * dq_pad), 0.0f);
+  t.k.assign(static_cast<size_t>(kKeyBlock * dq_pad), 0.0f);
+  t.v.assign(static_cast<size_t>(kKeyBlock * dv_pad), 0.0f);
+  const int64_t s_stride = kKeyBlock + N;  // a row of scores and a vector of slack
+  t.s.assign(static_cast<size_t>(max_rows * s_stride), 0.0f);
+  t.o.assign(static_cast<size_t>(max_rows * dv_pad), 0.0f);
+  const int64_t max_rows_pad = (max_rows + N - 1) / N * N;
+  t.m.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.l.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.qt.assign(static_cast<size_t>(dq * max_rows_pad), 0.0f);
+  t.st.assign(static_cast<size_t>(kKeyBlock * max_rows_pad), 0.0f);
+  t.j0.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.j1.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.alpha.assign(static_cast<size_t>(max_rows_pad), 1.0f);
+  std::vector<KeyRange> ranges(static_cast<size_t>(max_rows));
+
+  for (int64_t item_index = begin; item_index < end; ++item_index) {
+    const Item& item = call.items[item_index];
+    const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
+    const int64_t rows = plan.group * item.q_count;
+    // Row r = (head g*group + r / q_count, query q_first + r % q_count).
+    const int64_t rows_pad = (rows + N - 1) / N * N;
+    // Items of at least a vector of rows compute scores with SIMD over rows (no reductions);
+    // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
+    const bool transposed = rows >= N;
+    int64_t first_key = seq.num_keys, last_key = 0;
+    for (int64_t r = rows; r < rows_pad; ++r) {
+      t.m[static_cast<size_t>(r)] = -INFINITY;
+      t.l[static_cast<size_t>(r)] = 0.0f;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = item.kv_head * plan.group + r / item.q_count;
+      const int64_t query = item.q_first + r % item.q_count;
+      const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      ranges[static_cast<size_t>(r)] = range;
+      t.m[static_cast<size_t>(r)] = -INFINITY;
+      t.l[static_cast<size_t>(r)] = 0.0f;
+      std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
+      if (range.first >= range.last) {
+        std::fill_n(t.q.begin() + r * dq_pad, dq_pad, 0.0f);  // its scores are masked, but finite
+        continue;
+      }
+      first_key = std::min(first_key, range.first);
+      last_key = std::max(last_key, range.last);
+      float* q_row = t.q.data() + r * dq_pad;
+      LoadRow<kType>(call.q, seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads, dq, q_row);
+      if (call.q_rope != nullptr) {
+        RotateRow(q_row, call.q_rope[seq.q_token0 + query], call.num_pairs, call.rotary_offset, call.style);
+      }
+      const VF scale = hn::Set(df, call.scale);
+      for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
+    }
+
+    if (transposed) {
+      for (int64_t e = 0; e < dq; ++e) {
+        float* column = t.qt.data() + e * rows_pad;
+        for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
+        for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
+      }
+    }
+
+    for (int64_t tile = first_key; tile < last_key; tile += kKeyBlock) {
+      const int64_t tile_keys = std::min(kKeyBlock, last_key - tile);
+      for (int64_t j = 0; j < tile_keys; ++j) {
+        const int64_t key = tile + j;
+        // The same row of the next tile, ahead of time: an item reads its kv head's rows, a few
+        // hundred bytes every heads * head_dim elements, a pattern the hardware prefetchers
+        // follow poorly (decode spent half its time waiting on these loads; perf, 2026-11-25).
+        if (key + kKeyBlock < last_key) {
+          PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
+          PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
+        }
+        float* k_row = t.k.data() + j * dq_pad;
+        LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
+        if (call.k_rope != nullptr) {
+          RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
+        }
+        LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
+                       t.v.data() + j * dv_pad);
+      }
+      if (transposed) {
+        TileTransposed(t, ranges.data(), rows, rows_pad, tile, tile_keys, dq, dq_pad, dv_pad);
+        continue;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const KeyRange range = ranges[static_cast<size_t>(r)];
+        const int64_t j0 = std::max(range.first, tile) - tile, j1 = std::min(range.last, tile + tile_keys) - tile;
+        t.j0[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j0 : 0);  // for the p.v pass below
+        t.j1[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j1 : 0);
+        if (j0 >= j1) continue;
+        const float* q_row = t.q.data() + r * dq_pad;
+        float* s = t.s.data() + r * s_stride;
+        // Scores, four keys at a time (each q vector loaded once for four K rows).
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) {
+          const float* k0 = t.k.data() + j * dq_pad;
+          VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+          for (int64_t e = 0; e < dq_pad; e += N) {
+            const VF qv = hn::LoadU(df, q_row + e);
+            a0 = hn::MulAdd(qv, hn::LoadU(df, k0 + e), a0);
+            a1 = hn::MulAdd(qv, hn::LoadU(df, k0 + dq_pad + e), a1);
+            a2 = hn::MulAdd(qv, hn::LoadU(df, k0 + 2 * dq_pad + e), a2);
+            a3 = hn::MulAdd(qv, hn::LoadU(df, k0 + 3 * dq_pad + e), a3);
+          }
+          SumOfFour(a0, a1, a2, a3, s + j);
+        }
+        for (; j < j1; ++j) {
+          const float* k_row = t.k.data() + j * dq_pad;
+          VF a = hn::Zero(df);
+          for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q_row + e), hn::LoadU(df, k_row + e), a);
+          s[j] = hn::GetLane(hn::SumOfLanes(df, a));
+        }
+        float tile_max = s[j0];
+        for (j = j0 + 1; j < j1; ++j) tile_max = std::max(tile_max, s[j]);
+        float& m = t.m[static_cast<size_t>(r)];
+        const float m_new = std::max(m, tile_max);
+        // m = -inf before the first visible key: alpha = exp(-inf) = 0 (o and l are 0 anyway).
+        const float alpha = std::exp(m - m_new);
+        m = m_new;
+        // p_j = exp(s_j - m) over whole vectors from j0; the slack past j1 is computed and unused.
+        // Clamped to [-200, 0] so that no lane (stale slack, a NaN-free but huge value) reaches
+        // an out-of-range float -> int conversion inside Exp; exp(-200) underflows to 0 as
+        // exp(s - m) would for any s - m < -104.
+        const VF vm = hn::Set(df, m_new), lo = hn::Set(df, -200.0f), hi = hn::Zero(df);
+        VF sum = hn::Zero(df);
+        for (j = j0; j < j1; j += N) {
+          const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, s + j), vm), lo), hi);
+          const VF p = hn::Exp(df, x);
+          hn::StoreU(p, df, s + j);
+          if (j + N <= j1) sum = hn::Add(sum, p);
+        }
+        float p_sum = hn::GetLane(hn::SumOfLanes(df, sum));
+        for (j = j0 + (j1 - j0) / N * N; j < j1; ++j) p_sum += s[j];
+        t.l[static_cast<size_t>(r)] = alpha * t.l[static_cast<size_t>(r)] + p_sum;
+
+        t.alpha[static_cast<size_t>(r)] = alpha;
+      }
+      AccumulateRows(t, rows, t.s.data(), s_stride, 1, dv_pad);
+    }
+
+    // out = o / l, zeros for a row without visible keys.
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = item.kv_head * plan.group + r / item.q_count;
+      const int64_t query = item.q_first + r % item.q_count;
+      const int64_t out_index = seq.out_base + query * plan.out.stride_seq + head * plan.out.stride_heads;
+      float* o_row = t.o.data() + r * dv_pad;
+      const float l = t.l[static_cast<size_t>(r)];
+      if (l > 0.0f) {
+        const VF vl = hn::Set(df, l);
+        for (int64_t e = 0; e < dv_pad; e += N) hn::StoreU(hn::Div(hn::LoadU(df, o_row + e), vl), df, o_row + e);
+      }
+      int64_t e = 0;
+      for (; e + N <= dv; e += N) cpu::StoreF32<kType>(hn::LoadU(df, o_row + e), call.out, out_index + e);
+      for (; e < dv; ++e) cpu::StoreOne<kType>(o_row[e], call.out, out_index + e);
+    }
+  }
+}
+
+}  // namespace rotary::attention_internal::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

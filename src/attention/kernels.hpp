@@ -1,0 +1,53 @@
+// src/attention/kernels.hpp: the SIMD attention kernels behind rotary::attention (internal to
+// rotary_attention). Plain wrappers only: no Highway type leaks out (STYLE.md section 8). The
+// kernels (attention_kernels-inl.h) are compiled once per Highway target in
+// attention_kernels_f32.cpp, _bf16.cpp and _f16.cpp and picked at run time
+// (HWY_DYNAMIC_DISPATCH), so force_cpu_target() chooses them as it chooses apply()'s.
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/spec.hpp"
+#include "src/attention/plan.hpp"
+
+namespace rotary::attention_internal {
+
+// One unit of work: queries [q_first, q_first + q_count) of one sequence, for all q heads of one
+// kv head (the group shares every K and V tile it loads).
+struct Item {
+  int64_t sequence = 0;
+  int64_t kv_head = 0;
+  int64_t q_first = 0;
+  int64_t q_count = 0;
+};
+
+// Keys per K / V tile, and the number of (head, query) rows an item aims for.
+constexpr int64_t kKeyBlock = 64;
+constexpr int64_t kTargetRows = 64;
+
+// A checked call (make_plan) in the kernels' terms. q / k / v / out point at element 0 of their
+// views; every offset the plan gives is inside the checked spans.
+struct Call {
+  const Plan* plan = nullptr;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  const Item* items = nullptr;
+  float scale = 1.0f;  // the plan's scale rounded to float32 (docs/attention.md counts it)
+  // Fused RoPE (null without): for each q (k) token in global order, 2 * num_pairs float32
+  // values, cos then sin (CosSinTable::stored_row's layout), scaling included.
+  const float* const* q_rope = nullptr;
+  const float* const* k_rope = nullptr;
+  int64_t num_pairs = 0;
+  int64_t rotary_offset = 0;
+  Style style = Style::NeoX;
+};
+
+// Runs items [begin, end) with the current target's kernels for the call's dtype.
+void attend(const Call& call, int64_t begin, int64_t end);
+void attend_f32(const Call& call, int64_t begin, int64_t end);
+void attend_bf16(const Call& call, int64_t begin, int64_t end);
+void attend_f16(const Call& call, int64_t begin, int64_t end);
+
+}  // namespace rotary::attention_internal

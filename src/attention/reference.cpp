@@ -1,0 +1,130 @@
+// src/attention/reference.cpp: the float64 definition of attention (include/rotary/attention.hpp).
+//
+// Plain loops, no blocking, no online softmax, no threads: for each query the visible scores
+// s_j = scale * <q, k_j> in double, m = max s_j, w_j = exp(s_j - m), o = sum w_j v_j / sum w_j
+// (Vaswani et al. 2017, eq. 1; the max subtraction is exact algebra), rounded once on store.
+// A query with no visible key stores zeros (the header's rule). With rope, q and k rows are
+// rotated first in double by apply()'s formula (apply.hpp; src/cpu/reference.cpp) with the
+// table's float32 values widened, so that a fast path's difference from this is its arithmetic.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "rotary/attention.hpp"
+#include "rotary/error.hpp"
+#include "src/attention/plan.hpp"
+
+namespace rotary::reference {
+namespace {
+
+using attention_internal::Plan;
+using attention_internal::Sequence;
+
+double load(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::F32: return static_cast<const float*>(data)[index];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
+    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
+    case DType::F64: return static_cast<const double*>(data)[index];
+  }
+  return 0.0;
+}
+
+void store(void* data, DType dtype, int64_t index, double value) {
+  switch (dtype) {
+    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); break;  // one rounding
+    case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); break;
+    case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); break;
+    case DType::F64: static_cast<double*>(data)[index] = value; break;
+  }
+}
+
+// The cos/sin row of a position as doubles (the table's float32 values, widened).
+struct RopeRows {
+  const AttentionRope* rope = nullptr;
+  std::vector<float> cos, sin;
+  void rotate(double* row, int64_t position) {
+    const CosSinTable& table = *rope->table;
+    const int64_t num_pairs = table.num_pairs();
+    cos.resize(static_cast<size_t>(num_pairs));
+    sin.resize(static_cast<size_t>(num_pairs));
+    table.row(position, cos.data(), sin.data());
+    const bool neox = table.spec().style == Style::NeoX;
+    double* block = row + rope->rotary_offset;
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      const int64_t first = neox ? i : 2 * i, second = neox ? i + num_pairs : 2 * i + 1;
+      const double a = block[first], c = block[second];
+      const double C = cos[static_cast<size_t>(i)], S = sin[static_cast<size_t>(i)];
+      block[first] = a * C - c * S;  // apply.hpp, forward
+      block[second] = c * C + a * S;
+    }
+  }
+};
+
+void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+         const AttentionOptions& options, const AttentionRope* rope) {
+  const Plan plan = attention_internal::make_plan(q, k, v, out, options, rope, /*allow_f64=*/true);
+  if (plan.num_q_heads == 0) return;  // no output heads (kv heads may still be given)
+  const int64_t dq = plan.qk_dim, dv = plan.v_dim;
+  RopeRows rows{rope, {}, {}};
+  std::vector<double> keys, values, query(static_cast<size_t>(dq)), scores, output(static_cast<size_t>(dv));
+  for (const Sequence& s : plan.sequences) {
+    for (int64_t g = 0; g < plan.num_kv_heads; ++g) {
+      // This kv head's keys (rotated) and values as doubles.
+      keys.assign(static_cast<size_t>(s.num_keys * dq), 0.0);
+      values.assign(static_cast<size_t>(s.num_keys * dv), 0.0);
+      for (int64_t j = 0; j < s.num_keys; ++j) {
+        const int64_t k_row = s.k_base + j * plan.k.stride_seq + g * plan.k.stride_heads;
+        const int64_t v_row = s.v_base + j * plan.v.stride_seq + g * plan.v.stride_heads;
+        double* key = keys.data() + j * dq;
+        for (int64_t e = 0; e < dq; ++e) key[e] = load(k.data, k.dtype, k_row + e * plan.k.stride_dim);
+        if (rope != nullptr) rows.rotate(key, rope->k_positions[static_cast<size_t>(s.k_token0 + j)]);
+        for (int64_t e = 0; e < dv; ++e) values[static_cast<size_t>(j * dv + e)] = load(v.data, v.dtype, v_row + e * plan.v.stride_dim);
+      }
+      for (int64_t h = g * plan.group; h < (g + 1) * plan.group; ++h) {
+        for (int64_t i = 0; i < s.num_queries; ++i) {
+          const int64_t q_row = s.q_base + i * plan.q.stride_seq + h * plan.q.stride_heads;
+          const int64_t out_row = s.out_base + i * plan.out.stride_seq + h * plan.out.stride_heads;
+          const attention_internal::KeyRange range = attention_internal::visible_keys(plan, s.query_offset + i, s.num_keys);
+          std::fill(output.begin(), output.end(), 0.0);
+          if (range.first < range.last) {
+            for (int64_t e = 0; e < dq; ++e) query[static_cast<size_t>(e)] = load(q.data, q.dtype, q_row + e * plan.q.stride_dim);
+            if (rope != nullptr) rows.rotate(query.data(), rope->q_positions[static_cast<size_t>(s.q_token0 + i)]);
+            scores.assign(static_cast<size_t>(range.last - range.first), 0.0);
+            double m = -INFINITY;
+            for (int64_t j = range.first; j < range.last; ++j) {
+              double dot = 0.0;
+              for (int64_t e = 0; e < dq; ++e) dot += query[static_cast<size_t>(e)] * keys[static_cast<size_t>(j * dq + e)];
+              const double score = plan.scale * dot;
+              scores[static_cast<size_t>(j - range.first)] = score;
+              m = std::max(m, score);
+            }
+            double l = 0.0;
+            for (int64_t j = range.first; j < range.last; ++j) {
+              const double w = std::exp(scores[static_cast<size_t>(j - range.first)] - m);
+              l += w;
+              for (int64_t e = 0; e < dv; ++e) output[static_cast<size_t>(e)] += w * values[static_cast<size_t>(j * dv + e)];
+            }
+            for (double& o : output) o /= l;
+          }
+          for (int64_t e = 0; e < dv; ++e) store(out.data, out.dtype, out_row + e * plan.out.stride_dim, output[static_cast<size_t>(e)]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttentionOptions& options) {
+  run(q, k, v, out, options, nullptr);
+}
+
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttentionRope& rope, const AttentionOptions& options) {
+  run(q, k, v, out, options, &rope);
+}
+
+}  // namespace rotary::reference

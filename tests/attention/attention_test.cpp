@@ -1,0 +1,777 @@
+// tests/attention/attention_test.cpp: include/rotary/attention.hpp — the float64 reference on
+// hand-computed cases, the argument checks (messages), and the fast path against the reference on
+// random shapes, strides, layouts, dtypes, GQA ratios, masks, windows, offsets, lengths and fused
+// RoPE, on every compiled SIMD target.
+//
+// Tolerance of the fast path (docs/attention.md, "Error analysis"), per output element e of a
+// query with n visible keys, u = 2^-24:
+//   E   = (d + 6) u * max_j A_j,  A_j = scale * sum_e |q~_e| |k~_je|        score error bound
+//         (d roundings in the float32 dot product whatever the lane split, 2 for q * fl32(scale),
+//         2 + 2 for the float32 rotations of q and k; q~ = |a||C| + |c||S| on rotated elements)
+//   eta = E + 110 u                                     relative error of each exp weight (exp is
+//         1 ulp; the rounding of s - m costs u |s - m| <= 104 u where the weight is not 0)
+//   acc = (n + 2 * tiles + 4) u                          float32 sums over n keys, a rescale per tile
+//   |fast - ref64| <= Vbar_e * (2 eta (1 + 2 eta) + 2 acc) + storage
+//         Vbar_e = max_{visible j} |v_je|; storage = u |ref| (float32), ulp_fmt(max(|fast|, |ref|))
+//         (bfloat16 / float16: p = 7 / 10 bits, at least the smallest subnormal).
+// The reference runs on float64 copies of the inputs (exact widening), so `ref64` has no storage
+// rounding. ToleranceRejectsAnOffByOneMask shows the bound is tight enough to catch a wrong mask.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rotary/apply.hpp"
+#include "rotary/attention.hpp"
+#include "rotary/error.hpp"
+#include "rotary/spec.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+constexpr double kU = 0x1p-24;
+
+class ForcedTarget {
+ public:
+  explicit ForcedTarget(const std::string& name) { force_cpu_target(name); }
+  ~ForcedTarget() { force_cpu_target(""); }
+  ForcedTarget(const ForcedTarget&) = delete;
+  ForcedTarget& operator=(const ForcedTarget&) = delete;
+};
+
+class SavedThreadCount {
+ public:
+  SavedThreadCount() : saved_(num_threads()) {}
+  ~SavedThreadCount() { set_num_threads(saved_); }
+  SavedThreadCount(const SavedThreadCount&) = delete;
+  SavedThreadCount& operator=(const SavedThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(seed) {}
+  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(engine_); }
+  bool percent(int64_t p) { return uniform(0, 99) < p; }
+  // Never zero: magnitude in [0.1, 1], random sign (scores of a few units: a spread softmax).
+  double value() {
+    const double magnitude = std::uniform_real_distribution<double>(0.1, 1.0)(engine_);
+    return percent(50) ? magnitude : -magnitude;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+double load(const void* data, DType dtype, int64_t index) {
+  switch (dtype) {
+    case DType::F32: return static_cast<const float*>(data)[index];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
+    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
+    case DType::F64: return static_cast<const double*>(data)[index];
+  }
+  return 0;
+}
+
+void store(void* data, DType dtype, int64_t index, double value) {
+  switch (dtype) {
+    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); return;
+    case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); return;
+    case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); return;
+    case DType::F64: static_cast<double*>(data)[index] = value; return;
+  }
+}
+
+// A tensor in its own buffer: named extents, laid out in `layout` with optional padding after each
+// axis (so strides are not the contiguous ones). Element (b, s, h, e) by name.
+struct Tensor {
+  std::vector<double> storage;  // 8-byte aligned bytes for any dtype
+  TensorView view;
+  NamedAxes axes;
+
+  Tensor(DType dtype, Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim, std::array<int64_t, 3> pad = {}) {
+    view.dtype = dtype;
+    view.layout = layout;
+    // Axis extents in the layout's order, and pads (dim never padded: it is the unit-stride axis).
+    std::array<int64_t, 4> shape{};
+    switch (layout) {
+      case Layout::BSHD: shape = {batch, seq, heads, dim}; break;
+      case Layout::BHSD: shape = {batch, heads, seq, dim}; break;
+      case Layout::SBHD: shape = {seq, batch, heads, dim}; break;
+      case Layout::THD: shape = {seq, heads, dim, 0}; break;
+    }
+    const int rank = layout_rank(layout);
+    int64_t stride = 1;
+    for (int axis = rank - 1; axis >= 0; --axis) {
+      view.shape[axis] = shape[axis];
+      view.stride_elems[axis] = stride;
+      const int64_t pad_here = axis < rank - 1 ? pad[static_cast<size_t>(rank - 2 - axis)] : 0;
+      stride = stride * std::max<int64_t>(shape[axis], 1) + pad_here * stride;
+    }
+    const int64_t bytes = stride * dtype_size(dtype);
+    storage.assign(static_cast<size_t>(bytes / 8 + 2), 0.0);
+    view.data = storage.data();
+    axes = named_axes(view);
+  }
+  int64_t index(int64_t b, int64_t s, int64_t h, int64_t e) const {
+    return b * axes.stride_batch + s * axes.stride_seq + h * axes.stride_heads + e * axes.stride_dim;
+  }
+  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load(view.data, view.dtype, index(b, s, h, e)); }
+  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store(view.data, view.dtype, index(b, s, h, e), value); }
+  void fill(Rng& rng) {
+    for (int64_t b = 0; b < axes.batch; ++b)
+      for (int64_t s = 0; s < axes.seq; ++s)
+        for (int64_t h = 0; h < axes.heads; ++h)
+          for (int64_t e = 0; e < axes.dim; ++e) set(b, s, h, e, rng.value());
+  }
+  // A float64 copy in the same layout (exact: every storage type widens exactly).
+  Tensor widened() const {
+    Tensor copy(DType::F64, view.layout, axes.batch, axes.seq, axes.heads, axes.dim);
+    for (int64_t b = 0; b < axes.batch; ++b)
+      for (int64_t s = 0; s < axes.seq; ++s)
+        for (int64_t h = 0; h < axes.heads; ++h)
+          for (int64_t e = 0; e < axes.dim; ++e) copy.set(b, s, h, e, at(b, s, h, e));
+    return copy;
+  }
+};
+
+Tensor make(DType dtype, Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return Tensor(dtype, layout, layout == Layout::THD ? 1 : batch, seq, heads, dim);
+}
+
+// ---- the reference on numbers worked by hand ----------------------------------------------------
+
+// One sequence of 2 tokens, 1 head, head_dim 2, scale 1:
+//   q0 = (1, 0), q1 = (0, 1); k0 = (1, 0), k1 = (0, 2); v0 = (1, 2), v1 = (3, 4).
+//   Query 0: scores (1, 0): weights e/(1+e), 1/(1+e) = 0.7310585786300049, 0.2689414213699951
+//            out = (1, 2) + 2 * 0.2689414213699951 * (1, 1) = (1.5378828427399902, 2.5378828427399902)
+//   Query 1: scores (0, 2): weights 1/(1+e^2), e^2/(1+e^2) = 0.11920292202211755, 0.8807970779778825
+//            out = (1, 2) + 2 * 0.8807970779778825 * (1, 1) = (2.7615941559557646, 3.7615941559557646)
+struct TwoTokens {
+  Tensor q = make(DType::F64, Layout::BSHD, 1, 2, 1, 2), k = q, v = q, out = q;
+  TwoTokens() {
+    k = make(DType::F64, Layout::BSHD, 1, 2, 1, 2);
+    v = make(DType::F64, Layout::BSHD, 1, 2, 1, 2);
+    out = make(DType::F64, Layout::BSHD, 1, 2, 1, 2);
+    q.set(0, 0, 0, 0, 1), q.set(0, 0, 0, 1, 0), q.set(0, 1, 0, 0, 0), q.set(0, 1, 0, 1, 1);
+    k.set(0, 0, 0, 0, 1), k.set(0, 0, 0, 1, 0), k.set(0, 1, 0, 0, 0), k.set(0, 1, 0, 1, 2);
+    v.set(0, 0, 0, 0, 1), v.set(0, 0, 0, 1, 2), v.set(0, 1, 0, 0, 3), v.set(0, 1, 0, 1, 4);
+  }
+  std::array<double, 4> run(const AttentionOptions& options) {
+    reference::attention(q.view, k.view, v.view, out.view, options);
+    return {out.at(0, 0, 0, 0), out.at(0, 0, 0, 1), out.at(0, 1, 0, 0), out.at(0, 1, 0, 1)};
+  }
+};
+
+TEST(AttentionReference, TwoTokensNoMaskMatchesHandComputedSoftmax) {
+  TwoTokens t;
+  const auto out = t.run({.scale = 1.0});
+  EXPECT_NEAR(out[0], 1.5378828427399902, 1e-15);
+  EXPECT_NEAR(out[1], 2.5378828427399902, 1e-15);
+  EXPECT_NEAR(out[2], 2.7615941559557646, 1e-15);
+  EXPECT_NEAR(out[3], 3.7615941559557646, 1e-15);
+}
+
+TEST(AttentionReference, TwoTokensCausalFirstQuerySeesOnlyItself) {
+  TwoTokens t;
+  const auto out = t.run({.scale = 1.0, .mask = Mask::Causal});
+  EXPECT_EQ(out[0], 1.0);
+  EXPECT_EQ(out[1], 2.0);
+  EXPECT_NEAR(out[2], 2.7615941559557646, 1e-15);
+  EXPECT_NEAR(out[3], 3.7615941559557646, 1e-15);
+}
+
+TEST(AttentionReference, TwoTokensWindowOfOneSeesOnlyTheOwnPosition) {
+  TwoTokens t;
+  const auto out = t.run({.scale = 1.0, .mask = Mask::Causal, .window = 1});
+  EXPECT_EQ(out[0], 1.0);
+  EXPECT_EQ(out[1], 2.0);
+  EXPECT_EQ(out[2], 3.0);
+  EXPECT_EQ(out[3], 4.0);
+}
+
+TEST(AttentionReference, TwoTokensQueryOffsetShiftsTheCausalEdge) {
+  // Offset 1: query 0 sits at position 1 and sees both keys (the no-mask result); query 1 too.
+  TwoTokens t;
+  const auto out = t.run({.scale = 1.0, .mask = Mask::Causal, .query_offset = 1});
+  EXPECT_NEAR(out[0], 1.5378828427399902, 1e-15);
+  EXPECT_NEAR(out[2], 2.7615941559557646, 1e-15);
+}
+
+TEST(AttentionReference, DefaultScaleIsOneOverSqrtHeadDim) {
+  // Query 1 with scale 1/sqrt(2): scores (0, sqrt(2)); out = (1, 2) + 2 * w1 with
+  // w1 = 1 / (1 + exp(-sqrt(2))) = 0.8044296825069569.
+  TwoTokens t;
+  const auto out = t.run({});
+  EXPECT_NEAR(out[2], 1.0 + 2 * 0.8044296825069569, 1e-14);
+}
+
+TEST(AttentionReference, FullyMaskedRowIsZeros) {
+  TwoTokens t;
+  const std::vector<int64_t> no_keys{0};
+  const auto out = t.run({.scale = 1.0, .kv_lengths = no_keys});
+  EXPECT_THAT(out, ::testing::Each(0.0));
+}
+
+// ---- argument checks -----------------------------------------------------------------------------
+
+struct Small {
+  Tensor q = make(DType::F32, Layout::BSHD, 2, 3, 4, 8);
+  Tensor k = make(DType::F32, Layout::BSHD, 2, 5, 2, 8);
+  Tensor v = make(DType::F32, Layout::BSHD, 2, 5, 2, 8);
+  Tensor out = make(DType::F32, Layout::BSHD, 2, 3, 4, 8);
+};
+
+TEST(AttentionArgs, RejectsKvHeadsThatDoNotDivideQHeadsNamingBoth) {
+  Small s;
+  Tensor k3 = make(DType::F32, Layout::BSHD, 2, 5, 3, 8), v3 = make(DType::F32, Layout::BSHD, 2, 5, 3, 8);
+  EXPECT_THAT([&] { attention(s.q.view, k3.view, v3.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: k heads must divide q heads, 4 (got 3)")));
+}
+
+TEST(AttentionArgs, RejectsNegativeWindowNamingIt) {
+  Small s;
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.window = -2}); },
+              ThrowsMessage<Error>(HasSubstr("options.window must be >= 0 (0 = no window) (got -2)")));
+}
+
+TEST(AttentionArgs, RejectsKvLengthsThatDisagreeWithTheTensors) {
+  Small s;
+  const std::vector<int64_t> three{1, 2, 3}, too_long{1, 6};
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_lengths = three}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_lengths must hold one value per sequence, 2 (got 3)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_lengths = too_long}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_lengths[1] must be in [0, 5] (k's seq) (got 6)")));
+}
+
+TEST(AttentionArgs, RejectsCuSeqlensThatDoNotEndAtTheTokenCount) {
+  Tensor q = make(DType::F32, Layout::THD, 1, 6, 2, 8), k = make(DType::F32, Layout::THD, 1, 6, 2, 8);
+  Tensor v = make(DType::F32, Layout::THD, 1, 6, 2, 8), out = make(DType::F32, Layout::THD, 1, 6, 2, 8);
+  const std::vector<int64_t> good{0, 2, 6}, bad{0, 2, 5};
+  EXPECT_THAT([&] { attention(q.view, k.view, v.view, out.view, {.cu_seqlens_q = good, .cu_seqlens_k = bad}); },
+              ThrowsMessage<Error>(HasSubstr("options.cu_seqlens_k must end at the token count 6 (got 5)")));
+  EXPECT_THAT([&] { attention(q.view, k.view, v.view, out.view); },
+              ThrowsMessage<Error>(HasSubstr("options.cu_seqlens_q is required for layout thd")));
+}
+
+TEST(AttentionArgs, RejectsMismatchedShapesNullDataAndOverlap) {
+  Small s;
+  Tensor k_dim = make(DType::F32, Layout::BSHD, 2, 5, 2, 6);
+  EXPECT_THAT([&] { attention(s.q.view, k_dim.view, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: k head_dim must equal q's, 8 (got 6)")));
+  TensorView null_q = s.q.view;
+  null_q.data = nullptr;
+  EXPECT_THAT([&] { attention(null_q, s.k.view, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("q.data must not be null")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.q.view); },
+              ThrowsMessage<Error>(HasSubstr("out must not overlap q")));
+  TensorView bad_dtype = s.out.view;
+  bad_dtype.dtype = DType::BF16;
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, bad_dtype); },
+              ThrowsMessage<Error>(HasSubstr("out.dtype must equal q's, float32 (got bfloat16)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.query_offset = -1}); },
+              ThrowsMessage<Error>(HasSubstr("options.query_offset must be in [0, 2^62) (got -1)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.scale = -1.0}); },
+              ThrowsMessage<Error>(HasSubstr("options.scale must be finite and > 0 (got -1)")));
+  TensorView negative = s.k.view;
+  negative.stride_elems[1] = -16;
+  EXPECT_THAT([&] { attention(s.q.view, negative, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("k.stride_elems[1] must be >= 0 (got -16)")));
+  TensorView strided_dim = s.v.view;
+  strided_dim.stride_elems[3] = 2;
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, strided_dim, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("v: the head dim must have unit stride (got stride 2)")));
+  TensorView shared_heads = s.out.view;
+  shared_heads.stride_elems[2] = 0;  // every head of out at the same address
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, shared_heads); },
+              ThrowsMessage<Error>(HasSubstr("out: elements must not share addresses")));
+  TensorView huge = s.q.view;
+  huge.shape[0] = int64_t{1} << 62;
+  EXPECT_THAT([&] { attention(huge, s.k.view, s.v.view, s.out.view); }, ThrowsMessage<Error>(HasSubstr("q")));
+}
+
+TEST(AttentionArgs, RejectsRopePositionsOfTheWrongCountOrPastTheTable) {
+  Small s;
+  RopeSpec spec;
+  spec.head_dim = 8;
+  spec.rotary_dim = 8;
+  const CosSinTable table(spec, {.fixed_positions = 16});
+  const std::vector<int64_t> q_positions(6, 1), k_positions(10, 2), short_k(9, 2);
+  std::vector<int64_t> far = k_positions;
+  far[4] = 16;
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.table = &table, .q_positions = q_positions, .k_positions = short_k}); },
+              ThrowsMessage<Error>(HasSubstr("rope.k_positions must hold one position per k token, 10 (got 9)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.table = &table, .q_positions = q_positions, .k_positions = far}); },
+              ThrowsMessage<Error>(HasSubstr("rope.k_positions[4] must be in [0, 15] (got 16)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.q_positions = q_positions, .k_positions = k_positions}); },
+              ThrowsMessage<Error>(HasSubstr("rope.table must not be null")));
+}
+
+TEST(AttentionScale, DefaultIsInverseSqrtAndDeepSeekYarnFoldsMscaleAllDimSquared) {
+  RopeSpec spec;
+  spec.head_dim = 64;
+  spec.rotary_dim = 64;
+  EXPECT_DOUBLE_EQ(attention_scale(spec, 128), 1.0 / std::sqrt(128.0));
+  spec.scaling.mscale_all_dim = 1.0;  // ignored without a scaling scheme (HF: rope_type != "default")
+  EXPECT_DOUBLE_EQ(attention_scale(spec, 128), 1.0 / std::sqrt(128.0));
+  // DeepSeek-V3 config: yarn, factor 40, mscale 1.0, mscale_all_dim 1.0, qk_head_dim 128 + 64.
+  spec.scaling.type = ScalingType::Yarn;
+  spec.scaling.factor = 40.0;
+  spec.scaling.mscale = 1.0;
+  const double mscale = 0.1 * std::log(40.0) + 1.0;  // 1.3688879454113936
+  EXPECT_NEAR(mscale, 1.3688879454113936, 1e-15);
+  EXPECT_DOUBLE_EQ(attention_scale(spec, 192), mscale * mscale / std::sqrt(192.0));
+  spec.scaling.mscale_all_dim = 0.0;  // falsy: no correction
+  EXPECT_DOUBLE_EQ(attention_scale(spec, 192), 1.0 / std::sqrt(192.0));
+  EXPECT_THAT([&] { (void)attention_scale(spec, 0); }, ThrowsMessage<Error>(HasSubstr("qk_head_dim must be >= 1 (got 0)")));
+}
+
+// Empty extents are valid calls that write nothing (and read no null pointer): no q heads, no
+// tokens, no keys (then every row is zeros), head dims of 0.
+TEST(AttentionArgs, EmptyExtentsAreValidAndWriteNothingOutside) {
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "reference");
+    const auto call = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const AttentionOptions& options) {
+      if (fast) {
+        attention(q.view, k.view, v.view, out.view, options);
+      } else {
+        reference::attention(q.view, k.view, v.view, out.view, options);
+      }
+    };
+    TensorView no_heads_q{nullptr, DType::F32, Layout::BSHD, {1, 3, 0, 8}, {24, 8, 8, 1}};
+    TensorView no_heads_out = no_heads_q;
+    Tensor k = make(DType::F32, Layout::BSHD, 1, 5, 2, 8), v = make(DType::F32, Layout::BSHD, 1, 5, 2, 8);
+    if (fast) {
+      EXPECT_NO_THROW(attention(no_heads_q, k.view, v.view, no_heads_out, AttentionOptions{}));
+    } else {
+      EXPECT_NO_THROW(reference::attention(no_heads_q, k.view, v.view, no_heads_out, AttentionOptions{}));
+    }
+    Tensor q = make(DType::F32, Layout::BSHD, 1, 3, 4, 8), out = make(DType::F32, Layout::BSHD, 1, 3, 4, 8);
+    Tensor k0 = make(DType::F32, Layout::BSHD, 1, 0, 2, 8), v0 = make(DType::F32, Layout::BSHD, 1, 0, 2, 8);
+    Rng rng(1);
+    q.fill(rng), out.fill(rng);
+    call(q, k0, v0, out, {.mask = Mask::Causal});
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(out.at(0, s, h, e), 0.0);
+  }
+}
+
+// ---- the fast path against the reference --------------------------------------------------------
+
+double ulp_fmt(DType dtype, double value) {
+  const int p = dtype == DType::BF16 ? 7 : 10;
+  const double min_ulp = dtype == DType::BF16 ? 0x1p-133 : 0x1p-24;
+  if (value == 0) return min_ulp;
+  return std::max(std::ldexp(1.0, std::ilogb(value) - p), min_ulp);
+}
+
+struct Case {
+  DType dtype = DType::F32;
+  Layout layout = Layout::BSHD;
+  int64_t batch = 1, q_seq = 1, k_seq = 1, kv_heads = 1, group = 1, qk_dim = 8, v_dim = 8;
+  std::array<int64_t, 3> pad{};
+  AttentionOptions options;
+  std::vector<int64_t> kv_lengths, query_offsets, cu_q, cu_k;
+  bool rope = false;
+  Style style = Style::NeoX;
+  Storage storage = Storage::Stored;
+  int64_t rotary_dim = 0, rotary_offset = 0;
+};
+
+// The visible key range of the reference's rule, recomputed here independently.
+std::pair<int64_t, int64_t> keys_of(const Case& c, int64_t position, int64_t num_keys) {
+  int64_t first = 0, last = num_keys;
+  if (c.options.mask == Mask::Causal) last = std::min(last, position + 1);
+  if (c.options.window > 0) first = std::max<int64_t>(first, position - c.options.window + 1);
+  return {first, std::max(first, last)};
+}
+
+struct Outcome {
+  double worst_ratio = 0;  // max |fast - ref| / tolerance
+  int64_t failures = 0;
+  std::string first_failure;
+};
+
+// Runs `c` through the fast path and the float64 reference; compares with the tolerance above.
+// `shift_offset` moves the reference's query offset (ToleranceRejectsAnOffByOneMask).
+Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
+  Rng rng(seed);
+  const bool thd = c.layout == Layout::THD;
+  Tensor q(c.dtype, c.layout, thd ? 1 : c.batch, c.q_seq, c.kv_heads * c.group, c.qk_dim, c.pad);
+  Tensor k(c.dtype, c.layout, thd ? 1 : c.batch, c.k_seq, c.kv_heads, c.qk_dim, c.pad);
+  Tensor v(c.dtype, c.layout, thd ? 1 : c.batch, c.k_seq, c.kv_heads, c.v_dim, c.pad);
+  Tensor out(c.dtype, c.layout, thd ? 1 : c.batch, c.q_seq, c.kv_heads * c.group, c.v_dim, c.pad);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  c.options.kv_lengths = c.kv_lengths;
+  c.options.query_offsets = c.query_offsets;
+  c.options.cu_seqlens_q = c.cu_q;
+  c.options.cu_seqlens_k = c.cu_k;
+
+  RopeSpec spec;
+  spec.head_dim = c.qk_dim;
+  spec.rotary_dim = c.rotary_dim;
+  spec.style = c.style;
+  std::unique_ptr<CosSinTable> table;
+  std::vector<int64_t> q_positions, k_positions;
+  AttentionRope rope;
+  if (c.rope) {
+    table = std::make_unique<CosSinTable>(spec, TableOptions{.storage = c.storage});
+    const int64_t q_tokens = thd ? c.q_seq : c.batch * c.q_seq, k_tokens = thd ? c.k_seq : c.batch * c.k_seq;
+    for (int64_t i = 0; i < q_tokens; ++i) q_positions.push_back(rng.uniform(0, 5000));
+    for (int64_t i = 0; i < k_tokens; ++i) k_positions.push_back(rng.uniform(0, 5000));
+    rope = {.table = table.get(), .q_positions = q_positions, .k_positions = k_positions, .rotary_offset = c.rotary_offset};
+  }
+  if (c.rope) {
+    attention(q.view, k.view, v.view, out.view, rope, c.options);
+  } else {
+    attention(q.view, k.view, v.view, out.view, c.options);
+  }
+  Tensor q64 = q.widened(), k64 = k.widened(), v64 = v.widened();
+  Tensor ref(DType::F64, c.layout, thd ? 1 : c.batch, c.q_seq, c.kv_heads * c.group, c.v_dim);
+  AttentionOptions shifted = c.options;
+  std::vector<int64_t> shifted_offsets = c.query_offsets;
+  for (int64_t& o : shifted_offsets) o += shift_offset;
+  if (!shifted_offsets.empty()) shifted.query_offsets = shifted_offsets;
+  else shifted.query_offset += shift_offset;
+  if (c.rope) {
+    reference::attention(q64.view, k64.view, v64.view, ref.view, rope, shifted);
+  } else {
+    reference::attention(q64.view, k64.view, v64.view, ref.view, shifted);
+  }
+
+  // Magnitudes for the bound: |q~| per element (rotated: |a||C| + |c||S|).
+  const double scale = c.options.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.qk_dim)));
+  std::vector<float> cos_row(static_cast<size_t>(c.rotary_dim / 2)), sin_row(cos_row.size());
+  const auto magnitudes = [&](const Tensor& t, int64_t b, int64_t s, int64_t h, int64_t position) {
+    std::vector<double> m(static_cast<size_t>(c.qk_dim));
+    for (int64_t e = 0; e < c.qk_dim; ++e) m[static_cast<size_t>(e)] = std::abs(t.at(b, s, h, e));
+    if (c.rope && c.rotary_dim > 0) {
+      table->row(position, cos_row.data(), sin_row.data());
+      const int64_t pairs = c.rotary_dim / 2;
+      std::vector<double> r = m;
+      for (int64_t i = 0; i < pairs; ++i) {
+        const int64_t first = c.rotary_offset + (c.style == Style::NeoX ? i : 2 * i);
+        const int64_t second = c.rotary_offset + (c.style == Style::NeoX ? i + pairs : 2 * i + 1);
+        const double C = std::abs(cos_row[static_cast<size_t>(i)]), S = std::abs(sin_row[static_cast<size_t>(i)]);
+        r[static_cast<size_t>(first)] = m[static_cast<size_t>(first)] * C + m[static_cast<size_t>(second)] * S;
+        r[static_cast<size_t>(second)] = m[static_cast<size_t>(second)] * C + m[static_cast<size_t>(first)] * S;
+      }
+      return r;
+    }
+    return m;
+  };
+
+  Outcome outcome;
+  const int64_t num_sequences = thd ? static_cast<int64_t>(c.cu_q.size()) - 1 : c.batch;
+  for (int64_t b = 0; b < num_sequences; ++b) {
+    const int64_t q0 = thd ? c.cu_q[static_cast<size_t>(b)] : 0, k0 = thd ? c.cu_k[static_cast<size_t>(b)] : 0;
+    const int64_t nq = thd ? c.cu_q[static_cast<size_t>(b) + 1] - q0 : c.q_seq;
+    int64_t nk = thd ? c.cu_k[static_cast<size_t>(b) + 1] - k0 : c.k_seq;
+    if (!c.kv_lengths.empty()) nk = c.kv_lengths[static_cast<size_t>(b)];
+    const int64_t offset = c.query_offsets.empty() ? c.options.query_offset : c.query_offsets[static_cast<size_t>(b)];
+    const int64_t tb = thd ? 0 : b;
+    for (int64_t h = 0; h < c.kv_heads * c.group; ++h) {
+      const int64_t g = h / c.group;
+      for (int64_t i = 0; i < nq; ++i) {
+        const auto [first, last] = keys_of(c, offset + i, nk);
+        const int64_t q_token = thd ? q0 + i : b * c.q_seq + i;
+        const std::vector<double> qm = magnitudes(q, tb, q0 + i, h, c.rope ? q_positions[static_cast<size_t>(q_token)] : 0);
+        double max_a = 0;
+        std::vector<double> vbar(static_cast<size_t>(c.v_dim), 0.0);
+        for (int64_t j = first; j < last; ++j) {
+          const int64_t k_token = thd ? k0 + j : b * c.k_seq + j;
+          const std::vector<double> km = magnitudes(k, tb, k0 + j, g, c.rope ? k_positions[static_cast<size_t>(k_token)] : 0);
+          max_a = std::max(max_a, scale * std::inner_product(qm.begin(), qm.end(), km.begin(), 0.0));
+          for (int64_t e = 0; e < c.v_dim; ++e) vbar[static_cast<size_t>(e)] = std::max(vbar[static_cast<size_t>(e)], std::abs(v.at(tb, k0 + j, g, e)));
+        }
+        const int64_t n = last - first;
+        const double E = static_cast<double>(c.qk_dim + 6) * kU * max_a;
+        const double eta = E + 110 * kU;
+        const double acc = static_cast<double>(n + 2 * (n / 64 + 2) + 4) * kU;
+        for (int64_t e = 0; e < c.v_dim; ++e) {
+          const double fast = out.at(tb, q0 + i, h, e), want = ref.at(tb, q0 + i, h, e);
+          double tolerance = vbar[static_cast<size_t>(e)] * (2 * eta * (1 + 2 * eta) + 2 * acc);
+          tolerance += c.dtype == DType::F32 ? kU * std::abs(want) : ulp_fmt(c.dtype, std::max(std::abs(fast), std::abs(want)));
+          if (n == 0) tolerance = 0;  // zeros, exactly
+          const double error = std::abs(fast - want);
+          const double ratio = tolerance > 0 ? error / tolerance : (error > 0 ? INFINITY : 0.0);
+          outcome.worst_ratio = std::max(outcome.worst_ratio, ratio);
+          if (!(error <= tolerance)) {
+            if (outcome.failures++ == 0) {
+              outcome.first_failure = "seq " + std::to_string(b) + " head " + std::to_string(h) + " query " + std::to_string(i) +
+                                      " elem " + std::to_string(e) + ": fast " + std::to_string(fast) + " ref " +
+                                      std::to_string(want) + " tol " + std::to_string(tolerance);
+            }
+          }
+        }
+      }
+    }
+  }
+  return outcome;
+}
+
+std::string describe(const Case& c) {
+  std::string text = std::string(to_string(c.dtype)) + " " + std::string(to_string(c.layout)) + " batch " +
+                     std::to_string(c.batch) + " q_seq " + std::to_string(c.q_seq) + " k_seq " + std::to_string(c.k_seq) +
+                     " kv_heads " + std::to_string(c.kv_heads) + " group " + std::to_string(c.group) + " dims " +
+                     std::to_string(c.qk_dim) + "/" + std::to_string(c.v_dim) + " mask " +
+                     (c.options.mask == Mask::Causal ? "causal" : "none") + " window " + std::to_string(c.options.window) +
+                     " offset " + std::to_string(c.options.query_offset) + " offsets " + std::to_string(c.query_offsets.size()) +
+                     " kv_lengths " + std::to_string(c.kv_lengths.size());
+  if (c.rope) text += " rope " + std::string(to_string(c.style)) + " rotary_dim " + std::to_string(c.rotary_dim) + " at " + std::to_string(c.rotary_offset);
+  return text;
+}
+
+std::vector<int64_t> random_cu(Rng& rng, int64_t sequences, int64_t tokens) {
+  std::vector<int64_t> cu{0};
+  for (int64_t s = 1; s < sequences; ++s) cu.push_back(rng.uniform(0, tokens));
+  std::sort(cu.begin(), cu.end());
+  cu.push_back(tokens);
+  return cu;
+}
+
+Case random_case(Rng& rng) {
+  Case c;
+  const std::array<DType, 3> dtypes{DType::F32, DType::BF16, DType::F16};
+  const std::array<Layout, 4> layouts{Layout::BSHD, Layout::BHSD, Layout::SBHD, Layout::THD};
+  c.dtype = dtypes[static_cast<size_t>(rng.uniform(0, 2))];
+  c.layout = layouts[static_cast<size_t>(rng.uniform(0, 3))];
+  c.batch = rng.uniform(1, 3);
+  c.q_seq = rng.uniform(1, 40);
+  c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(1, 90);
+  c.kv_heads = rng.uniform(1, 3);
+  c.group = std::array<int64_t, 4>{1, 2, 4, 8}[static_cast<size_t>(rng.uniform(0, 3))];
+  c.qk_dim = rng.percent(30) ? rng.uniform(1, 80) : 2 * rng.uniform(1, 40);
+  c.v_dim = rng.percent(20) ? rng.uniform(1, 70) : c.qk_dim;
+  if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+  if (rng.percent(40)) c.options.scale = 0.05 + 0.3 * static_cast<double>(rng.uniform(0, 100)) / 100.0;
+  c.options.mask = rng.percent(60) ? Mask::Causal : Mask::None;
+  if (rng.percent(40)) c.options.window = rng.uniform(1, 30);
+  const bool thd = c.layout == Layout::THD;
+  const int64_t sequences = thd ? rng.uniform(1, 4) : c.batch;
+  if (thd) {
+    c.q_seq = rng.uniform(1, 60);
+    c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(1, 120);
+    c.cu_q = random_cu(rng, sequences, c.q_seq);
+    c.cu_k = c.k_seq == c.q_seq && rng.percent(50) ? c.cu_q : random_cu(rng, sequences, c.k_seq);
+  }
+  if (rng.percent(30)) {
+    for (int64_t s = 0; s < sequences; ++s) c.query_offsets.push_back(rng.uniform(0, 60));
+  } else if (rng.percent(40)) {
+    c.options.query_offset = rng.uniform(0, 60);
+  }
+  if (!thd && rng.percent(30)) {
+    for (int64_t s = 0; s < sequences; ++s) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
+  }
+  if (rng.percent(40) && c.qk_dim >= 2) {
+    c.rope = true;
+    c.style = rng.percent(50) ? Style::NeoX : Style::GPTJ;
+    c.storage = rng.percent(70) ? Storage::Stored : Storage::OnTheFly;
+    c.rotary_dim = 2 * rng.uniform(1, c.qk_dim / 2);
+    c.rotary_offset = rng.uniform(0, c.qk_dim - c.rotary_dim);
+  }
+  return c;
+}
+
+TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
+  for (const std::string& target : cpu_targets()) {
+    ForcedTarget forced(target);
+    SCOPED_TRACE("target " + target);
+    Rng rng(20261125 + std::hash<std::string>{}(target) % 1000);
+    std::array<double, 3> worst{};  // per dtype: float32, bfloat16, float16
+    for (int trial = 0; trial < 60; ++trial) {
+      const Case c = random_case(rng);
+      const uint64_t seed = static_cast<uint64_t>(rng.uniform(0, 1 << 30));
+      SCOPED_TRACE("trial " + std::to_string(trial) + " seed " + std::to_string(seed) + ": " + describe(c));
+      const Outcome outcome = run_case(c, seed);
+      double& w = worst[c.dtype == DType::F32 ? 0 : (c.dtype == DType::BF16 ? 1 : 2)];
+      w = std::max(w, outcome.worst_ratio);
+      ASSERT_EQ(outcome.failures, 0) << outcome.first_failure;
+    }
+    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g\n",
+                target.c_str(), worst[0], worst[1], worst[2]);
+  }
+}
+
+// Llama-like shapes: head_dim 128, GQA 4, long enough for several key tiles and both threads.
+TEST(AttentionCpu, MatchesReferenceOnLlamaShapesAndLongCausalRuns) {
+  SavedThreadCount saved;
+  set_num_threads(2);
+  for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+    Case c;
+    c.dtype = dtype;
+    c.batch = 1;
+    c.q_seq = 150;
+    c.k_seq = 150;
+    c.kv_heads = 2;
+    c.group = 4;
+    c.qk_dim = c.v_dim = 128;
+    c.options.mask = Mask::Causal;
+    SCOPED_TRACE(describe(c));
+    const Outcome outcome = run_case(c, 7);
+    EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+    c.q_seq = 1;  // decode: one query at position 149
+    c.options.query_offset = 149;
+    c.rope = true;
+    c.rotary_dim = 128;
+    const Outcome decode = run_case(c, 8);
+    EXPECT_EQ(decode.failures, 0) << decode.first_failure;
+  }
+}
+
+// The tolerance is not vacuous: moving the reference's causal edge by one key is detected.
+TEST(AttentionCpu, ToleranceRejectsAnOffByOneMask) {
+  Case c;
+  c.q_seq = c.k_seq = 20;
+  c.qk_dim = c.v_dim = 16;
+  c.kv_heads = 1;
+  c.group = 2;
+  c.options.mask = Mask::Causal;
+  EXPECT_EQ(run_case(c, 3).failures, 0);
+  EXPECT_GT(run_case(c, 3, /*shift_offset=*/1).failures, 0);
+  c.options.window = 5;
+  EXPECT_EQ(run_case(c, 4).failures, 0);
+  EXPECT_GT(run_case(c, 4, /*shift_offset=*/1).failures, 0);
+  // The decode form (fewer rows than a vector): one query at position 20 of 40 keys.
+  c.q_seq = 1;
+  c.k_seq = 40;
+  c.options.query_offset = 20;
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    c.dtype = dtype;
+    EXPECT_EQ(run_case(c, 5).failures, 0);
+    EXPECT_GT(run_case(c, 5, /*shift_offset=*/1).failures, 0);
+  }
+}
+
+TEST(AttentionCpu, FullyMaskedRowsAreZerosAndOthersUntouchedByThem) {
+  Case c;
+  c.batch = 2;
+  c.q_seq = 4;
+  c.k_seq = 6;
+  c.kv_heads = 2;
+  c.group = 2;
+  c.kv_lengths = {0, 6};
+  c.options.mask = Mask::Causal;
+  const Outcome outcome = run_case(c, 11);
+  EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+}
+
+// GQA is MHA with each kv head repeated over its group of q heads (reference: bitwise; fast:
+// within its bound).
+TEST(AttentionCpu, GqaEqualsMhaWithRepeatedKvHeads) {
+  Rng rng(5);
+  const int64_t seq = 37, kv_heads = 2, group = 3, dim = 24;
+  Tensor q = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
+  Tensor k = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
+  v = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor k_rep = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim), v_rep = k_rep;
+  v_rep = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
+  for (int64_t s = 0; s < seq; ++s)
+    for (int64_t h = 0; h < kv_heads * group; ++h)
+      for (int64_t e = 0; e < dim; ++e) {
+        k_rep.set(0, s, h, e, k.at(0, s, h / group, e));
+        v_rep.set(0, s, h, e, v.at(0, s, h / group, e));
+      }
+  for (const bool fast : {true, false}) {
+    Tensor gqa = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim), mha = gqa;
+    mha = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    const AttentionOptions options{.mask = Mask::Causal, .window = 9};
+    if (fast) {
+      attention(q.view, k.view, v.view, gqa.view, options);
+      attention(q.view, k_rep.view, v_rep.view, mha.view, options);
+    } else {
+      reference::attention(q.view, k.view, v.view, gqa.view, options);
+      reference::attention(q.view, k_rep.view, v_rep.view, mha.view, options);
+    }
+    if (!fast) {
+      // Bitwise: each q head sees the same key and value numbers in the same order.
+      EXPECT_EQ(std::memcmp(gqa.storage.data(), mha.storage.data(), gqa.storage.size() * sizeof(double)), 0);
+      continue;
+    }
+    // The fast path may take another form for items of other row counts (SIMD over rows or over
+    // the head dim: other summation orders), so within twice its bound of the reference: with
+    // |q|, |k| <= 1, d = 24, scale 1/sqrt(24), n <= 37: 2 * (2 * (30 * 4.9 + 110) + 2 * 45 + 1) u.
+    double worst = 0;
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t h = 0; h < kv_heads * group; ++h)
+        for (int64_t e = 0; e < dim; ++e) worst = std::max(worst, std::abs(gqa.at(0, s, h, e) - mha.at(0, s, h, e)));
+    EXPECT_LE(worst, 1212 * kU);
+  }
+}
+
+// Results do not depend on the thread count (items are computed independently).
+TEST(AttentionCpu, BitwiseIdenticalForOneAndTwoThreads) {
+  SavedThreadCount saved;
+  Rng rng(9);
+  const int64_t seq = 256, kv_heads = 2, group = 4, dim = 64;
+  Tensor q = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+  Tensor k = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
+  v = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor one = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim), two = one;
+  two = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+  set_num_threads(1);
+  attention(q.view, k.view, v.view, one.view, {.mask = Mask::Causal});
+  set_num_threads(2);
+  attention(q.view, k.view, v.view, two.view, {.mask = Mask::Causal});
+  EXPECT_EQ(std::memcmp(one.storage.data(), two.storage.data(), one.storage.size() * sizeof(double)), 0);
+}
+
+// Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above
+// (float32 storage: apply rounds the rotated values to float32, which fused keeps in registers —
+// the same float32 values, so the two agree to the attention bound alone).
+TEST(AttentionCpu, FusedRopeEqualsApplyThenAttention) {
+  for (const Style style : {Style::NeoX, Style::GPTJ}) {
+    SCOPED_TRACE(std::string(to_string(style)));
+    Rng rng(style == Style::NeoX ? 21 : 22);
+    const int64_t seq = 70, kv_heads = 2, group = 2, dim = 64;
+    RopeSpec spec;
+    spec.head_dim = dim;
+    spec.rotary_dim = dim;
+    spec.style = style;
+    const CosSinTable table(spec);
+    Tensor q = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    Tensor k = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
+    v = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
+    q.fill(rng), k.fill(rng), v.fill(rng);
+    std::vector<int64_t> positions(static_cast<size_t>(seq));
+    for (int64_t i = 0; i < seq; ++i) positions[static_cast<size_t>(i)] = 1000 + 3 * i;
+    Tensor fused = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim), plain = fused;
+    plain = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    const AttentionOptions options{.mask = Mask::Causal};
+    attention(q.view, k.view, v.view, fused.view, {.table = &table, .q_positions = positions, .k_positions = positions}, options);
+    Tensor q_rot = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim), k_rot = q_rot;
+    k_rot = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
+    apply(q.view, k.view, q_rot.view, k_rot.view, Positions::per_token(positions), table);
+    attention(q_rot.view, k_rot.view, v.view, plain.view, options);
+    // Both are within the fast path's bound of the same reference; their difference within twice
+    // that. Scores are O(1) here (|q|, |k| <= 1, d = 64, scale 1/8): E <= 70u * 8, so
+    // 2 * Vbar * (2 eta + 2 acc) + 2u <= 2 * (2 * (560 + 110) + 2 * 80 + 2) u = 3004 u.
+    double worst = 0;
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t h = 0; h < kv_heads * group; ++h)
+        for (int64_t e = 0; e < dim; ++e) worst = std::max(worst, std::abs(fused.at(0, s, h, e) - plain.at(0, s, h, e)));
+    EXPECT_LE(worst, 3004 * kU);
+  }
+}
+
+}  // namespace
+}  // namespace rotary
