@@ -2,7 +2,7 @@
 // memory streams it is bounded by.
 //
 // The same cases as `rotary bench` (src/cli/bench_command.cpp), which is the one to read for
-// the issue's targets: it prints the ratios to the copy bandwidth measured in the same run.
+// their goals: it prints the ratios to the copy bandwidth measured in the same run.
 // Here Google Benchmark's statistics (--benchmark_repetitions, aggregates) are the point.
 //   BM_Prefill   BSHD, batch 1, 4096 tokens, q 32 heads, k 8 heads, head_dim 128, positions 0..4095
 //   BM_Decode    BSHD, 64 sequences x 1 token at scattered positions, q 40 heads
@@ -40,7 +40,7 @@ using rotary::Layout;
 constexpr int64_t kHeadDim = 128;
 constexpr int64_t kQHeads = 32;
 constexpr int64_t kKvHeads = 8;
-constexpr int64_t kDecodeQHeads = 40;  // issue 5's decode target: 64 x 1 token, 40 heads, < 50 us
+constexpr int64_t kDecodeQHeads = 40;  // the decode case: 64 x 1 token, 40 heads (goal: < 50 us)
 constexpr int64_t kDecodeSequences = 64;
 constexpr int64_t kPrefillTokens = 4096;
 constexpr int64_t kMaxPosition = 32767;  // decode positions are drawn from [0, this]

@@ -1,6 +1,6 @@
 // bench/table_bench.cpp: building cos/sin tables (Google Benchmark).
 //
-// The yardstick: an Exact table of 131,072 positions x 64 pairs on one thread in at most
+// The yardstick: an Exact table of 131,072 positions x 64 pairs on one thread in at most
 // 45 ms; on this machine class PyTorch's float32 table in Hugging Face's form takes ~186 ms and a
 // naive float64 sin/cos loop ~131 ms (both measured here too, the loop as BM_NaiveFloat64Loop).
 // Each iteration builds a fresh table, allocation and first-touch page faults included, as a

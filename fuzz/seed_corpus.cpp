@@ -120,7 +120,7 @@ void cli_seeds(const fs::path& out) {
       {"--help"},
       {"--version"},
       {"table", "--help"},
-      // Issue 16's CLI findings: a flag taken as a value, one file for two outputs.
+      // CLI findings of the trust review: a flag taken as a value, one file for two outputs.
       {"apply", "--preset", "llama-3.1-8b", "--q", "--k", "k.npy", "--layout", "bshd", "--out-q", "--reference"},
       {"apply", "--q", "q.npy", "--layout", "bshd", "--out-q", "o.npy", "--out-k", "o.npy"},
   };

@@ -1,4 +1,4 @@
-"""Context parallelism (issue 6, point 5): sharded RoPE with global positions equals RoPE on the
+"""Context parallelism: sharded RoPE with global positions equals RoPE on the
 whole sequence, exactly.
 
 test_example_two_processes runs examples/context_parallel.py: 2 processes, torch.distributed with

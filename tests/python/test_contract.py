@@ -1,4 +1,4 @@
-"""The Python API's contract on the paths users take first (issue 16): every class of silent wrong
+"""The Python API's contract on the paths users take first: every class of silent wrong
 answer or crash that a probe found, swept across the API functions and backends it can reach.
 
   1. seq_len: Hugging Face's rule (the call's largest position + 1, or seq_len= named) everywhere,

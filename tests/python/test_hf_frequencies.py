@@ -1,4 +1,4 @@
-"""rotary's frequencies against transformers' own rope functions (issue 6, point 4).
+"""rotary's frequencies against transformers' own rope functions.
 
 For every rope_type transformers has (ROPE_INIT_FUNCTIONS, plus the models' "default"), configs
 are built as transformers config objects and read with rotary.Spec.from_hf_config:

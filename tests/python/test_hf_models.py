@@ -1,4 +1,4 @@
-"""Proof inside real models (issue 6, point 4): tiny random-weight transformers models run once
+"""Proof inside real models: tiny random-weight transformers models run once
 with Hugging Face's own RoPE and once with rotary's drop-in (rotary.torch.patch_model), and their
 outputs are compared.
 
