@@ -29,7 +29,7 @@ from ._rotary import RotaryError
 from ._spec import Spec
 from ._table import expand, native_rows
 from ._views import int64_positions
-from ._torch_ops import _DTYPES, _kernel_ok, _view
+from ._torch_ops import _DTYPES, _kernel_ok, _view, eager_tensors
 
 ROUNDINGS = ("like_torch", "once")
 COS_SIN_LAYOUTS = ("neox", "gptj", "half")
@@ -97,9 +97,8 @@ def _rotate_explicit_torch(x, cos, sin, style, direction, unsqueeze_dim):
 # float32 cos/sin gives float32). Widening x, cos and sin to P is exact and torch computes a mixed
 # product in P, so the kernel runs in P on the widened values. cos and sin of two different dtypes
 # make the two products round differently: that case runs HF's expression in torch ops.
-@torch.library.custom_op("rotary::apply_cos_sin", mutates_args=())
-def _apply_cos_sin_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str, direction: str,
-                      rounding: str, unsqueeze_dim: int) -> torch.Tensor:
+def _apply_cos_sin_impl(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str, direction: str,
+                        rounding: str, unsqueeze_dim: int) -> torch.Tensor:
     out_dtype = _promoted(x, cos, sin)
     if not _kernel_ok(x, cos, sin) or (cos.dtype != sin.dtype and rounding == "like_torch"):
         return _rotate_explicit_torch(x, cos, sin, style, direction, unsqueeze_dim).contiguous()
@@ -110,6 +109,20 @@ def _apply_cos_sin_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sty
                           _cos_sin_view(cos, "cos", unsqueeze_dim), _cos_sin_view(sin, "sin", unsqueeze_dim),
                           style, direction, rounding, "q")
     return out
+
+
+@torch.library.custom_op("rotary::apply_cos_sin", mutates_args=())
+def _apply_cos_sin_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str, direction: str,
+                      rounding: str, unsqueeze_dim: int) -> torch.Tensor:
+    return _apply_cos_sin_impl(x, cos, sin, style, direction, rounding, unsqueeze_dim)
+
+
+def _apply_cos_sin(x, cos, sin, style, direction, rounding, unsqueeze_dim):
+    """The op, or its body directly for a plain eager CPU call that records no gradient: the
+    custom op's dispatch costs more than a decode step's rotation (docs/python.md). Same bits."""
+    if eager_tensors((x, cos, sin)):
+        return _apply_cos_sin_impl(x, cos, sin, style, direction, rounding, unsqueeze_dim)
+    return _apply_cos_sin_op(x, cos, sin, style, direction, rounding, unsqueeze_dim)
 
 
 @_apply_cos_sin_op.register_fake
@@ -198,8 +211,8 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim: int =
     respect to q and k; "once" computes in float64 and rounds once. style="gptj" for interleaved
     models. position_ids is accepted and ignored, as in transformers."""
     _check_apply_args((("q", q), ("k", k), ("cos", cos), ("sin", sin)), unsqueeze_dim, rounding, style)
-    return (_apply_cos_sin_op(q, cos, sin, style, "forward", rounding, unsqueeze_dim),
-            _apply_cos_sin_op(k, cos, sin, style, "forward", rounding, unsqueeze_dim))
+    return (_apply_cos_sin(q, cos, sin, style, "forward", rounding, unsqueeze_dim),
+            _apply_cos_sin(k, cos, sin, style, "forward", rounding, unsqueeze_dim))
 
 
 def apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, unsqueeze_dim: int = 1, *,
@@ -252,7 +265,7 @@ def _rotate_one(x, cos, sin, unsqueeze_dim, style, rounding, compute, half):
     dtype = x.dtype
     if compute == "float32":
         x = x.float()
-    out = _apply_cos_sin_op(x, cos, sin, style, "forward", rounding, unsqueeze_dim)
+    out = _apply_cos_sin(x, cos, sin, style, "forward", rounding, unsqueeze_dim)
     return out if compute == "promote" else out.to(dtype)
 
 

@@ -299,25 +299,28 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
 _increment_version = torch.autograd.graph.increment_version
 
 
-def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace) -> bool:
-    """True when the call can skip the custom op: eager (not traced by torch.compile, no
-    TorchDispatchMode such as FakeTensorMode active), every tensor a plain CPU torch.Tensor of a
-    kernel dtype (no subclass, no functorch wrapper: vmap / grad transforms go through the op),
-    and no gradient to record (the op's autograd formula is what a gradient needs)."""
+def eager_tensors(tensors, others=(), *, records_grad: bool = True) -> bool:
+    """True when a call on these tensors can skip its custom op: eager (not traced by
+    torch.compile, no TorchDispatchMode such as FakeTensorMode active), every tensor a plain CPU
+    torch.Tensor (no subclass, no functorch wrapper: vmap / grad transforms go through the op) of
+    a kernel dtype (`others`, such as positions, of any dtype), and, when the op would record a
+    gradient (records_grad), none to record: its autograd formula is what a gradient needs."""
     if torch.compiler.is_compiling() or _current_dispatch_mode() is not None:
         return False
-    tensors = [q] if k is None else [q, k]
-    if out is not None:
-        tensors.extend(t for t in out if t is not None)
     for t in tensors:
         if type(t) is not torch.Tensor or t.device.type != "cpu" or t.dtype not in _DTYPES or _is_wrapped(t):
             return False
-    for t in (positions, offsets, cu_seqlens):
+    for t in others:
         if t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu" or _is_wrapped(t)):
             return False
-    if out is None and not inplace and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return True
+    return not (records_grad and torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace) -> bool:
+    tensors = [q] if k is None else [q, k]
+    if out is not None:
+        tensors.extend(t for t in out if t is not None)
+    return eager_tensors(tensors, (positions, offsets, cu_seqlens), records_grad=out is None and not inplace)
 
 
 _current_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
