@@ -343,7 +343,9 @@ Diagnosis diagnose(const DiagnoseSamples& samples, const DiagnoseOptions& option
     const auto gptj = standard_pairs(Pairing::Interleaved, d.rotated_offset, d.rotary_dim);
     const double neox_score = pattern_score(v, num_rows, neox);
     const double gptj_score = d.rotary_dim == 2 ? neox_score : pattern_score(v, num_rows, gptj);
-    const bool neox_fits = neox_score <= kPairSpreadThreshold, gptj_fits = gptj_score <= kPairSpreadThreshold;
+    // bfloat16 storage alone moves the norm ratio by up to ~4 u = 0.016 (x and y each rounded).
+    const double threshold = std::max(kPairSpreadThreshold, 8.0 * options.storage_epsilon);
+    const bool neox_fits = neox_score <= threshold, gptj_fits = gptj_score <= threshold;
     if (d.rotary_dim == 2) {
       d.pairing = Pairing::HalfSplit;  // one pair: both patterns are the same pair
       chosen = neox;
@@ -382,7 +384,12 @@ Diagnosis diagnose(const DiagnoseSamples& samples, const DiagnoseOptions& option
       d.pairing_score = std::max(d.pairing_score, candidate.score);
     }
     std::sort(chosen.begin(), chosen.end());
+    // The best matching may still be a standard pattern (e.g. noisy samples above the threshold).
     d.pairing = Pairing::Other;
+    if (d.rotated_contiguous) {
+      if (chosen == standard_pairs(Pairing::HalfSplit, d.rotated_offset, d.rotary_dim)) d.pairing = Pairing::HalfSplit;
+      else if (chosen == standard_pairs(Pairing::Interleaved, d.rotated_offset, d.rotary_dim)) d.pairing = Pairing::Interleaved;
+    }
   }
 
   // 3. Per pair: attention scaling, angle fit.

@@ -15,6 +15,7 @@
 #include "core/json.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/presets.hpp"
+#include "rotary/tensor.hpp"
 
 namespace rotary {
 namespace {
@@ -34,6 +35,13 @@ npy::Array float32_array(const std::vector<double>& values, std::vector<int64_t>
   std::vector<float> narrow(values.begin(), values.end());
   npy::Array array{npy::ElementType::Float32, std::move(shape), std::vector<unsigned char>(values.size() * 4)};
   std::memcpy(array.bytes.data(), narrow.data(), array.bytes.size());
+  return array;
+}
+npy::Array half_array(const std::vector<double>& values, std::vector<int64_t> shape, npy::ElementType type) {
+  std::vector<uint16_t> bits;
+  for (const double v : values) bits.push_back(type == npy::ElementType::Float16 ? double_to_f16(v) : double_to_bf16(v));
+  npy::Array array{type, std::move(shape), std::vector<unsigned char>(values.size() * 2)};
+  std::memcpy(array.bytes.data(), bits.data(), array.bytes.size());
   return array;
 }
 npy::Array int64_array(const std::vector<int64_t>& values) {
@@ -138,6 +146,25 @@ TEST(DiagnoseCli, CorrectFloat32HeadsMatchAndExitZero) {
   EXPECT_THAT(r.out, HasSubstr("Diagnosis of 32 rows (8 distinct positions, up to 300000), head_dim 96"));
   EXPECT_THAT(r.out, HasSubstr("rotated dims       [0, 24) (24 dims), 72 passed through"));
   EXPECT_THAT(r.out, HasSubstr("): no mismatch"));
+}
+
+// Storage rounding is not an implementation's defect: float16 and bfloat16 samples of a correct
+// implementation match (the thresholds scale with the storage's unit roundoff).
+TEST(DiagnoseCli, CorrectFloat16AndBfloat16SamplesMatch) {
+  ScratchDir dir("rotary_diagnose_half");
+  std::vector<double> x, y;
+  synthesize(preset("llama-3.1-8b").spec, 1, {}, x, y);
+  npy::write(dir / "p.npy", int64_array(kPositions));
+  for (const npy::ElementType type : {npy::ElementType::Float16, npy::ElementType::BFloat16}) {
+    SCOPED_TRACE(std::string(npy::to_string(type)));
+    npy::write(dir / "x.npy", half_array(x, {8, 128}, type));
+    npy::write(dir / "y.npy", half_array(y, {8, 128}, type));
+    const test::CliResult r = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                                  (dir / "p.npy") + " --preset llama-3.1-8b");
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("pairing            half-split"));
+    EXPECT_THAT(r.out, HasSubstr("): no mismatch"));
+  }
 }
 
 TEST(DiagnoseCli, BadInputIsAnErrorNamingTheArgument) {
