@@ -203,6 +203,17 @@ TEST(Diagnose, NamesAWrongTheta) {
   EXPECT_THAT(all_messages(m), HasSubstr("this model uses rope_theta 1e+06"));
 }
 
+// A subtle error: theta 10% off moves ln(inv_freq) by at most 0.095, and the tolerance (~1e-6 for
+// exact samples) must still see it.
+TEST(Diagnose, NamesAThetaTenPercentOff) {
+  const RopeSpec spec = preset_spec("qwen2.5-7b");
+  RopeSpec wrong = spec;
+  wrong.theta_base = 1.1e6;
+  const std::vector<Mismatch> m = compare_to_spec(diagnose(synthesize(correct(wrong)).view()), spec);
+  EXPECT_EQ(aspects(m), std::vector<std::string>{"theta"}) << all_messages(m);
+  EXPECT_THAT(all_messages(m), HasSubstr("your implementation uses rope_theta 1.1e+06"));
+}
+
 TEST(Diagnose, NamesAForgottenLinearFactor) {
   const HfRopeConfig config = preset("gemma-3-27b");  // global layers: linear x8
   const RopeSpec& spec = config.spec;
