@@ -49,6 +49,7 @@ struct Rows {
   std::vector<double> values;
   std::vector<int64_t> shape;
   double epsilon = 0x1p-53;
+  std::string dtype = "float64";
 };
 
 Rows read_rows(const std::string& flag, const std::string& path) {
@@ -90,6 +91,7 @@ Rows read_rows(const std::string& flag, const std::string& path) {
                                    path, ")"));
     }
   }
+  rows.dtype = std::string(npy::to_string(array.type));
   switch (array.type) {
     case npy::ElementType::Float32: rows.epsilon = 0x1p-24; break;
     case npy::ElementType::Float16: rows.epsilon = 0x1p-11; break;
@@ -159,6 +161,7 @@ int run_diagnose(Args& args) {
   std::vector<analysis::Mismatch> mismatches;
   if (target) mismatches = analysis::compare_to_spec(d, *target);
   const int exit_code = mismatches.empty() ? 0 : 1;
+  const std::string storage = x.epsilon >= y.epsilon ? x.dtype : y.dtype;  // the coarser of the two
 
   if (as_json) {
     json::Writer out;
@@ -175,6 +178,7 @@ int run_diagnose(Args& args) {
     out.key("position_offset").value(d.position_offset);
     out.key("attention_scaling").value(d.attention_scaling);
     out.key("precision").value(analysis::to_string(d.precision));
+    out.key("storage").value(storage);
     out.key("max_residual_rad").value(d.max_residual_rad);
     out.key("small_angle_residual_rad").value(d.small_angle_residual_rad);
     out.key("scheme").value(d.scheme);
@@ -246,7 +250,11 @@ int run_diagnose(Args& args) {
       << format_number(d.position_offset_residual, 3) << " rad)\n";
   out << "  attention scaling  " << format_number(d.attention_scaling, 8) << " (spread over pairs "
       << format_number(d.attention_scaling_spread, 3) << ")\n";
-  out << "  precision          " << analysis::to_string(d.precision) << " (max angle residual "
+  out << "  precision          " << analysis::to_string(d.precision)
+      << (d.precision == analysis::PrecisionClass::Exact && storage != "float64"
+              ? " to the samples' " + storage + " storage"
+              : std::string())
+      << " (max angle residual "
       << format_number(d.max_residual_rad, 3) << " rad; " << format_number(d.small_angle_residual_rad, 3)
       << " rad at angles <= 32 rad)\n";
   out << "  frequencies        " << d.scheme << "; log-linear fit: rope_theta " << format_number(d.fitted_theta_base)
