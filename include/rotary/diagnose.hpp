@@ -123,6 +123,10 @@ struct Diagnosis {
   std::vector<FrequencyCandidate> candidates;  // sorted by max_log_deviation
   std::string nearest_preset;                  // candidates[0].name (empty if none has d/2 pairs)
 
+  // What the samples leave uncertain, for people: a pair that barely turns over the sampled
+  // positions, a first position step that may alias the fastest pair, ambiguous pairing.
+  std::vector<std::string> notes;
+
   std::vector<double> inv_freq() const;  // pairs[i].inv_freq
 };
 

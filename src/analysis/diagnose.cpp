@@ -514,6 +514,38 @@ Diagnosis diagnose(const DiagnoseSamples& samples, const DiagnoseOptions& option
     }
     d.candidates = compare_with_presets(d.inv_freq(), d.inv_freq_tolerance, d.max_position + 1);
     if (!d.candidates.empty()) d.nearest_preset = d.candidates.front().name;
+    // Notes on what the samples leave uncertain.
+    double slowest_turn = std::numeric_limits<double>::infinity(), fastest = 0.0;
+    int64_t slowest_pair = 0;
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      const double turn = d.pairs[static_cast<size_t>(i)].inv_freq * span;
+      if (turn < slowest_turn) {
+        slowest_turn = turn;
+        slowest_pair = i;
+      }
+      fastest = std::max(fastest, d.pairs[static_cast<size_t>(i)].inv_freq);
+    }
+    // 50x the angle noise (0.02 rad at least) separates a wrong partner from the noise with margin.
+    if (slowest_turn < std::max(0.02, 50.0 * d.small_angle_residual_rad)) {
+      d.notes.push_back(detail::concat("pair ", slowest_pair, " turns by only ", slowest_turn,
+                                       " rad over the sampled positions: its partner and inv_freq are uncertain, and "
+                                       "slower pairs may look like pass-through dims; add a larger position"));
+    }
+    const double first_step = static_cast<double>(*std::next(distinct.begin()) - *distinct.begin());
+    if (fastest * first_step > 2.5) {  // within ~0.6 rad of pi: noise could alias it
+      d.notes.push_back(detail::concat("the first position step, ", first_step, ", turns the fastest pair by ",
+                                       fastest * first_step,
+                                       " rad: at pi or more its inv_freq aliases (theta and theta + 2 pi / step fit "
+                                       "alike); add positions 1 apart"));
+    }
+    if (d.pairing == Pairing::Ambiguous) {
+      d.notes.push_back("both the half-split and the interleaved pairing fit: every angle is below the noise at the "
+                        "sampled positions");
+    }
+    if (!d.rotated_contiguous) {
+      d.notes.push_back("the changed elements are not contiguous: a rotated block whose slowest pairs barely turn, "
+                        "or a layout with pairs across the head (proportional)");
+    }
     if (log_linear) {
       d.scheme = std::abs(std::log(d.fitted_linear_factor)) <= d.inv_freq_tolerance.front() ? "default" : "linear";
     } else if (!d.candidates.empty() && d.candidates.front().matches) {

@@ -28,7 +28,8 @@ const char* const kDiagnoseHelp =
     "float16), then fits theta and names the nearest preset. With --preset or --config, prints each\n"
     "mismatch against that model in plain words. docs/analysis.md (\"Diagnose\") says which\n"
     "positions are needed: a difference of 1 or 2 between two of them, then differences growing by\n"
-    "at most ~8x, up to a position where the slowest pair turns by 0.1 rad or more.\n"
+    "at most ~8x, up to a position where the slowest pair turns by 0.1 rad or more; a \"note:\"\n"
+    "line says when the samples leave something uncertain.\n"
     "\n"
     "  --x FILE         inputs, [rows, head_dim] or [rows, heads, head_dim]; float32, float64,\n"
     "                   float16 or bfloat16\n"
@@ -196,6 +197,9 @@ int run_diagnose(Args& args) {
       out.end_object();
     }
     out.end_array();
+    out.key("notes").begin_array();
+    for (const std::string& note : d.notes) out.value(note);
+    out.end_array();
     out.key("candidates").begin_array();
     for (size_t i = 0; i < d.candidates.size() && i < 5; ++i) {
       out.begin_object();
@@ -266,6 +270,7 @@ int run_diagnose(Args& args) {
         << (best.matches ? "matches" : "does not match") << ", max |ln ratio| " << format_number(best.max_log_deviation, 3)
         << ")\n";
   }
+  for (const std::string& note : d.notes) out << "  note: " << note << "\n";
   out << "\n  pair  elements      inv_freq      residual_rad\n";
   for (size_t i = 0; i < d.pairs.size(); ++i) {
     const analysis::PairFinding& pair = d.pairs[i];

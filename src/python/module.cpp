@@ -487,6 +487,7 @@ PYBIND11_MODULE(_rotary, m) {
       candidates.append(row);
     }
     out["candidates"] = candidates;
+    out["notes"] = d.notes;
     if (target) {
       py::list mismatches;
       for (const auto& m : analysis::compare_to_spec(d, *target)) {

@@ -328,6 +328,17 @@ TEST(Diagnose, AnotherPermutationIsListed) {
   EXPECT_THAT(all_messages(m), HasSubstr("your implementation pairs (x[0], x[23]), (x[1], x[22])"));
 }
 
+TEST(Diagnose, NotesSayWhatTheSamplesLeaveUncertain) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  // Small positions only, starting with a step of 4: the slowest pairs barely turn, and the
+  // fastest pair turns by 4 rad in the first step.
+  const Diagnosis d = diagnose(synthesize(correct(spec), {0, 4, 9, 30}).view());
+  ASSERT_GE(d.notes.size(), 2u);
+  EXPECT_THAT(d.notes[0], HasSubstr("rad over the sampled positions: its partner and inv_freq are uncertain"));
+  EXPECT_THAT(d.notes[1], HasSubstr("the first position step, 4, turns the fastest pair by"));
+  EXPECT_TRUE(diagnose(synthesize(correct(spec)).view()).notes.empty());
+}
+
 // ---- bad input ---------------------------------------------------------------------------------
 
 TEST(Diagnose, RejectsBadInputNamingTheArgument) {
