@@ -86,3 +86,24 @@ def test_bad_input_names_the_argument():
         rotary.diagnose(x, y, POSITIONS.astype(np.float64))
     with pytest.raises(rotary.RotaryError, match="llama-3.1-7b"):
         rotary.diagnose(x, y, POSITIONS, target="llama-3.1-7b")
+
+
+def test_notes_say_what_the_samples_leave_uncertain():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    x, y = synthesize(spec)
+    assert rotary.diagnose(x, y, POSITIONS)["notes"] == []
+    few = np.array([0, 4, 9, 30])
+    result = rotary.diagnose(x[:4], _rotate_at(spec, x[:4], few), few)
+    assert any("turns by only" in note for note in result["notes"])
+    assert any("the first position step, 4" in note for note in result["notes"])
+
+
+def _rotate_at(spec, x, positions):
+    f = spec.frequencies()
+    half = spec.rotary_dim // 2
+    angle = positions[:, None] * f.inv_freq[None, :]
+    a, b = np.arange(half), np.arange(half) + half
+    y = x.copy()
+    y[:, a] = x[:, a] * np.cos(angle) - x[:, b] * np.sin(angle)
+    y[:, b] = x[:, b] * np.cos(angle) + x[:, a] * np.sin(angle)
+    return y
