@@ -240,8 +240,9 @@ int run_diagnose(Args& args) {
     out << d.rotary_dim << " dims, not contiguous (first " << d.rotated_offset << ")\n";
   }
   out << "  pairing            " << analysis::to_string(d.pairing);
-  if (d.pairing == analysis::Pairing::HalfSplit) out << ": (x[i], x[i+" << d.rotary_dim / 2 << "])";
-  if (d.pairing == analysis::Pairing::Interleaved) out << ": (x[2i], x[2i+1])";
+  const std::string o = d.rotated_offset == 0 ? "" : std::to_string(d.rotated_offset) + "+";
+  if (d.pairing == analysis::Pairing::HalfSplit) out << ": (x[" << o << "i], x[" << o << "i+" << d.rotary_dim / 2 << "])";
+  if (d.pairing == analysis::Pairing::Interleaved) out << ": (x[" << o << "2i], x[" << o << "2i+1])";
   if (d.pairing == analysis::Pairing::Other && !d.pairs.empty()) {
     out << ": (x[" << d.pairs[0].first << "], x[" << d.pairs[0].second << "]), ...";
   }
