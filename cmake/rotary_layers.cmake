@@ -36,7 +36,7 @@ set(ROTARY_LAYER_USES_python core cpu analysis python)
 # is cpu's: it gathers core and cpu, nothing above.
 set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
-set(ROTARY_PUBLIC_HEADERS_analysis analysis report)
+set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
 set(ROTARY_PUBLIC_HEADERS_attention attention)
 
 # The CMake targets of each layer, by every name they are linked by.

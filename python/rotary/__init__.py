@@ -22,6 +22,7 @@ from ._rotary import (
 from ._spec import Frequencies, Spec, presets
 from ._table import Table, table
 from ._apply import apply, apply_cos_sin
+from ._diagnose import diagnose
 
 __all__ = [
     "RotaryError",
@@ -32,6 +33,7 @@ __all__ = [
     "table",
     "apply",
     "apply_cos_sin",
+    "diagnose",
     "set_num_threads",
     "num_threads",
     "cpu_targets",

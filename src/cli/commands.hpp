@@ -15,6 +15,7 @@ int run_verify_golden(Args& args);
 int run_check(Args& args);
 int run_bench(Args& args);
 int run_report(Args& args);
+int run_diagnose(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -25,5 +26,6 @@ extern const char* const kVerifyGoldenHelp;
 extern const char* const kCheckHelp;
 extern const char* const kBenchHelp;
 extern const char* const kReportHelp;
+extern const char* const kDiagnoseHelp;
 
 }  // namespace rotary::cli

@@ -24,6 +24,7 @@
 #include "rotary/analysis.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
+#include "rotary/diagnose.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
@@ -434,6 +435,75 @@ PYBIND11_MODULE(_rotary, m) {
     }
     return checks;
   });
+  // rotary.diagnose (python/rotary/_diagnose.py): x, y [rows * head_dim] and positions [rows] as
+  // float64 / int64 buffers (address, count) that the caller keeps alive; target a RopeSpec or None.
+  m.def("diagnose", [](uintptr_t x_address, uintptr_t y_address, int64_t num_values, uintptr_t positions_address,
+                       int64_t num_rows, int64_t head_dim, double storage_epsilon, const RopeSpec* target) {
+    analysis::DiagnoseSamples samples;
+    samples.x = {reinterpret_cast<const double*>(x_address), static_cast<size_t>(num_values)};
+    samples.y = {reinterpret_cast<const double*>(y_address), static_cast<size_t>(num_values)};
+    samples.positions = {reinterpret_cast<const int64_t*>(positions_address), static_cast<size_t>(num_rows)};
+    samples.head_dim = head_dim;
+    analysis::DiagnoseOptions options;
+    options.storage_epsilon = storage_epsilon;
+    const analysis::Diagnosis d = analysis::diagnose(samples, options);
+    py::dict out;
+    out["rows"] = d.num_rows;
+    out["distinct_positions"] = d.num_distinct_positions;
+    out["head_dim"] = d.head_dim;
+    out["pass_through_dims"] = d.pass_through_dims;
+    out["rotated_offset"] = d.rotated_offset;
+    out["rotary_dim"] = d.rotary_dim;
+    out["rotated_contiguous"] = d.rotated_contiguous;
+    out["pairing"] = std::string(analysis::to_string(d.pairing));
+    out["pairing_score"] = d.pairing_score;
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    std::vector<double> inv_freq, residual;
+    for (const auto& pair : d.pairs) {
+      pairs.emplace_back(pair.first, pair.second);
+      inv_freq.push_back(pair.inv_freq);
+      residual.push_back(pair.max_residual_rad);
+    }
+    out["pairs"] = pairs;
+    out["inv_freq"] = inv_freq;
+    out["pair_residual_rad"] = residual;
+    out["direction"] = d.direction == Direction::Forward ? "forward" : "backward";
+    out["position_offset"] = d.position_offset;
+    out["attention_scaling"] = d.attention_scaling;
+    out["precision"] = std::string(analysis::to_string(d.precision));
+    out["max_residual_rad"] = d.max_residual_rad;
+    out["small_angle_residual_rad"] = d.small_angle_residual_rad;
+    out["scheme"] = d.scheme;
+    out["fitted_theta_base"] = d.fitted_theta_base;
+    out["fitted_linear_factor"] = d.fitted_linear_factor;
+    out["nearest_preset"] = d.nearest_preset;
+    py::list candidates;
+    for (const auto& candidate : d.candidates) {
+      py::dict row;
+      row["name"] = candidate.name;
+      row["scheme"] = candidate.scheme;
+      row["max_log_deviation"] = candidate.max_log_deviation;
+      row["matches"] = candidate.matches;
+      candidates.append(row);
+    }
+    out["candidates"] = candidates;
+    out["notes"] = d.notes;
+    if (target) {
+      py::list mismatches;
+      for (const auto& m : analysis::compare_to_spec(d, *target)) {
+        py::dict row;
+        row["aspect"] = m.aspect;
+        row["implementation"] = m.implementation;
+        row["model"] = m.model;
+        row["message"] = m.message;
+        mismatches.append(row);
+      }
+      out["matches"] = mismatches.empty();
+      out["mismatches"] = mismatches;
+    }
+    return out;
+  }, py::arg("x_address"), py::arg("y_address"), py::arg("num_values"), py::arg("positions_address"),
+     py::arg("num_rows"), py::arg("head_dim"), py::arg("storage_epsilon"), py::arg("target").none(true));
   m.def("render_report", [](const std::vector<RopeSpec>& specs, const std::string& title) {
     std::vector<analysis::ReportModel> models;
     for (const auto& spec : specs) models.push_back(analysis::ReportModel{spec.name, spec.name, spec, 0});

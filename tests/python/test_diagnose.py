@@ -1,0 +1,109 @@
+"""rotary.diagnose on NumPy arrays and torch tensors: buggy implementations synthesized by hand
+from the spec's float64 frequencies (8 rows) are named, correct ones give no mismatch, bad input
+raises rotary.RotaryError naming the argument. Mirrors tests/analysis/diagnose_test.cpp."""
+import numpy as np
+import pytest
+
+import rotary
+
+POSITIONS = np.array([0, 1, 9, 70, 600, 5000, 40000, 300000], dtype=np.int64)
+
+
+def synthesize(spec, *, interleaved=False, offset=0, sign=1.0, heads=None, seed=20):
+    f = spec.frequencies(int(POSITIONS[-1]) + 1)
+    d, half = spec.rotary_dim, spec.rotary_dim // 2
+    rng = np.random.default_rng(seed)
+    shape = (len(POSITIONS), spec.head_dim) if heads is None else (len(POSITIONS), heads, spec.head_dim)
+    x = rng.standard_normal(shape)
+    y = x.copy()
+    angle = sign * (POSITIONS[:, None] + offset) * f.inv_freq[None, :]  # [rows, pairs]
+    if heads is not None:
+        angle = angle[:, None, :]
+    c, s = f.attention_scaling * np.cos(angle), f.attention_scaling * np.sin(angle)
+    a = np.arange(half) * 2 if interleaved else np.arange(half)
+    b = a + 1 if interleaved else a + half
+    y[..., a] = x[..., a] * c - x[..., b] * s
+    y[..., b] = x[..., b] * c + x[..., a] * s
+    assert d <= spec.head_dim
+    return x, y
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-7b-yarn", "gpt-j-6b", "gpt-neox-20b"])
+def test_correct_implementations_have_no_mismatch(name):
+    spec = rotary.Spec.preset(name)
+    x, y = synthesize(spec, interleaved=spec.style == "gptj")
+    result = rotary.diagnose(x, y, POSITIONS, target=name)
+    assert result["matches"], result["mismatches"]
+    assert result["rotary_dim"] == spec.rotary_dim
+    assert result["precision"] == "exact"
+    np.testing.assert_allclose(result["inv_freq"], spec.frequencies(300001).inv_freq, rtol=1e-9)
+
+
+def test_names_interleaved_pairing_of_a_half_split_model():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    x, y = synthesize(spec, interleaved=True)
+    result = rotary.diagnose(x, y, POSITIONS, target=spec)
+    assert result["pairing"] == "interleaved"
+    assert [m["aspect"] for m in result["mismatches"]] == ["pairing"]
+    assert ("your implementation pairs (x[2i], x[2i+1]) (interleaved, GPT-J); this model pairs (x[i], x[i+64]) "
+            "(half-split, NeoX)") in result["mismatches"][0]["message"]
+    assert result["nearest_preset"] == "llama-3.1-8b"
+
+
+def test_names_off_by_one_and_conjugate_without_a_target_too():
+    spec = rotary.Spec.preset("gpt-neox-20b")
+    x, y = synthesize(spec, offset=1, sign=-1.0)
+    alone = rotary.diagnose(x, y, POSITIONS)
+    assert "mismatches" not in alone
+    assert alone["position_offset"] == 1  # -(p + 1) theta: the angle of position p + 1, conjugated
+    assert alone["direction"] == "backward"
+    result = rotary.diagnose(x, y, POSITIONS, target="gpt-neox-20b")
+    assert [m["aspect"] for m in result["mismatches"]] == ["direction", "position_offset"]
+
+
+def test_torch_tensors_with_heads_and_float32_storage():
+    torch = pytest.importorskip("torch")
+    spec = rotary.Spec.preset("gpt-neox-20b")
+    x, y = synthesize(spec, heads=4)
+    result = rotary.diagnose(torch.from_numpy(x).float(), torch.from_numpy(y).float(), torch.from_numpy(POSITIONS),
+                             target=spec)
+    assert result["rows"] == 32
+    assert result["matches"], result["mismatches"]
+
+
+def test_bad_input_names_the_argument():
+    spec = rotary.Spec.preset("gpt-neox-20b")
+    x, y = synthesize(spec)
+    with pytest.raises(rotary.RotaryError, match=r"diagnose: y must have the shape of x, \(8, 96\) \(got \(4, 96\)\)"):
+        rotary.diagnose(x, y[:4], POSITIONS)
+    bad = y.copy()
+    bad[2, 8] = np.nan
+    with pytest.raises(rotary.RotaryError, match=r"diagnose: y must be finite \(got nan at row 2, column 8\)"):
+        rotary.diagnose(x, bad, POSITIONS)
+    with pytest.raises(rotary.RotaryError, match="at least 2 distinct values"):
+        rotary.diagnose(x, y, np.full(8, 7, dtype=np.int64))
+    with pytest.raises(rotary.RotaryError, match="positions must hold integers"):
+        rotary.diagnose(x, y, POSITIONS.astype(np.float64))
+    with pytest.raises(rotary.RotaryError, match="llama-3.1-7b"):
+        rotary.diagnose(x, y, POSITIONS, target="llama-3.1-7b")
+
+
+def test_notes_say_what_the_samples_leave_uncertain():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    x, y = synthesize(spec)
+    assert rotary.diagnose(x, y, POSITIONS)["notes"] == []
+    few = np.array([0, 4, 9, 30])
+    result = rotary.diagnose(x[:4], _rotate_at(spec, x[:4], few), few)
+    assert any("turns by only" in note for note in result["notes"])
+    assert any("the first position step, 4" in note for note in result["notes"])
+
+
+def _rotate_at(spec, x, positions):
+    f = spec.frequencies()
+    half = spec.rotary_dim // 2
+    angle = positions[:, None] * f.inv_freq[None, :]
+    a, b = np.arange(half), np.arange(half) + half
+    y = x.copy()
+    y[:, a] = x[:, a] * np.cos(angle) - x[:, b] * np.sin(angle)
+    y[:, b] = x[:, b] * np.cos(angle) + x[:, a] * np.sin(angle)
+    return y
