@@ -37,7 +37,7 @@ set(ROTARY_LAYER_USES_python core cpu analysis python)
 set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report)
-set(ROTARY_PUBLIC_HEADERS_attention attention)
+set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)
 
 # The CMake targets of each layer, by every name they are linked by.
 set(ROTARY_LAYER_TARGETS_core rotary_core rotary::core)
