@@ -30,7 +30,7 @@ set(ROTARY_LAYER_USES_golden core cpu golden)
 # stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
 set(ROTARY_LAYER_USES_attention core cpu attention hwy)
 set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden cli)
-set(ROTARY_LAYER_USES_python core cpu analysis python)
+set(ROTARY_LAYER_USES_python core cpu analysis attention python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.

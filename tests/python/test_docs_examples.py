@@ -8,10 +8,11 @@ import pytest
 
 import rotary
 import rotary._apply
+import rotary._kv_cache
 import rotary._spec
 import rotary._table
 
-MODULES = [rotary._spec, rotary._table, rotary._apply]
+MODULES = [rotary._spec, rotary._table, rotary._apply, rotary._kv_cache]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -27,7 +28,7 @@ def test_docstring_examples_run(module):
 
 
 PUBLIC = ["Spec.preset", "Spec.from_hf_config", "Spec.from_json", "Spec.for_layer_type", "Spec.replace",
-          "Spec.frequencies", "presets", "Table", "Table.cos_sin", "table", "apply", "apply_cos_sin"]
+          "Spec.frequencies", "presets", "Table", "Table.cos_sin", "table", "apply", "apply_cos_sin", "KvCache"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
