@@ -188,6 +188,17 @@ void KvCache::append(const TensorView& k, const TensorView& v, std::span<const i
     throw Error(concat(kWhere, ": v strides must be >= 0 (got a negative stride)"));
   }
   if (va.dim > 0 && ka.seq > 0 && v.data == nullptr) throw Error(concat(kWhere, ": v data must not be null for a non-empty tensor (got null)"));
+  {
+    // The last element's offset, and its byte offset, must fit in int64 (strides may be anything >= 0).
+    int64_t last = 0, term = 0;
+    bool fits = true;
+    for (const auto& [extent, stride] : {std::pair{va.batch, va.stride_batch}, std::pair{va.seq, va.stride_seq},
+                                         std::pair{va.heads, va.stride_heads}, std::pair{va.dim, va.stride_dim}}) {
+      if (extent > 0) fits = fits && checked_mul(extent - 1, stride, term) && !__builtin_add_overflow(last, term, &last);
+    }
+    fits = fits && checked_mul(last, dtype_size(v.dtype), term);
+    if (!fits) throw Error(concat(kWhere, ": v strides must keep byte offsets within int64 (got an overflow)"));
+  }
   const int64_t new_tokens = ka.seq;
   const int64_t batch = shape_.batch;
   if (new_tokens == 0) {

@@ -607,6 +607,10 @@ TEST(KvCache, RefusesBadShapesAndDtypesNamingThem) {
   TensorView thd = kb.view;
   thd.layout = Layout::THD;
   EXPECT_THAT([&] { cache.append(thd, v.view); }, ThrowsMessage<Error>(HasSubstr("k layout must be bshd, bhsd or sbhd")));
+  TensorView huge = v.view;
+  huge.stride_elems[1] = int64_t{1} << 62;
+  EXPECT_THAT([&] { cache.append(kb.view, huge); }, ThrowsMessage<Error>(HasSubstr("v strides must keep byte offsets within int64")));
+  EXPECT_EQ(cache.length(0), 0);
   cache.append(kb.view, v.view);
   Tensor q(DType::BF16, 1, 3, 2, 128), out(DType::BF16, 1, 3, 2, 128), q3(DType::BF16, 1, 1, 3, 128);
   EXPECT_THAT([&] { cache.attend(q.view, out.view); },
