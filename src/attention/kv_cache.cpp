@@ -385,21 +385,15 @@ void KvCache::check_shift(int64_t sequence, int64_t n_keep, int64_t n_discard) c
   const int64_t moved = length - n_keep - n_discard;
   if (n_discard == 0 || length - n_discard == 0) return;
   const int64_t* pos = positions_.data() + sequence * shape_.capacity;
-  if (moved > 0) {
-    const int64_t first_new = pos[n_keep + n_discard] - n_discard;
-    const int64_t floor = n_keep > 0 ? pos[n_keep - 1] : -1;
-    if (first_new <= floor) {
-      throw Error(concat(kWhere, ": n_discard must leave the moved positions above the kept ones: position ", pos[n_keep + n_discard],
-                         " would become ", first_new, ", not above ", floor, " (got ", n_discard, ")"));
-    }
-  }
+  // Positions stay strictly increasing: slots increase by >= 1 position each, so a moved slot's
+  // position is >= the last kept one's + n_discard + 1 before the shift, > it after.
   const int64_t new_last = moved > 0 ? pos[length - 1] - n_discard : pos[n_keep - 1];
   if (!table_->serves_seq_len(new_last + 1)) {
     throw Error(concat(kWhere, ": n_discard must keep the frequencies of the cache's table (seq_len ", table_->seq_len(),
                        ") (got ", n_discard, ": the sequence's seq_len would become ", new_last + 1,
                        ", for which ", to_string(table_->spec().scaling.type),
-                       " selects other frequencies (LongRoPE: the short factors below original_max_position_embeddings "
-                       "; dynamic NTK: its base grows with the length), so every kept key would need a rotation "
+                       " selects other frequencies (LongRoPE: the short factors below original_max_position_embeddings; "
+                       "dynamic NTK: its base grows with the length), so every kept key would need a rotation "
                        "that is not a rotation by the delta)"));
   }
 }
