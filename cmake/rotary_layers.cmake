@@ -30,14 +30,14 @@ set(ROTARY_LAYER_USES_golden core cpu golden)
 # stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
 set(ROTARY_LAYER_USES_attention core cpu attention hwy)
 set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden cli)
-set(ROTARY_LAYER_USES_python core cpu analysis python)
+set(ROTARY_LAYER_USES_python core cpu analysis attention python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.
 set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
-set(ROTARY_PUBLIC_HEADERS_attention attention)
+set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)
 
 # The CMake targets of each layer, by every name they are linked by.
 set(ROTARY_LAYER_TARGETS_core rotary_core rotary::core)

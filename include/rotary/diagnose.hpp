@@ -1,5 +1,5 @@
 // include/rotary/diagnose.hpp: what an unknown RoPE implementation does, inferred from samples of
-// it (inputs x, outputs y and positions), and how that differs from a model's spec (issue 20).
+// it (inputs x, outputs y and positions), and how that differs from a model's spec.
 //
 // diagnose() reads only the samples: which elements pass through, which elements form rotation
 // pairs (half-split, interleaved or another permutation), the rotation direction, inv_freq per

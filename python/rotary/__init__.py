@@ -5,6 +5,7 @@ NumPy API (this module):
     freqs = spec.frequencies()                            # inv_freq (float64), attention_scaling
     cos, sin = rotary.table(spec, positions)              # Hugging Face's cos/sin layout, float32
     q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
+    cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a
@@ -23,6 +24,7 @@ from ._spec import Frequencies, Spec, presets
 from ._table import Table, table
 from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
+from ._kv_cache import KvCache
 
 __all__ = [
     "RotaryError",
@@ -34,6 +36,7 @@ __all__ = [
     "apply",
     "apply_cos_sin",
     "diagnose",
+    "KvCache",
     "set_num_threads",
     "num_threads",
     "cpu_targets",

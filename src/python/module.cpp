@@ -28,6 +28,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
+#include "rotary/kv_cache.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/report.hpp"
 #include "rotary/table.hpp"
@@ -292,6 +293,57 @@ PYBIND11_MODULE(_rotary, m) {
              return std::const_pointer_cast<CosSinTable>(cache.table_for(max_position));
            })
       .def_property_readonly("max_seq_len_cached", &RopeCache::max_seq_len_cached);
+
+  // ---- KV cache (kv_cache.hpp) ---------------------------------------------------------------------
+  // Holds the table alive (keep_alive); keys / values cross as bytes (a copy) that the Python
+  // side reshapes.
+  py::class_<KvCache>(m, "KvCache")
+      .def(py::init([](const CosSinTable& table, int64_t batch, int64_t kv_heads, int64_t head_dim, int64_t v_head_dim,
+                       int64_t capacity, const std::string& dtype_name, int64_t rotary_offset) {
+             const auto dtype = parse_dtype(dtype_name);
+             if (!dtype) fail("KvCache: dtype must be float32, bfloat16 or float16 (got " + dtype_name + ")");
+             return std::make_unique<KvCache>(table, KvCacheShape{.batch = batch, .kv_heads = kv_heads, .head_dim = head_dim,
+                                                                  .v_head_dim = v_head_dim, .capacity = capacity,
+                                                                  .dtype = *dtype, .rotary_offset = rotary_offset});
+           }),
+           py::arg("table"), py::arg("batch"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("v_head_dim"),
+           py::arg("capacity"), py::arg("dtype"), py::arg("rotary_offset"), py::keep_alive<1, 2>())
+      .def("append",
+           [](KvCache& cache, const py::handle& k, const py::handle& v, const py::handle& positions) {
+             const TensorView vk = to_view(k, "k"), vv = to_view(v, "v");
+             const auto [data, count] = to_ints(positions);
+             py::gil_scoped_release release;
+             cache.append(vk, vv, {data, static_cast<size_t>(count)});
+           })
+      .def("attend",
+           [](const KvCache& cache, const py::handle& q, const py::handle& out, std::optional<double> scale, bool causal,
+              int64_t window) {
+             const TensorView vq = to_view(q, "q"), vout = to_view(out, "out");
+             KvAttendOptions options;
+             options.scale = scale;
+             options.mask = causal ? Mask::Causal : Mask::None;
+             options.window = window;
+             py::gil_scoped_release release;
+             cache.attend(vq, vout, options);
+           })
+      .def("shift", [](KvCache& cache, int64_t n_keep, int64_t n_discard) { cache.shift(n_keep, n_discard); })
+      .def("shift_sequence",
+           [](KvCache& cache, int64_t sequence, int64_t n_keep, int64_t n_discard) { cache.shift(sequence, n_keep, n_discard); })
+      .def("clear", &KvCache::clear)
+      .def("length", &KvCache::length)
+      .def("last_position", &KvCache::last_position)
+      .def("position", &KvCache::position)
+      .def("keys_bytes",
+           [](const KvCache& cache) {
+             const TensorView view = cache.keys();
+             return py::bytes(static_cast<const char*>(view.data),
+                              static_cast<size_t>(element_count(view, "keys") * dtype_size(view.dtype)));
+           })
+      .def("values_bytes", [](const KvCache& cache) {
+        const TensorView view = cache.values();
+        return py::bytes(static_cast<const char*>(view.data),
+                         static_cast<size_t>(element_count(view, "values") * dtype_size(view.dtype)));
+      });
 
   // ---- apply ------------------------------------------------------------------------------------
   m.def(

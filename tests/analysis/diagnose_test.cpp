@@ -1,5 +1,5 @@
 // tests/analysis/diagnose_test.cpp: rotary::analysis::diagnose and compare_to_spec
-// (include/rotary/diagnose.hpp). Each buggy implementation of issue 20 is synthesized by hand
+// (include/rotary/diagnose.hpp). Each buggy implementation users meet is synthesized by hand
 // from the spec's float64 inv_freq on random x, at most 8 rows, and must be named; correct
 // implementations of four presets must give no mismatch.
 #include "rotary/diagnose.hpp"
@@ -163,7 +163,7 @@ TEST(Diagnose, NearestPresetAndSchemeAreNamed) {
   EXPECT_NEAR(yarn.attention_scaling, 0.1 * std::log(4.0) + 1.0, 1e-12);
 }
 
-// ---- the buggy implementations of issue 20 -----------------------------------------------------
+// ---- the buggy implementations -----------------------------------------------------
 
 // Seed 000's bug: a half-split model rotated with interleaved pairing.
 TEST(Diagnose, NamesInterleavedPairingOfAHalfSplitModel) {

@@ -212,13 +212,17 @@ class TinyTransformer(torch.nn.Module):
         self.blocks = torch.nn.ModuleList(Block(config) for _ in range(config.layers))
         self.norm = torch.nn.LayerNorm(config.d_model)
         self.register_buffer("slopes", alibi_slopes(config.heads), persistent=False)
+        # GPT-2's initialisation: small embeddings (the output layer is tied to them).
+        torch.nn.init.normal_(self.embed.weight, std=0.02)
+        if encoding == "learned":
+            torch.nn.init.normal_(self.positions.weight, std=0.02)
 
     def forward(self, tokens, spec=None, record=None):
         c = self.config
         length = tokens.shape[1]
-        x = self.embed(tokens) * math.sqrt(c.d_model)
+        x = self.embed(tokens)
         if self.encoding == "sinusoidal":
-            x = x + sinusoidal(length, c.d_model)
+            x = x + 0.02 * sinusoidal(length, c.d_model)  # at the embeddings' scale
         elif self.encoding == "learned":
             # Past the trained length there is no row: the last row is reused (the rule, stated).
             x = x + self.positions(torch.arange(length).clamp(max=c.train_len - 1))
