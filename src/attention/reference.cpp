@@ -14,31 +14,13 @@
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
 #include "src/attention/plan.hpp"
+#include "src/cpu/storage.hpp"
 
 namespace rotary::reference {
 namespace {
 
 using attention_internal::Plan;
 using attention_internal::Sequence;
-
-double load(const void* data, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[index];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F64: return static_cast<const double*>(data)[index];
-  }
-  return 0.0;
-}
-
-void store(void* data, DType dtype, int64_t index, double value) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); break;  // one rounding
-    case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); break;
-    case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); break;
-    case DType::F64: static_cast<double*>(data)[index] = value; break;
-  }
-}
 
 // The cos/sin row of a position as doubles (the table's float32 values, widened).
 struct RopeRows {
@@ -78,9 +60,9 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
         const int64_t k_row = s.k_base + j * plan.k.stride_seq + g * plan.k.stride_heads;
         const int64_t v_row = s.v_base + j * plan.v.stride_seq + g * plan.v.stride_heads;
         double* key = keys.data() + j * dq;
-        for (int64_t e = 0; e < dq; ++e) key[e] = load(k.data, k.dtype, k_row + e * plan.k.stride_dim);
+        for (int64_t e = 0; e < dq; ++e) key[e] = cpu::load_element(k.data, k.dtype, k_row + e * plan.k.stride_dim);
         if (rope != nullptr) rows.rotate(key, rope->k_positions[static_cast<size_t>(s.k_token0 + j)]);
-        for (int64_t e = 0; e < dv; ++e) values[static_cast<size_t>(j * dv + e)] = load(v.data, v.dtype, v_row + e * plan.v.stride_dim);
+        for (int64_t e = 0; e < dv; ++e) values[static_cast<size_t>(j * dv + e)] = cpu::load_element(v.data, v.dtype, v_row + e * plan.v.stride_dim);
       }
       for (int64_t h = g * plan.group; h < (g + 1) * plan.group; ++h) {
         for (int64_t i = 0; i < s.num_queries; ++i) {
@@ -89,7 +71,7 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
           const attention_internal::KeyRange range = attention_internal::visible_keys(plan, s.query_offset + i, s.num_keys);
           std::fill(output.begin(), output.end(), 0.0);
           if (range.first < range.last) {
-            for (int64_t e = 0; e < dq; ++e) query[static_cast<size_t>(e)] = load(q.data, q.dtype, q_row + e * plan.q.stride_dim);
+            for (int64_t e = 0; e < dq; ++e) query[static_cast<size_t>(e)] = cpu::load_element(q.data, q.dtype, q_row + e * plan.q.stride_dim);
             if (rope != nullptr) rows.rotate(query.data(), rope->q_positions[static_cast<size_t>(s.q_token0 + i)]);
             scores.assign(static_cast<size_t>(range.last - range.first), 0.0);
             double m = -INFINITY;
@@ -108,7 +90,7 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
             }
             for (double& o : output) o /= l;
           }
-          for (int64_t e = 0; e < dv; ++e) store(out.data, out.dtype, out_row + e * plan.out.stride_dim, output[static_cast<size_t>(e)]);
+          for (int64_t e = 0; e < dv; ++e) cpu::store_element(out.data, out.dtype, out_row + e * plan.out.stride_dim, output[static_cast<size_t>(e)]);
         }
       }
     }

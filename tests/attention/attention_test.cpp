@@ -36,6 +36,8 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/elements.hpp"
+#include "tests/support/cpu_scope.hpp"
 
 namespace rotary {
 namespace {
@@ -45,24 +47,8 @@ using ::testing::ThrowsMessage;
 
 constexpr double kU = 0x1p-24;
 
-class ForcedTarget {
- public:
-  explicit ForcedTarget(const std::string& name) { force_cpu_target(name); }
-  ~ForcedTarget() { force_cpu_target(""); }
-  ForcedTarget(const ForcedTarget&) = delete;
-  ForcedTarget& operator=(const ForcedTarget&) = delete;
-};
-
-class SavedThreadCount {
- public:
-  SavedThreadCount() : saved_(num_threads()) {}
-  ~SavedThreadCount() { set_num_threads(saved_); }
-  SavedThreadCount(const SavedThreadCount&) = delete;
-  SavedThreadCount& operator=(const SavedThreadCount&) = delete;
-
- private:
-  int saved_;
-};
+using test::ForcedTarget;
+using test::SavedThreadCount;
 
 class Rng {
  public:
@@ -79,24 +65,8 @@ class Rng {
   std::mt19937_64 engine_;
 };
 
-double load(const void* data, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[index];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F64: return static_cast<const double*>(data)[index];
-  }
-  return 0;
-}
-
-void store(void* data, DType dtype, int64_t index, double value) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); return;
-    case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); return;
-    case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); return;
-    case DType::F64: static_cast<double*>(data)[index] = value; return;
-  }
-}
+using test::load_element;  // tests/support/elements.hpp
+using test::store_element;
 
 // A tensor in its own buffer: named extents, laid out in `layout` with optional padding after each
 // axis (so strides are not the contiguous ones). Element (b, s, h, e) by name.
@@ -132,8 +102,8 @@ struct Tensor {
   int64_t index(int64_t b, int64_t s, int64_t h, int64_t e) const {
     return b * axes.stride_batch + s * axes.stride_seq + h * axes.stride_heads + e * axes.stride_dim;
   }
-  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load(view.data, view.dtype, index(b, s, h, e)); }
-  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store(view.data, view.dtype, index(b, s, h, e), value); }
+  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load_element(view.data, view.dtype, index(b, s, h, e)); }
+  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store_element(view.data, view.dtype, index(b, s, h, e), value); }
   void fill(Rng& rng) {
     for (int64_t b = 0; b < axes.batch; ++b)
       for (int64_t s = 0; s < axes.seq; ++s)

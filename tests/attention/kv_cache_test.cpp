@@ -31,6 +31,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/elements.hpp"
 
 namespace rotary {
 namespace {
@@ -50,23 +51,8 @@ double unit_roundoff(DType dtype) {
 }
 int mantissa_bits(DType dtype) { return dtype == DType::BF16 ? 7 : 10; }
 
-double load(const void* data, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[index];
-    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
-    case DType::F64: return static_cast<const double*>(data)[index];
-  }
-  return 0;
-}
-void store(void* data, DType dtype, int64_t index, double value) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); return;
-    case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); return;
-    case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); return;
-    case DType::F64: static_cast<double*>(data)[index] = value; return;
-  }
-}
+using test::load_element;  // tests/support/elements.hpp
+using test::store_element;
 
 // A contiguous BSHD tensor [batch, seq, heads, dim] in its own buffer.
 struct Tensor {
@@ -78,14 +64,14 @@ struct Tensor {
     view = contiguous_view(storage.data(), dtype, Layout::BSHD, {batch, seq, heads, dim});
   }
   int64_t index(int64_t b, int64_t s, int64_t h, int64_t e) const { return ((b * seq + s) * heads + h) * dim + e; }
-  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load(view.data, view.dtype, index(b, s, h, e)); }
-  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store(view.data, view.dtype, index(b, s, h, e), value); }
+  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load_element(view.data, view.dtype, index(b, s, h, e)); }
+  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store_element(view.data, view.dtype, index(b, s, h, e), value); }
   // Never zero: magnitude in [0.1, 1], random sign.
   void fill(std::mt19937_64& rng) {
     std::uniform_real_distribution<double> magnitude(0.1, 1.0);
     for (int64_t i = 0; i < batch * seq * heads * dim; ++i) {
       const double m = magnitude(rng);
-      store(view.data, view.dtype, i, (rng() & 1) ? m : -m);
+      store_element(view.data, view.dtype, i, (rng() & 1) ? m : -m);
     }
   }
   // Tokens [first, first + count) of every sequence, in dtype.
@@ -370,16 +356,16 @@ ShiftResult run_shift(const ShiftCase& c, DType dtype, int64_t length, const std
           const double s0 = s_scale * (std::abs(kb.at(0, s, h, ia)) + std::abs(kb.at(0, s, h, ic)));
           const double bound = (10 * kU + 4.01 * u_fmt) * s0;
           for (int64_t e : {ia, ic}) {
-            const double diff = std::abs(load(ck.data, dtype, c_off + e) - load(rk.data, dtype, r_off + e));
+            const double diff = std::abs(load_element(ck.data, dtype, c_off + e) - load_element(rk.data, dtype, r_off + e));
             result.worst_ratio = std::max(result.worst_ratio, diff / bound);
           }
         }
         for (int64_t e = 0; e < d; ++e) {
-          if (!rotated[static_cast<size_t>(e)] && load(ck.data, dtype, c_off + e) != load(rk.data, dtype, r_off + e)) result.rest_bitwise = false;
+          if (!rotated[static_cast<size_t>(e)] && load_element(ck.data, dtype, c_off + e) != load_element(rk.data, dtype, r_off + e)) result.rest_bitwise = false;
         }
         for (int64_t e = 0; e < dv; ++e) {
           const int64_t cvo = ((b * kv_heads + h) * shape.capacity + s) * dv + e, rvo = (h * shape.capacity + s) * dv + e;
-          if (load(cv.data, dtype, cvo) != load(rv.data, dtype, rvo)) result.rest_bitwise = false;
+          if (load_element(cv.data, dtype, cvo) != load_element(rv.data, dtype, rvo)) result.rest_bitwise = false;
         }
       }
     }

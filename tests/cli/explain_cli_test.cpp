@@ -68,7 +68,7 @@ TEST(ExplainCli, CorrectLongContextConfigsDoNotWarn) {
       "max_position_embeddings": 131072, "model_type": "qwen3", "num_attention_heads": 32, "num_key_value_heads": 8,
       "rope_theta": 1000000, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
       "original_max_position_embeddings": 32768}})";
-  for (const std::string& file : {"qwen3-yarn.json", "qwen3-yarn-131072.json"}) {
+  for (const char* file : {"qwen3-yarn.json", "qwen3-yarn-131072.json"}) {
     SCOPED_TRACE(file);
     expect_no_warning("--config " + (dir / file), 131072);
     expect_no_warning("--config " + (dir / file));

@@ -60,31 +60,14 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/cpu_scope.hpp"
 
 namespace rotary::random_calls {
 
 // ---- scope guards -------------------------------------------------------------------------------
 
-// Forces a SIMD target for a scope; restores the automatic choice however the scope ends.
-class ForcedTarget {
- public:
-  explicit ForcedTarget(const std::string& name) { force_cpu_target(name); }
-  ~ForcedTarget() { force_cpu_target(""); }
-  ForcedTarget(const ForcedTarget&) = delete;
-  ForcedTarget& operator=(const ForcedTarget&) = delete;
-};
-
-// Restores num_threads() however the scope ends.
-class SavedThreadCount {
- public:
-  SavedThreadCount() : saved_(num_threads()) {}
-  ~SavedThreadCount() { set_num_threads(saved_); }
-  SavedThreadCount(const SavedThreadCount&) = delete;
-  SavedThreadCount& operator=(const SavedThreadCount&) = delete;
-
- private:
-  int saved_;
-};
+using test::ForcedTarget;  // tests/support/cpu_scope.hpp
+using test::SavedThreadCount;
 
 // A stable seed per target name (the list's order may change between builds).
 uint64_t seed_of(const std::string& target);
