@@ -1,5 +1,5 @@
 # cmake/rotary_layers.cmake: the layers of rotary and which ones each may use (docs/design.md,
-# "Layers"). Edges run down only: core <- cpu <- {bandwidth, analysis, golden, attention} <- cli / python.
+# "Layers"). Edges run down only: core <- cpu <- {bandwidth, analysis, golden, attention, interop} <- cli / python.
 # One table, read twice:
 #   - at configure time, rotary_check_layer_links() (top-level CMakeLists.txt) checks that each
 #     library links only rotary libraries of the layers below it;
@@ -7,7 +7,7 @@
 #     `#include "..."` in include/rotary and src/<layer>/ against the same table.
 # A new layer, public header or library is added here, or both checks fail naming it.
 
-set(ROTARY_LAYERS core cpu bandwidth analysis golden attention cli python)
+set(ROTARY_LAYERS core cpu bandwidth analysis golden attention interop cli python)
 
 # Source folder (under src/) of each layer.
 set(ROTARY_LAYER_DIR_core core)
@@ -16,6 +16,7 @@ set(ROTARY_LAYER_DIR_bandwidth cpu/bandwidth)
 set(ROTARY_LAYER_DIR_analysis analysis)
 set(ROTARY_LAYER_DIR_golden golden)
 set(ROTARY_LAYER_DIR_attention attention)
+set(ROTARY_LAYER_DIR_interop interop)
 set(ROTARY_LAYER_DIR_cli cli)
 set(ROTARY_LAYER_DIR_python python)
 
@@ -29,8 +30,13 @@ set(ROTARY_LAYER_USES_golden core cpu golden)
 # Attention's kernels are Highway kernels beside the rotation's, sharing its internal loads,
 # stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
 set(ROTARY_LAYER_USES_attention core cpu attention hwy)
-set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden cli)
-set(ROTARY_LAYER_USES_python core cpu analysis attention python)
+# Interop: rotary and other implementations' files and conventions (issue 20): checkpoint
+# conversion between pairing conventions on safetensors files, which needs core only (configs,
+# core/json.hpp, the atomic file writer); it sits beside analysis and attention, above cpu, so that
+# the engine-table exports of the same issue can build tables with cpu.
+set(ROTARY_LAYER_USES_interop core cpu interop)
+set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden interop cli)
+set(ROTARY_LAYER_USES_python core cpu analysis attention interop python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.
@@ -38,6 +44,7 @@ set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table te
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
 set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)
+set(ROTARY_PUBLIC_HEADERS_interop convert)
 
 # The CMake targets of each layer, by every name they are linked by.
 set(ROTARY_LAYER_TARGETS_core rotary_core rotary::core)
@@ -46,6 +53,7 @@ set(ROTARY_LAYER_TARGETS_bandwidth rotary_bandwidth)
 set(ROTARY_LAYER_TARGETS_analysis rotary_analysis rotary::analysis)
 set(ROTARY_LAYER_TARGETS_golden rotary_golden)
 set(ROTARY_LAYER_TARGETS_attention rotary_attention rotary::attention)
+set(ROTARY_LAYER_TARGETS_interop rotary_interop rotary::interop)
 set(ROTARY_LAYER_TARGETS_cli rotary_cli_commands)
 set(ROTARY_LAYER_TARGETS_python rotary_python)
 

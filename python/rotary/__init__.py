@@ -6,6 +6,7 @@ NumPy API (this module):
     cos, sin = rotary.table(spec, positions)              # Hugging Face's cos/sin layout, float32
     q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
     cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
+    rotary.convert_weights("hf.safetensors", "meta.safetensors", "config.json", to="interleaved")
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a
@@ -25,6 +26,7 @@ from ._table import Table, table
 from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
 from ._kv_cache import KvCache
+from ._convert import convert_weights
 
 __all__ = [
     "RotaryError",
@@ -37,6 +39,7 @@ __all__ = [
     "apply_cos_sin",
     "diagnose",
     "KvCache",
+    "convert_weights",
     "set_num_threads",
     "num_threads",
     "cpu_targets",

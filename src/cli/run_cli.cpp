@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "  diagnose  infer what an unknown implementation does from .npy samples; name mismatches with a model\n"
+    "  convert-weights  reorder a safetensors checkpoint's q/k rows between interleaved and half-split pairing\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
     "prints the version. A command given neither --preset nor --config uses the default preset,\n"
@@ -53,6 +54,7 @@ const Command kCommands[] = {
     {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
     {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
+    {"convert-weights", rotary::cli::run_convert_weights, &rotary::cli::kConvertWeightsHelp},
 };
 
 }  // namespace
@@ -71,7 +73,7 @@ namespace {
 int unknown_command(const std::string& what, const std::string& given, std::ostream& err) {
   const std::optional<std::string> near = nearest(given, command_names());
   err << "rotary: error: " << what
-      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose (got \"" << given
+      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, convert-weights (got \"" << given
       << "\")" << (near ? "; did you mean " + *near + "?" : std::string()) << " (see rotary --help)\n";
   return 2;
 }

@@ -24,6 +24,7 @@
 #include "rotary/analysis.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
+#include "rotary/convert.hpp"
 #include "rotary/diagnose.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
@@ -133,6 +134,62 @@ py::dict hf_config_dict(const HfRopeConfig& config) {
   out["warnings"] = config.warnings;
   out["model_type"] = config.model_type;
   return out;
+}
+
+// Checkpoint conversion between pairing conventions (include/rotary/convert.hpp), for
+// rotary.convert_weights (python/rotary/_convert.py). The config arrives as JSON text (a file's
+// contents or a dict json.dumps'ed by the Python side) with the name messages give it.
+void bind_convert_weights(py::module_& m) {
+  m.def("convert_weights", [](const std::string& in_path, const std::string& out_path, const std::string& config_text,
+                              const std::string& config_source, const std::string& to,
+                              const std::vector<std::string>& q_modules, const std::vector<std::string>& k_modules,
+                              bool dry_run) {
+    ConvertOptions options;
+    if (to == "interleaved") {
+      options.to = Style::GPTJ;
+    } else if (to == "half-split") {
+      options.to = Style::NeoX;
+    } else {
+      fail("convert_weights: to must be \"interleaved\" or \"half-split\" (got \"" + to + "\")");
+    }
+    options.q_modules = q_modules;
+    options.k_modules = k_modules;
+    options.dry_run = dry_run;
+    const CheckpointGeometry geometry = checkpoint_geometry(config_text, config_source);
+    ConvertResult result;
+    {
+      py::gil_scoped_release release;
+      result = convert_weights(in_path, out_path, geometry, options);
+    }
+    py::list permuted;
+    for (const PermutedTensor& t : result.permuted) {
+      py::dict row;
+      row["name"] = t.name;
+      row["role"] = t.role;
+      row["dtype"] = t.dtype;
+      row["shape"] = t.shape;
+      row["heads"] = t.heads;
+      row["head_rows"] = t.head_rows;
+      row["offset"] = t.offset;
+      row["rotary_rows"] = t.rotary_rows;
+      permuted.append(row);
+    }
+    py::dict out;
+    out["permuted"] = permuted;
+    out["copied"] = result.copied;
+    out["file_bytes"] = result.file_bytes;
+    py::dict shape;
+    shape["num_attention_heads"] = geometry.num_attention_heads;
+    shape["num_key_value_heads"] = geometry.num_key_value_heads;
+    shape["head_dim"] = geometry.head_dim;
+    shape["rotary_dim"] = geometry.rotary_dim;
+    shape["rotary_offset"] = geometry.rotary_offset;
+    shape["kv_lora_rank"] = geometry.kv_lora_rank;
+    shape["config_pairing"] = geometry.config_pairing == Style::GPTJ ? "interleaved" : "half-split";
+    out["geometry"] = shape;
+    return out;
+  }, py::arg("in_path"), py::arg("out_path"), py::arg("config_text"), py::arg("config_source"), py::arg("to"),
+     py::arg("q_modules"), py::arg("k_modules"), py::arg("dry_run"));
 }
 
 }  // namespace
@@ -563,4 +620,5 @@ PYBIND11_MODULE(_rotary, m) {
     options.title = title;
     return analysis::render_report(models, options);
   });
+  bind_convert_weights(m);
 }

@@ -1,0 +1,73 @@
+"""rotary.convert_weights: a safetensors checkpoint's q and k rows reordered between interleaved
+and half-split RoPE pairing (C++: include/rotary/convert.hpp, the same code as `rotary
+convert-weights`; docs/interop.md, "Converting checkpoints between pairing conventions")."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, Mapping, Union
+
+from . import _rotary
+
+_ConfigArg = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+
+
+def _config_text(config: _ConfigArg) -> tuple[str, str]:
+    """(JSON text, name for messages) of a config given as a dict, a file or a model folder."""
+    if isinstance(config, Mapping):
+        # allow_nan: a NaN reaches the config reader, which names the field (json.dumps' default).
+        return json.dumps(dict(config)), "config"
+    if not isinstance(config, (str, os.PathLike)):
+        raise _rotary.RotaryError(
+            f"convert_weights: config must be a dict, a config.json / params.json path or a model folder "
+            f"(got {type(config).__name__})")
+    path = os.fspath(config)
+    if os.path.isdir(path):
+        inner = os.path.join(path, "config.json")
+        if not os.path.isfile(inner):
+            raise _rotary.RotaryError(
+                f"convert_weights: config must be a config.json or a model folder holding one "
+                f"(got the folder {path}, which has no {inner})")
+        path = inner
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(64 << 20)
+    except OSError as error:
+        raise _rotary.RotaryError(f"convert_weights: cannot read config {path}: {error.strerror}") from None
+    return data.decode("utf-8", errors="replace"), path
+
+
+def _modules(name: str, modules: Iterable[str] | str | None) -> list[str]:
+    if modules is None:
+        return []
+    if isinstance(modules, str):
+        modules = [modules]
+    out = [str(m) for m in modules]
+    if any(not m for m in out):
+        raise _rotary.RotaryError(f"convert_weights: {name} must be non-empty module paths (got {out!r})")
+    return out
+
+
+def convert_weights(in_path: Union[str, "os.PathLike[str]"], out_path: Union[str, "os.PathLike[str]"],
+                    config: _ConfigArg, to: str = "interleaved", *,
+                    q_modules: Iterable[str] | str | None = None, k_modules: Iterable[str] | str | None = None,
+                    dry_run: bool = False) -> dict:
+    """Reorders the q and k projection rows of the safetensors file `in_path` within each head's
+    rotary block and writes the result to `out_path` (a temporary file, then a rename).
+
+    to: "interleaved" (pairs (2i, 2i+1): Meta, GGUF) or "half-split" (pairs (i, i + rotary_dim/2):
+    Hugging Face). config: a config.json path, a model folder, Meta's params.json, or a dict.
+    q_modules / k_modules: module paths that name the q and k tensors (defaults: Llama family
+    self_attn.q_proj / k_proj / q_norm / k_norm and Meta's attention.wq / wk; DeepSeek MLA
+    q_proj / q_b_proj and kv_a_proj_with_mqa). dry_run: check and plan, write nothing.
+
+    Returns {"permuted": [{name, role, dtype, shape, heads, head_rows, offset, rotary_rows}],
+    "copied": n, "file_bytes": n, "geometry": {...}}. Raises rotary.RotaryError naming the tensor
+    and the value for a malformed file, a tensor that does not fit the config, a quantized or fused
+    projection, or out_path naming in_path.
+    """
+    if to not in ("interleaved", "half-split"):
+        raise _rotary.RotaryError(f'convert_weights: to must be "interleaved" or "half-split" (got {to!r})')
+    text, source = _config_text(config)
+    return _rotary.convert_weights(os.fspath(in_path), os.fspath(out_path), text, source, to,
+                                   _modules("q_modules", q_modules), _modules("k_modules", k_modules), bool(dry_run))

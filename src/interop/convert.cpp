@@ -1,0 +1,362 @@
+// src/interop/convert.cpp: checkpoint conversion between RoPE's pairing conventions
+// (include/rotary/convert.hpp; the permutation is transformers' `permute` in
+// models/llama/convert_llama_weights_to_hf.py and llama.cpp's LlamaModel.permute in
+// convert_hf_to_gguf.py; docs/interop.md, "Converting checkpoints between pairing conventions").
+#include "rotary/convert.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include "core/atomic_file.hpp"
+#include "core/json.hpp"
+#include "interop/safetensors.hpp"
+#include "rotary/error.hpp"
+#include "rotary/hf_config.hpp"
+
+namespace rotary {
+namespace {
+
+// A positive integer field of the config, at the top level or under text_config (as
+// parse_hf_config looks fields up), or nullopt when absent or null.
+std::optional<int64_t> positive_field(const json::Value& root, std::string_view key, std::string_view source) {
+  const json::Value* value = root.find(key);
+  std::string path(key);
+  if (value == nullptr || value->is_null()) {
+    if (const json::Value* text = root.find("text_config"); text != nullptr && text->is_object()) {
+      value = text->find(key);
+      path = "text_config." + std::string(key);
+    }
+  }
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  if (!value->is_number() || !value->is_integer() || value->as_int64() <= 0) {
+    throw ConfigError(detail::concat(source, ":", value->location().line, ": ", path,
+                                     " must be a positive integer (got ", value->describe(), ")"));
+  }
+  return value->as_int64();
+}
+
+// Meta's params.json: {"dim": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128 (Mistral), ...}.
+CheckpointGeometry meta_params_geometry(const json::Value& root, std::string_view source) {
+  CheckpointGeometry geometry;
+  geometry.source = std::string(source);
+  geometry.config_pairing = Style::GPTJ;  // Meta's reference code rotates complex pairs (2i, 2i+1)
+  const std::optional<int64_t> heads = positive_field(root, "n_heads", source);
+  const std::optional<int64_t> kv_heads = positive_field(root, "n_kv_heads", source);
+  const std::optional<int64_t> dim = positive_field(root, "dim", source);
+  const std::optional<int64_t> head_dim = positive_field(root, "head_dim", source);
+  if (!heads) throw ConfigError(detail::concat(source, ": n_heads must be a positive integer (got null)"));
+  geometry.num_attention_heads = *heads;
+  geometry.num_key_value_heads = kv_heads.value_or(*heads);
+  if (head_dim) {
+    geometry.head_dim = *head_dim;
+  } else if (dim) {
+    if (*dim % *heads != 0) {
+      throw ConfigError(detail::concat(source, ": dim ", *dim, " must be a multiple of n_heads ", *heads,
+                                       " (or give head_dim)"));
+    }
+    geometry.head_dim = *dim / *heads;
+  } else {
+    throw ConfigError(detail::concat(source, ": head_dim is missing: give head_dim, or dim and n_heads"));
+  }
+  if (geometry.num_attention_heads % geometry.num_key_value_heads != 0) {
+    throw ConfigError(detail::concat(source, ": n_kv_heads must divide n_heads ", geometry.num_attention_heads,
+                                     " (got ", geometry.num_key_value_heads, ")"));
+  }
+  if (geometry.head_dim % 2 != 0) {
+    throw ConfigError(detail::concat(source, ": head_dim must be even to hold RoPE pairs (got ", geometry.head_dim, ")"));
+  }
+  geometry.rotary_dim = geometry.head_dim;
+  return geometry;
+}
+
+CheckpointGeometry hf_geometry(std::string_view text, const json::Value& root, std::string_view source) {
+  const HfRopeConfig config = parse_hf_config(text, source);
+  const RopeSpec& spec = config.spec;
+  for (const auto& [type, other] : config.layer_type_specs) {
+    if (other.head_dim != spec.head_dim || other.rotary_dim != spec.rotary_dim) {
+      throw ConfigError(detail::concat(source, ": layer type ", type, " rotates ", other.rotary_dim, " of ",
+                                       other.head_dim, " dims per head but the main layers ", spec.rotary_dim, " of ",
+                                       spec.head_dim, "; rotary converts checkpoints with one geometry for every layer"));
+    }
+  }
+  CheckpointGeometry geometry;
+  geometry.source = std::string(source);
+  geometry.config_pairing = spec.style;
+  geometry.num_attention_heads = spec.num_attention_heads;
+  geometry.num_key_value_heads = spec.num_key_value_heads;
+  if (geometry.num_attention_heads <= 0) {
+    throw ConfigError(detail::concat(source, ": num_attention_heads is missing: the q and k rows are split per head"));
+  }
+  const std::optional<int64_t> kv_lora_rank = positive_field(root, "kv_lora_rank", source);
+  const std::optional<int64_t> rope_dim = positive_field(root, "qk_rope_head_dim", source);
+  if (kv_lora_rank || rope_dim) {
+    // DeepSeek V2 / V3 multi-head latent attention (transformers' modeling_deepseek_v3.py):
+    // q heads are [qk_nope_head_dim | qk_rope_head_dim] rows; kv_a_proj_with_mqa is
+    // [kv_lora_rank latent rows | qk_rope_head_dim rows of the one shared rotary key].
+    const std::optional<int64_t> nope_dim = positive_field(root, "qk_nope_head_dim", source);
+    if (!kv_lora_rank || !rope_dim || !nope_dim) {
+      throw ConfigError(detail::concat(
+          source, ": a DeepSeek multi-head latent attention config needs kv_lora_rank, qk_rope_head_dim and "
+                  "qk_nope_head_dim (got ",
+          kv_lora_rank ? "kv_lora_rank" : "no kv_lora_rank", ", ", rope_dim ? "qk_rope_head_dim" : "no qk_rope_head_dim",
+          ", ", nope_dim ? "qk_nope_head_dim" : "no qk_nope_head_dim", ")"));
+    }
+    if (*rope_dim % 2 != 0) {
+      throw ConfigError(detail::concat(source, ": qk_rope_head_dim must be even to hold RoPE pairs (got ", *rope_dim, ")"));
+    }
+    geometry.head_dim = *nope_dim + *rope_dim;
+    geometry.rotary_dim = *rope_dim;
+    geometry.rotary_offset = *nope_dim;
+    geometry.kv_lora_rank = *kv_lora_rank;
+    return geometry;
+  }
+  geometry.head_dim = spec.head_dim;
+  geometry.rotary_dim = spec.rotary_dim;
+  if (geometry.rotary_dim < 2 || geometry.rotary_dim % 2 != 0 || geometry.rotary_dim > geometry.head_dim) {
+    throw ConfigError(detail::concat(source, ": the rotary dims must be an even number in [2, head_dim ",
+                                     geometry.head_dim, "] (got ", geometry.rotary_dim, ")"));
+  }
+  return geometry;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+bool in_module(std::string_view module, const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    if (module == pattern) return true;
+    if (module.size() > pattern.size() && ends_with(module, pattern) &&
+        module[module.size() - pattern.size() - 1] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Projections that hold q, k and v in one matrix: their q and k rows cannot be found without the
+// model's own split (and GPT-NeoX interleaves them per head), so rotary refuses them rather than
+// copying them unconverted.
+constexpr std::string_view kFusedModules[] = {"qkv_proj", "query_key_value", "Wqkv", "wqkv", "c_attn", "qkv", "W_pack"};
+
+// The dtypes whose rows rotary reorders: plain floating point. Integer and 8-bit tensors are
+// quantized weights, whose scales are laid out by blocks of rows.
+bool permutable_dtype(std::string_view dtype) {
+  return dtype == "F64" || dtype == "F32" || dtype == "F16" || dtype == "BF16";
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+struct Plan {
+  PermutedTensor tensor;
+  int64_t data_offset = 0;  // in the file
+  int64_t row_bytes = 0;
+};
+
+}  // namespace
+
+CheckpointGeometry checkpoint_geometry(std::string_view config_json, std::string_view source) {
+  const json::Value root = json::parse(config_json, source);
+  if (!root.is_object()) {
+    throw ConfigError(detail::concat(source, ": a config must be a JSON object (got ", root.describe(), ")"));
+  }
+  if (root.find("n_heads") != nullptr && root.find("num_attention_heads") == nullptr) {
+    return meta_params_geometry(root, source);
+  }
+  return hf_geometry(config_json, root, source);
+}
+
+CheckpointGeometry load_checkpoint_geometry(const std::string& path) {
+  // parse_file names an unreadable path and its reason, and refuses a file far larger than any
+  // config (a weights file given by mistake) before reading it whole.
+  json::parse_file(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return checkpoint_geometry(text, path);
+}
+
+std::vector<int64_t> pairing_row_order(int64_t rotary_rows, Style to) {
+  if (rotary_rows < 2 || rotary_rows % 2 != 0) {
+    throw Error(detail::concat("pairing_row_order: rotary_rows must be even and >= 2 (got ", rotary_rows, ")"));
+  }
+  const int64_t half = rotary_rows / 2;
+  std::vector<int64_t> order(static_cast<size_t>(rotary_rows));
+  for (int64_t j = 0; j < half; ++j) {
+    for (int64_t t = 0; t < 2; ++t) {
+      if (to == Style::GPTJ) {
+        order[static_cast<size_t>(2 * j + t)] = t * half + j;  // new[2j + t] = old[t*R/2 + j]
+      } else {
+        order[static_cast<size_t>(t * half + j)] = 2 * j + t;  // new[t*R/2 + j] = old[2j + t]
+      }
+    }
+  }
+  return order;
+}
+
+ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& geometry, const ConvertOptions& options,
+                                  std::string_view source) {
+  if (options.to != Style::GPTJ && options.to != Style::NeoX) {
+    throw Error(detail::concat("convert: to must be interleaved or half-split (got ", static_cast<int>(options.to), ")"));
+  }
+  if (geometry.num_attention_heads <= 0 || geometry.num_key_value_heads <= 0 || geometry.head_dim <= 0 ||
+      geometry.rotary_dim < 2 || geometry.rotary_dim % 2 != 0 || geometry.rotary_offset < 0 ||
+      geometry.rotary_offset > geometry.head_dim - geometry.rotary_dim || geometry.kv_lora_rank < 0) {
+    throw Error(detail::concat("convert: invalid geometry from ", geometry.source, ": ", geometry.num_attention_heads,
+                               " heads, ", geometry.num_key_value_heads, " kv heads, head_dim ", geometry.head_dim,
+                               ", rotary rows [", geometry.rotary_offset, ", ",
+                               geometry.rotary_offset + geometry.rotary_dim, ")"));
+  }
+  const safetensors::Header header = safetensors::parse(file, source);
+  std::vector<std::string> q_modules = options.q_modules;
+  std::vector<std::string> k_modules = options.k_modules;
+  if (q_modules.empty()) {
+    q_modules = geometry.mla() ? std::vector<std::string>{"self_attn.q_proj", "self_attn.q_b_proj"}
+                               : std::vector<std::string>{"self_attn.q_proj", "self_attn.q_norm", "attention.wq"};
+  }
+  if (k_modules.empty()) {
+    k_modules = geometry.mla() ? std::vector<std::string>{"self_attn.kv_a_proj_with_mqa"}
+                               : std::vector<std::string>{"self_attn.k_proj", "self_attn.k_norm", "attention.wk"};
+  }
+
+  ConvertResult result;
+  result.file_bytes = static_cast<int64_t>(file.size());
+  std::vector<Plan> plans;
+  for (const safetensors::TensorEntry& entry : header.tensors) {
+    const size_t dot = entry.name.rfind('.');
+    const std::string_view module =
+        dot == std::string::npos ? std::string_view() : std::string_view(entry.name).substr(0, dot);
+    const std::string_view leaf =
+        dot == std::string::npos ? std::string_view(entry.name) : std::string_view(entry.name).substr(dot + 1);
+    const bool is_q = in_module(module, q_modules);
+    const bool is_k = in_module(module, k_modules);
+    if (!is_q && !is_k) {
+      const size_t last_dot = module.rfind('.');
+      const std::string_view last = last_dot == std::string_view::npos ? module : module.substr(last_dot + 1);
+      for (std::string_view fused : kFusedModules) {
+        if (last == fused) {
+          throw Error(detail::concat(source, ": tensor ", json::quote(entry.name),
+                                     " is a fused q/k/v projection; rotary converts separate q and k projections "
+                                     "only (name them with --q-module / --k-module if these are not fused)"));
+        }
+      }
+      ++result.copied;
+      continue;
+    }
+    if (is_q && is_k) {
+      throw Error(detail::concat(source, ": tensor ", json::quote(entry.name),
+                                 " matches both the q and the k modules; give modules that tell them apart"));
+    }
+    const char* role = is_q ? "q" : "k";
+    if (leaf != "weight" && leaf != "bias") {
+      throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " belongs to the ", role,
+                                 " projection but is not its weight or bias (a quantized checkpoint?); rotary "
+                                 "converts unquantized float weights only"));
+    }
+    if (!permutable_dtype(entry.dtype)) {
+      throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " (", role, ") has dtype ",
+                                 entry.dtype, "; rotary reorders F32, F64, F16 and BF16 rows only (quantized "
+                                 "weights carry per-block scales whose layout it does not know)"));
+    }
+    Plan plan;
+    plan.tensor.name = entry.name;
+    plan.tensor.role = role;
+    plan.tensor.dtype = entry.dtype;
+    plan.tensor.shape = entry.shape;
+    int64_t heads = is_q ? geometry.num_attention_heads : geometry.num_key_value_heads;
+    int64_t head_rows = geometry.head_dim;
+    int64_t offset = geometry.rotary_offset;
+    std::string layout = detail::concat(heads, " heads x head_dim ", head_rows);
+    if (geometry.mla() && !is_q) {
+      heads = 1;
+      head_rows = geometry.kv_lora_rank + geometry.rotary_dim;
+      offset = geometry.kv_lora_rank;
+      layout = detail::concat("kv_lora_rank ", geometry.kv_lora_rank, " + qk_rope_head_dim ", geometry.rotary_dim);
+    } else if (geometry.mla()) {
+      layout = detail::concat(heads, " heads x (qk_nope_head_dim ", geometry.rotary_offset, " + qk_rope_head_dim ",
+                              geometry.rotary_dim, ")");
+    }
+    const int64_t expected_rows = heads * head_rows;  // both from validated positive ints of a config
+    const int64_t rows = entry.shape.empty() ? -1 : entry.shape[0];
+    const bool weight_2d = leaf == "weight" && entry.shape.size() == 2;
+    const bool vector = entry.shape.size() == 1;
+    if (!weight_2d && !vector) {
+      throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " (", role, ") has shape ",
+                                 shape_text(entry.shape), "; a projection weight is [rows, inputs], a bias or norm "
+                                 "weight [rows]"));
+    }
+    if (leaf == "weight" && vector && rows == head_rows) {
+      heads = 1;  // a norm weight shared by every head (Qwen3's q_norm / k_norm over head_dim)
+    } else if (rows != expected_rows) {
+      throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " (", role, ") has ", rows,
+                                 " rows (shape ", shape_text(entry.shape), "), but the config (", geometry.source,
+                                 ") gives ", layout, " = ", expected_rows, " rows",
+                                 leaf == "weight" && vector ? detail::concat(" (or ", head_rows, " for a norm shared by the heads)") : std::string()));
+    }
+    plan.tensor.heads = heads;
+    plan.tensor.head_rows = head_rows;
+    plan.tensor.offset = offset;
+    plan.tensor.rotary_rows = geometry.rotary_dim;
+    plan.data_offset = header.data_start + entry.begin;
+    // rows > 0 and elements x size == span <= file size, so the row size fits too.
+    plan.row_bytes = (entry.end - entry.begin) / rows;
+    plans.push_back(plan);
+  }
+
+  if (options.dry_run) {
+    for (Plan& plan : plans) result.permuted.push_back(std::move(plan.tensor));
+    return result;
+  }
+  const std::vector<int64_t> order = pairing_row_order(geometry.rotary_dim, options.to);
+  std::string block;
+  for (Plan& plan : plans) {
+    const PermutedTensor& t = plan.tensor;
+    const auto block_bytes = static_cast<size_t>(t.rotary_rows * plan.row_bytes);
+    block.resize(block_bytes);
+    for (int64_t h = 0; h < t.heads; ++h) {
+      char* rows = file.data() + plan.data_offset + (h * t.head_rows + t.offset) * plan.row_bytes;
+      std::memcpy(block.data(), rows, block_bytes);
+      for (int64_t r = 0; r < t.rotary_rows; ++r) {
+        std::memcpy(rows + r * plan.row_bytes, block.data() + order[static_cast<size_t>(r)] * plan.row_bytes,
+                    static_cast<size_t>(plan.row_bytes));
+      }
+    }
+    result.permuted.push_back(std::move(plan.tensor));
+  }
+  return result;
+}
+
+ConvertResult convert_weights(const std::string& in_path, const std::string& out_path,
+                              const CheckpointGeometry& geometry, const ConvertOptions& options) {
+  if (detail::same_file(in_path, out_path)) {
+    throw Error(detail::concat("convert-weights: the output ", out_path, " is the input ", in_path,
+                               "; write the converted checkpoint to a new file"));
+  }
+  struct stat info {};
+  if (::stat(in_path.c_str(), &info) != 0) {
+    throw Error(detail::concat("convert-weights: cannot read ", in_path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    throw Error(detail::concat("convert-weights: ", in_path, " is not a regular file"));
+  }
+  std::ifstream in(in_path, std::ios::binary);
+  if (!in) throw Error(detail::concat("convert-weights: cannot read ", in_path, ": ", std::strerror(errno)));
+  std::string file(static_cast<size_t>(info.st_size), '\0');
+  in.read(file.data(), static_cast<std::streamsize>(file.size()));
+  if (in.gcount() != static_cast<std::streamsize>(file.size()) || in.peek() != std::char_traits<char>::eof()) {
+    throw Error(detail::concat("convert-weights: ", in_path, " changed size while it was read (", info.st_size,
+                               " bytes expected)"));
+  }
+  ConvertResult result = convert_safetensors(file, geometry, options, in_path);
+  if (!options.dry_run) detail::write_file_atomically(out_path, file, "convert-weights");
+  return result;
+}
+
+}  // namespace rotary
