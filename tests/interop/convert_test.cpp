@@ -1,0 +1,442 @@
+// tests/interop/convert_test.cpp: checkpoint conversion between RoPE's pairing conventions
+// (include/rotary/convert.hpp). The conversion is checked by what it is for: attention scores
+// computed with half-split RoPE on the original rows equal those computed with interleaved RoPE on
+// the converted rows (and the reverse), for full, partial and DeepSeek MLA geometries; the round
+// trip is the identity, bit for bit; every refusal names the tensor and the value.
+#include "rotary/convert.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "interop/safetensors.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string random_floats(int64_t count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(count));
+  for (float& v : values) v = uniform(rng);
+  std::string bytes(values.size() * 4, '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+CheckpointGeometry llama_geometry(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t rotary_dim) {
+  CheckpointGeometry g;
+  g.source = "test config";
+  g.num_attention_heads = heads;
+  g.num_key_value_heads = kv_heads;
+  g.head_dim = head_dim;
+  g.rotary_dim = rotary_dim;
+  return g;
+}
+
+CheckpointGeometry mla_geometry(int64_t heads, int64_t nope, int64_t rope, int64_t kv_lora_rank) {
+  CheckpointGeometry g = llama_geometry(heads, heads, nope + rope, rope);
+  g.rotary_offset = nope;
+  g.kv_lora_rank = kv_lora_rank;
+  g.config_pairing = Style::GPTJ;
+  return g;
+}
+
+constexpr int64_t kInputs = 12;
+
+// Rows of the q and k projections for `g`.
+int64_t q_rows(const CheckpointGeometry& g) { return g.num_attention_heads * g.head_dim; }
+int64_t k_rows(const CheckpointGeometry& g) {
+  return g.mla() ? g.kv_lora_rank + g.rotary_dim : g.num_key_value_heads * g.head_dim;
+}
+
+// A random F32 checkpoint of two layers: q and k weights and biases, and tensors that are not q/k.
+std::string random_checkpoint(const CheckpointGeometry& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<safetensors::TensorData> tensors;
+  const std::string q = g.mla() ? "self_attn.q_b_proj" : "self_attn.q_proj";
+  const std::string k = g.mla() ? "self_attn.kv_a_proj_with_mqa" : "self_attn.k_proj";
+  tensors.push_back({"model.embed_tokens.weight", "F32", {5, kInputs}, random_floats(5 * kInputs, rng)});
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+    tensors.push_back({prefix + q + ".weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
+    tensors.push_back({prefix + q + ".bias", "F32", {q_rows(g)}, random_floats(q_rows(g), rng)});
+    tensors.push_back({prefix + k + ".weight", "F32", {k_rows(g), kInputs}, random_floats(k_rows(g) * kInputs, rng)});
+    tensors.push_back({prefix + k + ".bias", "F32", {k_rows(g)}, random_floats(k_rows(g), rng)});
+    tensors.push_back({prefix + "self_attn.v_proj.weight", "BF16", {6, kInputs}, random_floats(3 * kInputs, rng)});
+  }
+  return safetensors::serialize(tensors, {{"format", "pt"}});
+}
+
+std::vector<float> floats_of(const std::string& file, const std::string& name) {
+  const safetensors::Header header = safetensors::parse(file, "checkpoint");
+  for (const auto& t : header.tensors) {
+    if (t.name != name) continue;
+    std::vector<float> values(static_cast<size_t>((t.end - t.begin) / 4));
+    std::memcpy(values.data(), file.data() + header.data_start + t.begin, values.size() * 4);
+    return values;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+// W x + b in float64.
+std::vector<double> project(const std::vector<float>& w, const std::vector<float>& b, const std::vector<double>& x) {
+  std::vector<double> out(b.size());
+  for (size_t r = 0; r < b.size(); ++r) {
+    double sum = b[r];
+    for (size_t c = 0; c < x.size(); ++c) sum += static_cast<double>(w[r * x.size() + c]) * x[c];
+    out[r] = sum;
+  }
+  return out;
+}
+
+// RoPE on rows [start, start + rotary) of v, pairs by `pairing`, written here from the definition
+// (docs/formulas.md) and independent of the conversion code.
+void rotate(std::vector<double>& v, int64_t start, int64_t rotary, Style pairing, int64_t position) {
+  const int64_t half = rotary / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(position) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rotary));
+    const int64_t a = pairing == Style::NeoX ? start + i : start + 2 * i;
+    const int64_t b = pairing == Style::NeoX ? start + i + half : start + 2 * i + 1;
+    const double x = v[static_cast<size_t>(a)], y = v[static_cast<size_t>(b)];
+    v[static_cast<size_t>(a)] = x * std::cos(angle) - y * std::sin(angle);
+    v[static_cast<size_t>(b)] = y * std::cos(angle) + x * std::sin(angle);
+  }
+}
+
+// Attention logits q_h . k_{h / group} of layer 0 for a query at position 11 and a key at position
+// 4, each head's RoPE block rotated with `pairing`. Llama: the whole head; MLA: the rope block
+// (its nope part comes from kv_b_proj, which the conversion does not touch).
+std::vector<double> logits(const std::string& file, const CheckpointGeometry& g, Style pairing) {
+  const std::string q = g.mla() ? "self_attn.q_b_proj" : "self_attn.q_proj";
+  const std::string k = g.mla() ? "self_attn.kv_a_proj_with_mqa" : "self_attn.k_proj";
+  std::vector<double> xq(kInputs), xk(kInputs);
+  for (int64_t c = 0; c < kInputs; ++c) {
+    xq[static_cast<size_t>(c)] = std::sin(0.7 * static_cast<double>(c) + 0.3);
+    xk[static_cast<size_t>(c)] = std::cos(1.3 * static_cast<double>(c) - 0.2);
+  }
+  const std::string prefix = "model.layers.0.";
+  std::vector<double> qv = project(floats_of(file, prefix + q + ".weight"), floats_of(file, prefix + q + ".bias"), xq);
+  std::vector<double> kv = project(floats_of(file, prefix + k + ".weight"), floats_of(file, prefix + k + ".bias"), xk);
+  const int64_t group = g.num_attention_heads / g.num_key_value_heads;
+  std::vector<double> out;
+  for (int64_t h = 0; h < g.num_attention_heads; ++h) rotate(qv, h * g.head_dim + g.rotary_offset, g.rotary_dim, pairing, 11);
+  if (g.mla()) {
+    rotate(kv, g.kv_lora_rank, g.rotary_dim, pairing, 4);
+  } else {
+    for (int64_t h = 0; h < g.num_key_value_heads; ++h) rotate(kv, h * g.head_dim, g.rotary_dim, pairing, 4);
+  }
+  for (int64_t h = 0; h < g.num_attention_heads; ++h) {
+    double dot = 0;
+    if (g.mla()) {
+      for (int64_t r = 0; r < g.rotary_dim; ++r) {
+        dot += qv[static_cast<size_t>(h * g.head_dim + g.rotary_offset + r)] * kv[static_cast<size_t>(g.kv_lora_rank + r)];
+      }
+    } else {
+      for (int64_t r = 0; r < g.head_dim; ++r) {
+        dot += qv[static_cast<size_t>(h * g.head_dim + r)] * kv[static_cast<size_t>((h / group) * g.head_dim + r)];
+      }
+    }
+    out.push_back(dot);
+  }
+  return out;
+}
+
+double max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// The worked example of docs/interop.md: a head of 8 rows labelled by their index.
+TEST(ConvertWeights, RowOrderForHeadDim8) {
+  EXPECT_EQ(pairing_row_order(8, Style::GPTJ), (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(pairing_row_order(8, Style::NeoX), (std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7}));
+  for (const int64_t rows : {2, 4, 6, 64, 128}) {
+    const std::vector<int64_t> to = pairing_row_order(rows, Style::GPTJ);
+    const std::vector<int64_t> back = pairing_row_order(rows, Style::NeoX);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(to[static_cast<size_t>(back[static_cast<size_t>(r)])], r);
+  }
+  EXPECT_THROW(pairing_row_order(7, Style::GPTJ), Error);
+  EXPECT_THROW(pairing_row_order(0, Style::GPTJ), Error);
+}
+
+struct Case {
+  const char* what;
+  CheckpointGeometry geometry;
+};
+
+std::vector<Case> cases() {
+  return {{"llama, GQA", llama_geometry(4, 2, 8, 8)},
+          {"llama, MHA, head_dim 16", llama_geometry(2, 2, 16, 16)},
+          {"partial rotary 0.5", llama_geometry(4, 4, 12, 6)},
+          {"partial rotary 0.25, GQA", llama_geometry(4, 1, 16, 4)},
+          {"DeepSeek MLA", mla_geometry(3, 6, 4, 10)}};
+}
+
+TEST(ConvertWeights, InterleavedLogitsOfConvertedRowsEqualHalfSplitLogitsOfOriginal) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.what);
+    const std::string original = random_checkpoint(c.geometry, 7);
+    std::string converted = original;
+    ConvertOptions to_interleaved;
+    to_interleaved.to = Style::GPTJ;
+    const ConvertResult result = convert_safetensors(converted, c.geometry, to_interleaved, "t");
+    EXPECT_EQ(result.permuted.size(), 8u);  // 2 layers x (q, k) x (weight, bias)
+    EXPECT_EQ(result.copied, 3);
+    const std::vector<double> reference = logits(original, c.geometry, Style::NeoX);
+    // Float64 sums of the same float32 products in another order: agreement to ~1e-15 relative.
+    EXPECT_LT(max_difference(logits(converted, c.geometry, Style::GPTJ), reference), 1e-12);
+    // The check can fail: the converted rows with the wrong pairing give other logits.
+    EXPECT_GT(max_difference(logits(converted, c.geometry, Style::NeoX), reference), 1e-3);
+
+    // The reverse: an interleaved checkpoint converted to half-split runs with half-split RoPE.
+    std::string back = original;
+    ConvertOptions to_half;
+    to_half.to = Style::NeoX;
+    convert_safetensors(back, c.geometry, to_half, "t");
+    EXPECT_LT(max_difference(logits(back, c.geometry, Style::NeoX), logits(original, c.geometry, Style::GPTJ)), 1e-12);
+  }
+}
+
+TEST(ConvertWeights, RoundTripIsTheIdentityBitForBit) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.what);
+    const std::string original = random_checkpoint(c.geometry, 11);
+    std::string file = original;
+    convert_safetensors(file, c.geometry, {.to = Style::GPTJ}, "t");
+    EXPECT_NE(file, original);
+    // Only q/k data changed: the header and every other tensor are byte for byte the same.
+    const safetensors::Header header = safetensors::parse(original, "t");
+    EXPECT_EQ(file.substr(0, static_cast<size_t>(header.data_start)), original.substr(0, static_cast<size_t>(header.data_start)));
+    for (const auto& t : header.tensors) {
+      const auto at = static_cast<size_t>(header.data_start + t.begin);
+      const auto size = static_cast<size_t>(t.end - t.begin);
+      const bool attention_qk = t.name.find("q_") != std::string::npos || t.name.find("k_proj") != std::string::npos ||
+                                t.name.find("kv_a_proj") != std::string::npos;
+      if (!attention_qk) {
+        EXPECT_EQ(file.substr(at, size), original.substr(at, size)) << t.name;
+      }
+    }
+    convert_safetensors(file, c.geometry, {.to = Style::NeoX}, "t");
+    EXPECT_EQ(file, original);
+  }
+}
+
+// Rows outside the rotary block stay where they are (partial rotary, MLA's nope and latent rows).
+TEST(ConvertWeights, RowsOutsideTheRotaryBlockAreUntouched) {
+  const CheckpointGeometry g = mla_geometry(3, 6, 4, 10);
+  const std::string original = random_checkpoint(g, 5);
+  std::string file = original;
+  convert_safetensors(file, g, {.to = Style::GPTJ}, "t");
+  const std::vector<float> before = floats_of(original, "model.layers.0.self_attn.kv_a_proj_with_mqa.bias");
+  const std::vector<float> after = floats_of(file, "model.layers.0.self_attn.kv_a_proj_with_mqa.bias");
+  for (size_t r = 0; r < 10; ++r) EXPECT_EQ(before[r], after[r]);  // the latent rows
+  const std::vector<size_t> order = {0, 2, 1, 3};                   // rope rows to interleaved
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(after[10 + r], before[10 + order[r]]);
+  const std::vector<float> q_before = floats_of(original, "model.layers.0.self_attn.q_b_proj.bias");
+  const std::vector<float> q_after = floats_of(file, "model.layers.0.self_attn.q_b_proj.bias");
+  for (size_t h = 0; h < 3; ++h) {
+    for (size_t r = 0; r < 6; ++r) EXPECT_EQ(q_after[h * 10 + r], q_before[h * 10 + r]);
+    for (size_t r = 0; r < 4; ++r) EXPECT_EQ(q_after[h * 10 + 6 + r], q_before[h * 10 + 6 + order[r]]);
+  }
+}
+
+TEST(ConvertWeights, NormWeightsSharedByTheHeadsArePermutedOnce) {
+  const CheckpointGeometry g = llama_geometry(2, 2, 4, 4);
+  std::mt19937_64 rng(3);
+  std::vector<float> norm = {10, 11, 12, 13};
+  std::string bytes(16, '\0');
+  std::memcpy(bytes.data(), norm.data(), 16);
+  std::string file = safetensors::serialize({{"model.layers.0.self_attn.q_norm.weight", "F32", {4}, bytes},
+                                             {"model.layers.0.self_attn.k_norm.weight", "F32", {8}, random_floats(8, rng)}});
+  const ConvertResult result = convert_safetensors(file, g, {.to = Style::GPTJ}, "t");
+  ASSERT_EQ(result.permuted.size(), 2u);
+  EXPECT_EQ(result.permuted[0].heads, 1);
+  EXPECT_EQ(result.permuted[1].heads, 2);
+  EXPECT_EQ(floats_of(file, "model.layers.0.self_attn.q_norm.weight"), (std::vector<float>{10, 12, 11, 13}));
+}
+
+TEST(ConvertWeights, MetaNamesAndCustomModules) {
+  const CheckpointGeometry g = llama_geometry(2, 1, 4, 4);
+  std::mt19937_64 rng(9);
+  const std::string original = safetensors::serialize({{"layers.0.attention.wq.weight", "F32", {8, 3}, random_floats(24, rng)},
+                                                       {"layers.0.attention.wk.weight", "F32", {4, 3}, random_floats(12, rng)},
+                                                       {"blocks.0.attn.query.weight", "F32", {8, 3}, random_floats(24, rng)}});
+  std::string file = original;
+  ConvertResult result = convert_safetensors(file, g, {.to = Style::NeoX}, "t");
+  ASSERT_EQ(result.permuted.size(), 2u);
+  EXPECT_EQ(result.permuted[0].name, "layers.0.attention.wq.weight");
+  EXPECT_EQ(result.copied, 1);
+  file = original;
+  result = convert_safetensors(file, g, {.to = Style::NeoX, .q_modules = {"attn.query"}, .k_modules = {"attention.wk"}}, "t");
+  ASSERT_EQ(result.permuted.size(), 2u);
+  EXPECT_EQ(result.permuted[1].name, "blocks.0.attn.query.weight");
+  // A module path matches whole components only: "query" does not match "attn.query.weight"'s
+  // module by a partial name such as "uery".
+  file = original;
+  result = convert_safetensors(file, g, {.to = Style::NeoX, .q_modules = {"uery"}, .k_modules = {"nothing"}}, "t");
+  EXPECT_TRUE(result.permuted.empty());
+  EXPECT_EQ(file, original);
+}
+
+void expect_refusal(std::string file, const CheckpointGeometry& g, const ConvertOptions& options,
+                    const std::vector<std::string>& parts) {
+  const std::string before = file;
+  try {
+    convert_safetensors(file, g, options, "in.safetensors");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    for (const std::string& part : parts) EXPECT_THAT(error.what(), HasSubstr(part));
+  }
+  EXPECT_EQ(file, before);  // nothing changed: every check runs before the first byte moves
+}
+
+TEST(ConvertWeights, RefusesWhatItCannotConvertNamingTheTensor) {
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  std::mt19937_64 rng(1);
+  const safetensors::TensorData good_q{"model.layers.0.self_attn.q_proj.weight", "F32", {32, 3}, random_floats(96, rng)};
+  auto with = [&](safetensors::TensorData bad) { return safetensors::serialize({good_q, bad}); };
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.weight", "F32", {24, 3}, random_floats(72, rng)}), g, {},
+                 {"in.safetensors: tensor \"model.layers.0.self_attn.k_proj.weight\" (k) has 24 rows (shape [24, 3])",
+                  "the config (test config) gives 2 heads x head_dim 8 = 16 rows"});
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.weight", "I8", {16, 3}, std::string(48, '\1')}), g, {},
+                 {"\"model.layers.0.self_attn.k_proj.weight\" (k) has dtype I8"});
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.weight", "F8_E4M3", {16, 3}, std::string(48, '\1')}), g, {},
+                 {"has dtype F8_E4M3"});
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.qweight", "I32", {16, 3}, std::string(192, '\1')}), g, {},
+                 {"\"model.layers.0.self_attn.k_proj.qweight\" belongs to the k projection but is not its weight or bias"});
+  expect_refusal(with({"model.layers.0.self_attn.qkv_proj.weight", "F32", {16, 3}, random_floats(48, rng)}), g, {},
+                 {"\"model.layers.0.self_attn.qkv_proj.weight\" is a fused q/k/v projection"});
+  expect_refusal(with({"gpt_neox.layers.0.attention.query_key_value.weight", "F32", {16, 3}, random_floats(48, rng)}), g,
+                 {}, {"query_key_value.weight\" is a fused q/k/v projection"});
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.weight", "F32", {16, 3, 1}, random_floats(48, rng)}), g, {},
+                 {"(k) has shape [16, 3, 1]"});
+  expect_refusal(with({"model.layers.0.self_attn.k_proj.bias", "F32", {8}, random_floats(8, rng)}), g, {},
+                 {"k_proj.bias\" (k) has 8 rows"});
+  expect_refusal(with({"x.weight", "F32", {1}, random_floats(1, rng)}), g, {.q_modules = {"self_attn.q_proj"}, .k_modules = {"self_attn.q_proj"}},
+                 {"matches both the q and the k modules"});
+  expect_refusal(with({"x.weight", "F32", {1}, random_floats(1, rng)}), g, {.to = static_cast<Style>(7)},
+                 {"to must be interleaved or half-split (got 7)"});
+  CheckpointGeometry odd = g;
+  odd.rotary_dim = 7;
+  expect_refusal(with({"x.weight", "F32", {1}, random_floats(1, rng)}), odd, {}, {"invalid geometry from test config"});
+  expect_refusal("not a safetensors file", g, {}, {"in.safetensors: header length"});
+}
+
+TEST(ConvertWeights, GeometryFromConfigs) {
+  CheckpointGeometry g = checkpoint_geometry(
+      R"({"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,"rope_theta":10000})");
+  EXPECT_EQ(g.num_attention_heads, 4);
+  EXPECT_EQ(g.num_key_value_heads, 2);
+  EXPECT_EQ(g.head_dim, 16);
+  EXPECT_EQ(g.rotary_dim, 16);
+  EXPECT_EQ(g.config_pairing, Style::NeoX);
+  g = checkpoint_geometry(R"({"hidden_size":64,"num_attention_heads":4,"head_dim":32,"partial_rotary_factor":0.5})");
+  EXPECT_EQ(g.head_dim, 32);
+  EXPECT_EQ(g.rotary_dim, 16);
+  EXPECT_EQ(g.num_key_value_heads, 4);
+  g = checkpoint_geometry(R"({"model_type":"gpt_neox","hidden_size":96,"num_attention_heads":4,"rotary_pct":0.25})");
+  EXPECT_EQ(g.head_dim, 24);
+  EXPECT_EQ(g.rotary_dim, 6);
+  g = checkpoint_geometry(R"({"model_type":"deepseek_v3","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":4,
+      "qk_nope_head_dim":16,"qk_rope_head_dim":8,"kv_lora_rank":32,"q_lora_rank":24,"v_head_dim":16})");
+  EXPECT_TRUE(g.mla());
+  EXPECT_EQ(g.head_dim, 24);
+  EXPECT_EQ(g.rotary_offset, 16);
+  EXPECT_EQ(g.rotary_dim, 8);
+  EXPECT_EQ(g.kv_lora_rank, 32);
+  EXPECT_EQ(g.config_pairing, Style::GPTJ);
+  g = checkpoint_geometry(R"({"dim":4096,"n_layers":32,"n_heads":32,"n_kv_heads":8,"rope_theta":500000})", "params.json");
+  EXPECT_EQ(g.head_dim, 128);
+  EXPECT_EQ(g.num_key_value_heads, 8);
+  EXPECT_EQ(g.config_pairing, Style::GPTJ);
+
+  auto refused = [](const char* json, const char* part) {
+    try {
+      checkpoint_geometry(json, "c.json");
+      ADD_FAILURE() << "accepted " << json;
+    } catch (const ConfigError& error) {
+      EXPECT_THAT(error.what(), HasSubstr(part));
+    }
+  };
+  refused(R"({"head_dim":64})", "num_attention_heads is missing");
+  refused(R"({"hidden_size":64,"num_attention_heads":4,"qk_rope_head_dim":8,"kv_lora_rank":32})",
+          "needs kv_lora_rank, qk_rope_head_dim and qk_nope_head_dim (got kv_lora_rank, qk_rope_head_dim, no qk_nope_head_dim)");
+  refused(R"({"dim":100,"n_heads":3})", "dim 100 must be a multiple of n_heads 3");
+  refused(R"({"dim":64,"n_heads":4,"n_kv_heads":3})", "n_kv_heads must divide n_heads 4 (got 3)");
+  refused(R"({"dim":64,"n_heads":0})", "n_heads must be a positive integer (got number 0)");
+  refused(R"([1])", "a config must be a JSON object");
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("rotary_convert_" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(ConvertWeights, FilesRoundTripAndFailuresLeaveNoOutput) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  const std::string original = random_checkpoint(g, 21);
+  write(dir.file("in.safetensors"), original);
+  convert_weights(dir.file("in.safetensors"), dir.file("mid.safetensors"), g, {.to = Style::GPTJ});
+  convert_weights(dir.file("mid.safetensors"), dir.file("back.safetensors"), g, {.to = Style::NeoX});
+  EXPECT_EQ(read(dir.file("back.safetensors")), original);
+  EXPECT_NE(read(dir.file("mid.safetensors")), original);
+
+  // Dry run: everything checked, nothing written.
+  const ConvertResult dry = convert_weights(dir.file("in.safetensors"), dir.file("dry.safetensors"), g,
+                                            {.to = Style::GPTJ, .dry_run = true});
+  EXPECT_EQ(dry.permuted.size(), 8u);
+  EXPECT_FALSE(fs::exists(dir.file("dry.safetensors")));
+
+  // Writing over the input is refused, under any spelling of its name.
+  try {
+    convert_weights(dir.file("in.safetensors"), dir.file("./in.safetensors"), g, {});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("is the input"));
+  }
+  // A malformed input leaves an existing output as it was, and no temporary file behind.
+  write(dir.file("bad.safetensors"), original.substr(0, original.size() - 1));
+  write(dir.file("kept.safetensors"), "previous contents");
+  EXPECT_THROW(convert_weights(dir.file("bad.safetensors"), dir.file("kept.safetensors"), g, {}), Error);
+  EXPECT_EQ(read(dir.file("kept.safetensors")), "previous contents");
+  // A shape that does not fit the config: no output at all.
+  EXPECT_THROW(convert_weights(dir.file("in.safetensors"), dir.file("new.safetensors"), llama_geometry(4, 4, 8, 8), {}),
+               Error);
+  EXPECT_FALSE(fs::exists(dir.file("new.safetensors")));
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.file(""))) files += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 5);  // in, mid, back, bad, kept: no temporary file left
+  // Missing input and a missing output directory name the path.
+  EXPECT_THROW(convert_weights(dir.file("none.safetensors"), dir.file("x.safetensors"), g, {}), Error);
+  EXPECT_THROW(convert_weights(dir.file("in.safetensors"), dir.file("no/such/dir/x.safetensors"), g, {}), Error);
+}
+
+}  // namespace
+}  // namespace rotary
