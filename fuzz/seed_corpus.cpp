@@ -9,6 +9,9 @@
 // cli:       one command line per command with its usual flags (NUL-separated arguments).
 // apply_args: valid calls for every spec, layout and position source of fuzz/apply_case.hpp,
 //            and a few with edits that break one rule.
+// safetensors: a geometry byte (fuzz/safetensors_fuzz.cpp) and a checkpoint: valid ones for each
+//            geometry and pairing (q/k weights, biases, norms, other tensors, metadata), ones
+//            the conversion refuses (rows, dtype, fused, quantized) and malformed files.
 // The files are small (the largest is a few kilobytes), so they are checked in; rerun after
 // changing a preset, the golden set or apply_case.hpp's grammar.
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "core/json.hpp"
+#include "interop/safetensors.hpp"
 #include "cli/npy.hpp"
 #include "rotary/presets.hpp"
 
@@ -123,6 +127,8 @@ void cli_seeds(const fs::path& out) {
       // CLI findings of the trust review: a flag taken as a value, one file for two outputs.
       {"apply", "--preset", "llama-3.1-8b", "--q", "--k", "k.npy", "--layout", "bshd", "--out-q", "--reference"},
       {"apply", "--q", "q.npy", "--layout", "bshd", "--out-q", "o.npy", "--out-k", "o.npy"},
+      {"convert-weights", "--config", "config.json", "--to", "interleaved", "in.safetensors", "out.safetensors",
+       "--q-module", "attn.wq,attn.q", "--dry-run"},
   };
   int index = 0;
   for (const std::vector<std::string>& line : lines) {
@@ -185,6 +191,69 @@ void apply_args_seeds(const fs::path& out) {
 
 }  // namespace
 
+// Checkpoints for fuzz/safetensors_fuzz.cpp: byte 0 picks the geometry (0 Llama 4 heads / 2 kv
+// heads of 8, 1 partial rotary 2 heads of 6 rotating 4, 2 DeepSeek MLA) and, with 0x80, the
+// pairing to convert to (set: half-split).
+void safetensors_seeds(const fs::path& out) {
+  using rotary::safetensors::TensorData;
+  using rotary::safetensors::serialize;
+  auto bytes = [](int64_t count, int seed) {
+    std::string b(static_cast<size_t>(count), '\0');
+    for (int64_t i = 0; i < count; ++i) b[static_cast<size_t>(i)] = static_cast<char>((i * 37 + seed * 11) & 0x3F);
+    return b;
+  };
+  auto seed = [&](const std::string& name, uint8_t geometry, const std::string& file) {
+    write_file(out / (name + ".bin"), std::string(1, static_cast<char>(geometry)) + file);
+  };
+  const std::string p = "model.layers.0.self_attn.";
+  const std::string llama = serialize({{"model.embed_tokens.weight", "BF16", {4, 3}, bytes(24, 1)},
+                                       {p + "q_proj.weight", "F32", {32, 2}, bytes(256, 2)},
+                                       {p + "q_proj.bias", "F32", {32}, bytes(128, 3)},
+                                       {p + "k_proj.weight", "BF16", {16, 2}, bytes(64, 4)},
+                                       {p + "k_norm.weight", "F16", {8}, bytes(16, 5)},
+                                       {"layers.1.attention.wq.weight", "F64", {32, 1}, bytes(256, 6)},
+                                       {"layers.1.attention.wk.weight", "F32", {16, 1}, bytes(64, 7)},
+                                       {"scalar", "I64", {}, bytes(8, 8)},
+                                       {"empty", "F32", {0, 4}, ""}},
+                                      {{"format", "pt"}});
+  seed("llama_to_interleaved", 0, llama);
+  seed("llama_to_half_split", 0x80, llama);
+  const std::string partial = serialize({{p + "q_proj.weight", "F32", {12, 2}, bytes(96, 9)},
+                                         {p + "q_proj.bias", "F32", {12}, bytes(48, 10)},
+                                         {p + "k_proj.weight", "F16", {12, 2}, bytes(48, 11)},
+                                         {p + "dense.weight", "F32", {2, 12}, bytes(96, 12)}});
+  seed("partial_to_interleaved", 1, partial);
+  seed("partial_to_half_split", 0x81, partial);
+  const std::string mla = serialize({{p + "q_b_proj.weight", "BF16", {12, 3}, bytes(72, 13)},
+                                     {p + "q_a_proj.weight", "BF16", {3, 2}, bytes(12, 14)},
+                                     {p + "kv_a_proj_with_mqa.weight", "F32", {8, 2}, bytes(64, 15)},
+                                     {p + "kv_a_proj_with_mqa.bias", "F32", {8}, bytes(32, 16)}});
+  seed("mla_to_half_split", 0x82, mla);
+  seed("mla_to_interleaved", 2, mla);
+  seed("wrong_rows", 0, serialize({{p + "k_proj.weight", "F32", {24, 1}, bytes(96, 17)}}));
+  seed("int8_rows", 0, serialize({{p + "k_proj.weight", "I8", {16, 1}, bytes(16, 18)}}));
+  seed("quantized", 0, serialize({{p + "q_proj.qweight", "I32", {4, 1}, bytes(16, 19)}}));
+  seed("fused", 1, serialize({{"gpt_neox.layers.0.attention.query_key_value.weight", "F32", {6, 1}, bytes(24, 20)}}));
+  seed("three_dims", 0, serialize({{p + "q_proj.weight", "F32", {32, 1, 1}, bytes(128, 21)}}));
+  seed("no_attention", 0, serialize({{"lm_head.weight", "F32", {2, 2}, bytes(16, 22)}}));
+  seed("empty_file_of_tensors", 0, serialize({}));
+  seed("truncated", 0, llama.substr(0, llama.size() - 3));
+  seed("header_only", 0, llama.substr(0, 40));
+  auto with_header = [](const std::string& header, const std::string& data) {
+    std::string file(8, '\0');
+    for (size_t i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    return file + header + data;
+  };
+  const std::string t = R"("t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  seed("duplicate", 0, with_header("{" + t + "," + t + "}", bytes(8, 23)));
+  seed("gap", 0, with_header(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", bytes(8, 24)));
+  seed("overlap", 0, with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", bytes(8, 25)));
+  seed("unknown_dtype", 0, with_header(R"({"t":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})", bytes(8, 26)));
+  seed("huge_shape", 0, with_header(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", bytes(8, 27)));
+  seed("metadata_number", 0, with_header(R"({"__metadata__":{"format":1}})", ""));
+  seed("huge_length", 0, std::string("\xff\xff\xff\xff\xff\xff\xff\xff{}", 10));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
     std::cerr << "usage: fuzz_seed_corpus OUT_DIR [GOLDEN_DIR]\n";
@@ -196,6 +265,7 @@ int main(int argc, char** argv) {
   npy_seeds(out / "npy");
   cli_seeds(out / "cli");
   apply_args_seeds(out / "apply_args");
+  safetensors_seeds(out / "safetensors");
   std::cout << "seed corpus written to " << out.string() << "\n";
   return 0;
 }

@@ -86,7 +86,7 @@ TEST(CliMessages, AnUnknownCommandSuggestsTheNearestCommand) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, "
-            "report, diagnose (got \"explian\"); did you mean explain? (see rotary --help)\n");
+            "report, diagnose, convert-weights (got \"explian\"); did you mean explain? (see rotary --help)\n");
 }
 
 TEST(CliMessages, HelpCommandPrintsThatCommandsUsage) {

@@ -29,6 +29,7 @@ int npy_one_input(const uint8_t* data, size_t size);
 int cli_one_input(const uint8_t* data, size_t size);
 int apply_args_one_input(const uint8_t* data, size_t size);
 int cos_sin_one_input(const uint8_t* data, size_t size);
+int safetensors_one_input(const uint8_t* data, size_t size);
 }  // namespace rotary::fuzz
 
 #include "cli_sandbox.hpp"  // the CLI target's working directory
@@ -63,6 +64,7 @@ TEST(FuzzReplay, HfConfigCorpus) { EXPECT_GT(replay("hf_config", fuzz::hf_config
 TEST(FuzzReplay, NpyCorpus) { EXPECT_GT(replay("npy", fuzz::npy_one_input), 10); }
 TEST(FuzzReplay, ApplyArgsCorpus) { EXPECT_GT(replay("apply_args", fuzz::apply_args_one_input), 100); }
 TEST(FuzzReplay, CosSinCorpus) { EXPECT_GT(replay("cos_sin", fuzz::cos_sin_one_input), 30); }
+TEST(FuzzReplay, SafetensorsCorpus) { EXPECT_GT(replay("safetensors", fuzz::safetensors_one_input), 20); }
 TEST(FuzzReplay, CliCorpus) {
   const fuzz::Sandbox sandbox;  // the files the corpus names, as the fuzz target has them
   EXPECT_GT(replay("cli", fuzz::cli_one_input), 10);
