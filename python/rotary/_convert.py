@@ -51,7 +51,7 @@ def _modules(name: str, modules: Iterable[str] | str | None) -> list[str]:
 def convert_weights(in_path: Union[str, "os.PathLike[str]"], out_path: Union[str, "os.PathLike[str]"],
                     config: _ConfigArg, to: str = "interleaved", *,
                     q_modules: Iterable[str] | str | None = None, k_modules: Iterable[str] | str | None = None,
-                    dry_run: bool = False) -> dict:
+                    dry_run: bool = False) -> dict[str, Any]:
     """Reorders the q and k projection rows of the safetensors file `in_path` within each head's
     rotary block and writes the result to `out_path` (a temporary file, then a rename).
 
@@ -65,6 +65,22 @@ def convert_weights(in_path: Union[str, "os.PathLike[str]"], out_path: Union[str
     "copied": n, "file_bytes": n, "geometry": {...}}. Raises rotary.RotaryError naming the tensor
     and the value for a malformed file, a tensor that does not fit the config, a quantized or fused
     projection, or out_path naming in_path.
+
+    One head of 8 rows, half-split (Hugging Face) to interleaved: row r of the output is row
+    [0, 4, 1, 5, 2, 6, 3, 7][r] of the input (docs/interop.md's worked example):
+
+    >>> import os, tempfile
+    >>> from safetensors.numpy import load_file, save_file
+    >>> folder = tempfile.mkdtemp()
+    >>> q = np.arange(16, dtype=np.float32).reshape(8, 2)  # row r holds 2r, 2r + 1
+    >>> save_file({"model.layers.0.self_attn.q_proj.weight": q}, os.path.join(folder, "hf.safetensors"))
+    >>> result = rotary.convert_weights(os.path.join(folder, "hf.safetensors"),
+    ...                                 os.path.join(folder, "interleaved.safetensors"),
+    ...                                 {"num_attention_heads": 1, "head_dim": 8}, to="interleaved")
+    >>> [(t["name"], t["heads"], t["rotary_rows"]) for t in result["permuted"]]
+    [('model.layers.0.self_attn.q_proj.weight', 1, 8)]
+    >>> load_file(os.path.join(folder, "interleaved.safetensors"))["model.layers.0.self_attn.q_proj.weight"][:, 0]
+    array([ 0.,  8.,  2., 10.,  4., 12.,  6., 14.], dtype=float32)
     """
     if to not in ("interleaved", "half-split"):
         raise _rotary.RotaryError(f'convert_weights: to must be "interleaved" or "half-split" (got {to!r})')
