@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Union
 
 from . import _rotary
 
+_MAX_CONFIG_BYTES = 64 << 20
 _ConfigArg = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 
@@ -30,8 +31,13 @@ def _config_text(config: _ConfigArg) -> tuple[str, str]:
                 f"(got the folder {path}, which has no {inner})")
         path = inner
     try:
+        size = os.path.getsize(path)
+        if size > _MAX_CONFIG_BYTES:  # the C++ reader's limit (core/json.hpp, ParseOptions::max_bytes)
+            raise _rotary.RotaryError(
+                f"convert_weights: config {path} is {size} bytes, more than a config.json can be "
+                f"({_MAX_CONFIG_BYTES}); is it a weights file?")
         with open(path, "rb") as handle:
-            data = handle.read(64 << 20)
+            data = handle.read()
     except OSError as error:
         raise _rotary.RotaryError(f"convert_weights: cannot read config {path}: {error.strerror}") from None
     return data.decode("utf-8", errors="replace"), path

@@ -219,13 +219,12 @@ Header parse(std::string_view file, std::string_view source) {
     throw Error(detail::concat(source, ": header must be a JSON object (got ", root.describe(), ")"));
   }
   std::unordered_set<std::string> names;
-  bool has_metadata = false;
   for (const auto& [name, value] : root.as_object()) {
     if (!names.insert(name).second) {
       throw Error(detail::concat(source, ": tensor ", quoted(name), " appears twice in the header"));
     }
     if (name == "__metadata__") {
-      has_metadata = true;
+      if (value.is_null()) continue;  // the reference reads it as an Option: null is no metadata
       if (!value.is_object()) {
         throw Error(detail::concat(source, ": __metadata__ must be an object of strings (got ", value.describe(), ")"));
       }
@@ -244,7 +243,6 @@ Header parse(std::string_view file, std::string_view source) {
     }
     header.tensors.push_back(read_entry(name, value, source));
   }
-  (void)has_metadata;
 
   // The tensors tile the buffer: ordered by (begin, end), each begins where the last ended.
   const int64_t buffer_size = file_size - header.data_start;

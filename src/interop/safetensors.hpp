@@ -24,7 +24,8 @@
 //   - the tensors, ordered by BEGIN, tile the buffer: the first begins at 0, each begins where
 //     the previous one ends (no gap, no overlap) and the last ends at the file's end, as the
 //     reference's validate() requires;
-//   - __metadata__, if present, is an object of strings.
+//   - __metadata__, if present and not null (the reference reads it as an Option), is an object of
+//     strings.
 #pragma once
 
 #include <cstdint>

@@ -159,6 +159,12 @@ TEST(Safetensors, PrefixesAndByteFlipsParseOrThrowError) {
   }
 }
 
+TEST(Safetensors, NullMetadataIsNoMetadata) {
+  const Header header = parse(file_with(R"({"__metadata__":null})", ""), "t");
+  EXPECT_TRUE(header.metadata.empty());
+  EXPECT_TRUE(header.tensors.empty());
+}
+
 TEST(Safetensors, WriterRefusesWhatItCannotWrite) {
   EXPECT_THROW(serialize({{"t", "F32", {3}, std::string(8, '\0')}}), Error);
   EXPECT_THROW(serialize({{"t", "F31", {2}, std::string(8, '\0')}}), Error);
