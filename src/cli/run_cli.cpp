@@ -30,6 +30,8 @@ constexpr const char* kUsage =
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "  diagnose  infer what an unknown implementation does from .npy samples; name mismatches with a model\n"
+    "  attention run random q, k, v through prefill and decode of rotary's attention (RoPE, none,\n"
+    "            sinusoidal, learned, ALiBi); compare with the float64 reference; time it\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
     "prints the version. A command given neither --preset nor --config uses the default preset,\n"
@@ -53,6 +55,7 @@ const Command kCommands[] = {
     {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
     {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
+    {"attention", rotary::cli::run_attention, &rotary::cli::kAttentionHelp},
 };
 
 }  // namespace
@@ -71,7 +74,7 @@ namespace {
 int unknown_command(const std::string& what, const std::string& given, std::ostream& err) {
   const std::optional<std::string> near = nearest(given, command_names());
   err << "rotary: error: " << what
-      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose (got \"" << given
+      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, attention (got \"" << given
       << "\")" << (near ? "; did you mean " + *near + "?" : std::string()) << " (see rotary --help)\n";
   return 2;
 }

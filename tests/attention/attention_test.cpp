@@ -539,6 +539,7 @@ TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
     SCOPED_TRACE("target " + target);
     Rng rng(20261125 + std::hash<std::string>{}(target) % 1000);
     std::array<double, 3> worst{};  // per dtype: float32, bfloat16, float16
+    std::array<double, 4> worst_f32{};  // float32 per encoding: none, rope, alibi, absolute
     for (int trial = 0; trial < 60; ++trial) {
       const Case c = random_case(rng);
       const uint64_t seed = static_cast<uint64_t>(rng.uniform(0, 1 << 30));
@@ -546,10 +547,15 @@ TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
       const Outcome outcome = run_case(c, seed);
       double& w = worst[c.dtype == DType::F32 ? 0 : (c.dtype == DType::BF16 ? 1 : 2)];
       w = std::max(w, outcome.worst_ratio);
+      if (c.dtype == DType::F32) {
+        double& e = worst_f32[c.rope ? 1 : c.alibi ? 2 : c.absolute ? 3 : 0];
+        e = std::max(e, outcome.worst_ratio);
+      }
       ASSERT_EQ(outcome.failures, 0) << outcome.first_failure;
     }
-    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g\n",
-                target.c_str(), worst[0], worst[1], worst[2]);
+    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g; "
+                "float32 by encoding: none %.3g, rope %.3g, alibi %.3g, absolute %.3g\n",
+                target.c_str(), worst[0], worst[1], worst[2], worst_f32[0], worst_f32[1], worst_f32[2], worst_f32[3]);
   }
 }
 
@@ -576,6 +582,20 @@ TEST(AttentionCpu, MatchesReferenceOnLlamaShapesAndLongCausalRuns) {
     c.rotary_dim = 128;
     const Outcome decode = run_case(c, 8);
     EXPECT_EQ(decode.failures, 0) << decode.first_failure;
+    // ALiBi and an absolute table over several key tiles, in both score forms.
+    c.rope = false;
+    for (const bool alibi : {true, false}) {
+      c.alibi = alibi;
+      c.absolute = !alibi;
+      c.q_seq = 150;
+      c.options.query_offset = 0;
+      const Outcome prefill_encoded = run_case(c, 9);
+      EXPECT_EQ(prefill_encoded.failures, 0) << prefill_encoded.first_failure;
+      c.q_seq = 1;
+      c.options.query_offset = 149;
+      const Outcome decode_encoded = run_case(c, 10);
+      EXPECT_EQ(decode_encoded.failures, 0) << decode_encoded.first_failure;
+    }
   }
 }
 
@@ -601,6 +621,24 @@ TEST(AttentionCpu, ToleranceRejectsAnOffByOneMask) {
     EXPECT_EQ(run_case(c, 5).failures, 0);
     EXPECT_GT(run_case(c, 5, /*shift_offset=*/1).failures, 0);
   }
+}
+
+// The same for ALiBi without a mask: a reference whose queries sit one position later (so every
+// bias moves by one slope) is flagged, in both score forms.
+TEST(AttentionCpu, ToleranceRejectsAnAlibiBiasOffByOnePosition) {
+  Case c;
+  c.q_seq = c.k_seq = 20;
+  c.qk_dim = c.v_dim = 16;
+  c.kv_heads = 1;
+  c.group = 2;
+  c.alibi = true;
+  EXPECT_EQ(run_case(c, 6).failures, 0);
+  EXPECT_GT(run_case(c, 6, /*shift_offset=*/1).failures, 0);
+  c.q_seq = 1;  // the decode form
+  c.k_seq = 40;
+  c.options.query_offset = 20;
+  EXPECT_EQ(run_case(c, 7).failures, 0);
+  EXPECT_GT(run_case(c, 7, /*shift_offset=*/1).failures, 0);
 }
 
 TEST(AttentionCpu, FullyMaskedRowsAreZerosAndOthersUntouchedByThem) {
