@@ -34,17 +34,18 @@
 // it is loaded: the rotated q and k are never written to memory.
 //
 // Other position encodings, in the same attention (docs/attention.md, "Position encodings"):
-//   none (NoPE)   the plain overloads without AttentionRope, ALiBi or AttentionAbsolute;
+//   none (NoPE)   the plain overload without AttentionRope, ALiBi or an absolute table;
 //   ALiBi         options.alibi_slopes: one slope per q head; the score of query i (at position
 //                 p_i, query offset included) and key j gets the bias -slope_h * |p_i - j|, added
 //                 after the softmax scale: s_ij = scale <q_i, k_j> - slope_h |p_i - j| (Press et
 //                 al. 2021, arXiv:2108.12409, section 3: -m (i - j) under the causal mask; the
-//                 absolute value is flash-attention's alibi_slopes convention, flash_attn_interface.py:
-//                 "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q - j|) is added"). alibi_slopes()
+//                 absolute value is flash-attention's alibi_slopes convention,
+//                 flash_attn_interface.py: "A bias of (-alibi_slope * |i + seqlen_k - seqlen_q -
+//                 j|) is added to the attention score of query i and key j"). alibi_slopes()
 //                 (encodings.hpp) gives the paper's slopes;
-//   absolute      options.absolute (AttentionAbsolute): a float32 table [rows][head_dim] (a learned table, or
-//                 sinusoidal_table(), Vaswani et al. 2017 section 3.5), one position per q and k
-//                 token; q_i + P[pos_q(i)] and k_j + P[pos_k(j)] are formed as each row is loaded
+//   absolute      options.absolute (AttentionAbsolute): a float32 table [rows][head_dim] (a
+//                 learned table, or sinusoidal_table(), Vaswani et al. 2017 section 3.5), one
+//                 position per q and k token; q_i + P[pos_q(i)] and k_j + P[pos_k(j)] are formed as each row is loaded
 //                 (like the fused RoPE rotation: never written to memory), before the scale.
 //                 This is the tutorials' form with W_q = W_k = I: a model adds its table to the
 //                 residual stream before the projections, and then calls plain attention.

@@ -29,7 +29,7 @@ std::vector<double> alibi_slopes(int64_t num_heads);
 // The bias ALiBi adds to the logit of a query at query_position for a key at key_position:
 // -slope * |query_position - key_position|, which is the paper's -slope (i - j) for the keys a
 // causal mask leaves (j <= i), and flash-attention's alibi_slopes convention for the others
-// (flash_attn_interface.py: "a bias of (-alibi_slope * |i + seqlen_k - seqlen_q - j|) is added to
+// (flash_attn_interface.py: "A bias of (-alibi_slope * |i + seqlen_k - seqlen_q - j|) is added to
 // the attention score of query i and key j").
 double alibi_bias(double slope, int64_t query_position, int64_t key_position);
 

@@ -23,6 +23,7 @@
 
 #include "commands.hpp"
 #include "core/json.hpp"
+#include "cpu/storage.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/encodings.hpp"
@@ -107,25 +108,9 @@ struct Buffer {
   }
   TensorView all() { return view(0, tokens); }
   int64_t size() const { return tokens * heads * dim; }
-  double at(int64_t index) const {
-    const void* data = storage.data();
-    switch (dtype) {
-      case DType::F32: return static_cast<const float*>(data)[index];
-      case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
-      case DType::F16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
-      case DType::F64: return static_cast<const double*>(data)[index];
-    }
-    return 0;
-  }
-  void set(int64_t index, double value) {
-    void* data = storage.data();
-    switch (dtype) {
-      case DType::F32: static_cast<float*>(data)[index] = static_cast<float>(value); return;
-      case DType::BF16: static_cast<uint16_t*>(data)[index] = double_to_bf16(value); return;
-      case DType::F16: static_cast<uint16_t*>(data)[index] = double_to_f16(value); return;
-      case DType::F64: static_cast<double*>(data)[index] = value; return;
-    }
-  }
+  // Element loads and stores of rotary_cpu (src/cpu/storage.hpp): exact widening, one rounding.
+  double at(int64_t index) const { return cpu::load_element(storage.data(), dtype, index); }
+  void set(int64_t index, double value) { cpu::store_element(storage.data(), dtype, index, value); }
   // Seeded values +-[0.1, 1] (never zero), rounded once to the storage type.
   void fill(std::mt19937_64& rng) {
     std::uniform_real_distribution<double> magnitude(0.1, 1.0);

@@ -38,6 +38,17 @@ using test::Tensor;
 
 constexpr double kU = 0x1p-24;
 
+// Random float32 q [1, seq, kv_heads * group, dim], k and v [1, seq, kv_heads, dim] (BSHD).
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv random_qkv(Rng& rng, int64_t seq, int64_t kv_heads, int64_t group, int64_t dim) {
+  Qkv t{make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim), make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim),
+        make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim)};
+  t.q.fill(rng), t.k.fill(rng), t.v.fill(rng);
+  return t;
+}
+
 // ---- ALiBi's slopes: the paper's, written out --------------------------------------------------
 
 // Press et al. 2021 (arXiv:2108.12409), section 3 and get_slopes: 8 heads 2^-1 ... 2^-8; 16 heads
@@ -117,10 +128,8 @@ TEST(AttentionReference, AlibiBiasOnTwoTokensMatchesHandComputedSoftmax) {
 TEST(AttentionCpu, AbsoluteTableEqualsAddingItToQAndKByHand) {
   Rng rng(31);
   const int64_t seq = 45, kv_heads = 2, group = 2, dim = 20, rows = 64;
-  Tensor q = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
-  Tensor k = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
-  v = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
-  q.fill(rng), k.fill(rng), v.fill(rng);
+  Qkv qkv = random_qkv(rng, seq, kv_heads, group, dim);
+  const Tensor &q = qkv.q, &k = qkv.k, &v = qkv.v;
   std::vector<float> table;
   for (int64_t i = 0; i < rows * dim; ++i) table.push_back(static_cast<float>(rng.value()));
   std::vector<int64_t> q_positions, k_positions;
@@ -294,10 +303,8 @@ TEST(AttentionDemonstration, WithoutPositionsAttentionIsPermutationEquivariant) 
     SCOPED_TRACE("target " + target);
     Rng rng(41);
     const int64_t seq = 70, kv_heads = 2, group = 2, dim = 32;
-    Tensor q = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
-    Tensor k = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
-    v = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
-    q.fill(rng), k.fill(rng), v.fill(rng);
+    Qkv qkv = random_qkv(rng, seq, kv_heads, group, dim);
+    const Tensor &q = qkv.q, &k = qkv.k, &v = qkv.v;
     const std::vector<int64_t> key_order = random_order(rng, seq), query_order = random_order(rng, seq);
     const Tensor k_perm = permuted(k, key_order), v_perm = permuted(v, key_order), q_perm = permuted(q, query_order);
     const auto run = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const AttentionOptions& options, bool fast) {
@@ -343,10 +350,8 @@ TEST(AttentionDemonstration, WithoutPositionsAttentionIsPermutationEquivariant) 
 TEST(AttentionDemonstration, RopeDependsOnlyOnPositionDifferencesAbsoluteEncodingsDoNot) {
   Rng rng(43);
   const int64_t seq = 48, kv_heads = 2, group = 2, dim = 64, shift = 1000;
-  Tensor q = make(DType::F32, Layout::BSHD, 1, seq, kv_heads * group, dim);
-  Tensor k = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
-  v = make(DType::F32, Layout::BSHD, 1, seq, kv_heads, dim);
-  q.fill(rng), k.fill(rng), v.fill(rng);
+  Qkv qkv = random_qkv(rng, seq, kv_heads, group, dim);
+  const Tensor &q = qkv.q, &k = qkv.k, &v = qkv.v;
   const Tensor q64 = q.widened(), k64 = k.widened(), v64 = v.widened();
   std::vector<int64_t> positions(static_cast<size_t>(seq)), shifted(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) {
