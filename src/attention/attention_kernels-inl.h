@@ -92,8 +92,8 @@ HWY_INLINE void AddRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT add, i
 
 // ALiBi on one row of scores, keys [j0, j1) of a tile (whole vectors from j0: the row has a vector
 // of slack): s_j += neg_slope * |from - j|, from = the query's position minus the tile's first key
-// (exact below 2^24; the distance rounds once above). MulAdd: one rounding where the target has
-// FMA, two otherwise (docs/attention.md counts two).
+// (exact below 2^24; above, within u relative: two roundings of u/2). MulAdd: one rounding where
+// the target has FMA, two otherwise (docs/attention.md counts two).
 HWY_INLINE void AddAlibiRow(float* HWY_RESTRICT s, float neg_slope, float from, int64_t j0, int64_t j1) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
