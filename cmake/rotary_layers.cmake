@@ -35,12 +35,15 @@ set(ROTARY_LAYER_USES_attention core cpu attention hwy)
 # core/json.hpp, the atomic file writer); it sits beside analysis and attention, above cpu, so that
 # the engine-table exports of the same issue can build tables with cpu.
 set(ROTARY_LAYER_USES_interop core cpu interop)
-set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden interop cli)
+# cli uses attention: `rotary attention` runs prefill and decode (the KV cache, the other
+# encodings) against the float64 reference (src/cli/attention_command.cpp).
+set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden attention interop cli)
 set(ROTARY_LAYER_USES_python core cpu analysis attention interop python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.
-set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
+# encodings: ALiBi slopes and the sinusoidal table, one definition for attention and analysis.
+set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor encodings)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
 set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)

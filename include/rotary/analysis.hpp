@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rotary/encodings.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
@@ -278,9 +279,9 @@ SchemeScaling scheme_scaling(const RopeSpec& spec, int64_t seq_len = 0);
 
 // ---- 7. other position encodings (src/analysis/encodings.cpp) ----------------------------------
 
-// Vaswani et al. 2017 (arXiv:1706.03762) section 3.5: PE(p, 2i) = sin(p / base^(2i/d_model)),
-// PE(p, 2i+1) = cos(p / base^(2i/d_model)), added to the token embedding. d_model even, > 0.
-std::vector<double> sinusoidal_encoding(int64_t position, int64_t d_model, double base = 10000.0);
+// Vaswani et al. 2017 section 3.5, ALiBi's slopes and bias (Press et al. 2021): defined once in
+// include/rotary/encodings.hpp (core), shared with attention; named here as well for the report.
+using rotary::sinusoidal_encoding;
 
 // A stand-in for a learned absolute position table (GPT-2, BERT): num_positions rows of d_model
 // values, each N(0, 1) (the
@@ -302,13 +303,8 @@ class LearnedEncodingStandIn {
   uint64_t seed_;
 };
 
-// ALiBi (Press et al., arXiv:2108.12409, section 3 and the authors' get_slopes): for n heads a
-// power of two, slope_h = 2^(-8 (h + 1) / n), h = 0..n-1 (8 heads: 1/2, 1/4, ..., 1/256). Else,
-// with c = the largest power of two below n: the c slopes for c heads, then every other slope of
-// the 2c-head sequence (indices 0, 2, 4, ...) until n slopes. num_heads > 0.
-std::vector<double> alibi_slopes(int64_t num_heads);
-// The bias ALiBi adds to the logit of query position i for key position j <= i: -slope (i - j).
-double alibi_bias(double slope, int64_t query_position, int64_t key_position);
+using rotary::alibi_bias;
+using rotary::alibi_slopes;
 
 struct EncodingComparison {
   std::string name;           // "rope", "sinusoidal", "learned", "alibi"

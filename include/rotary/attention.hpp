@@ -33,6 +33,26 @@
 // q and k row is rotated by rotary::apply's formula (apply.hpp) with the table's float32 values as
 // it is loaded: the rotated q and k are never written to memory.
 //
+// Other position encodings, in the same attention (docs/attention.md, "Position encodings"):
+//   none (NoPE)   the plain overload without AttentionRope, ALiBi or an absolute table;
+//   ALiBi         options.alibi_slopes: one slope per q head; the score of query i (at position
+//                 p_i, query offset included) and key j gets the bias -slope_h * |p_i - j|, added
+//                 after the softmax scale: s_ij = scale <q_i, k_j> - slope_h |p_i - j| (Press et
+//                 al. 2021, arXiv:2108.12409, section 3: -m (i - j) under the causal mask; the
+//                 absolute value is flash-attention's alibi_slopes convention,
+//                 flash_attn_interface.py: "A bias of (-alibi_slope * |i + seqlen_k - seqlen_q -
+//                 j|) is added to the attention score of query i and key j"). alibi_slopes()
+//                 (encodings.hpp) gives the paper's slopes;
+//   absolute      options.absolute (AttentionAbsolute): a float32 table [rows][head_dim] (a
+//                 learned table, or sinusoidal_table(), Vaswani et al. 2017 section 3.5), one
+//                 position per q and k token; q_i + P[pos_q(i)] and k_j + P[pos_k(j)] are formed as each row is loaded
+//                 (like the fused RoPE rotation: never written to memory), before the scale.
+//                 This is the tutorials' form with W_q = W_k = I: a model adds its table to the
+//                 residual stream before the projections, and then calls plain attention.
+// One encoding per call: RoPE, ALiBi and an absolute table are exclusive (refused, naming the
+// option). No published model combines them, and a combination would be a silent guess at what
+// was meant.
+//
 // Implementations: reference::attention (float64, src/attention/reference.cpp) is the definition;
 // attention (src/attention/attention.cpp and the Highway kernels) is the fast path, float32 math
 // on float32 / bfloat16 / float16 storage, within the bounds of docs/attention.md of it.
@@ -50,6 +70,19 @@
 namespace rotary {
 
 enum class Mask { None, Causal };
+
+// An absolute position encoding added to q and k as they are loaded (AttentionOptions::absolute).
+// table: rows x dim float32 values, row-major (row p = the encoding of position p), dim = the q/k
+// head dim. Positions: one per q and one per k token, in (batch, seq) order (THD: token order), as
+// AttentionRope's; each in [0, rows) — a learned table has no row past its length, so a position
+// past it is an error naming the argument and the value, never a clamp.
+struct AttentionAbsolute {
+  std::span<const float> table;
+  int64_t rows = 0;
+  int64_t dim = 0;
+  std::span<const int64_t> q_positions;
+  std::span<const int64_t> k_positions;
+};
 
 struct AttentionOptions {
   // The softmax scale; unset = 1/sqrt(head_dim). Must be finite when set.
@@ -74,6 +107,14 @@ struct AttentionOptions {
   // tokens [cu_seqlens_k[b], cu_seqlens_k[b+1]); indices i and j count from the segment start.
   std::span<const int64_t> cu_seqlens_q;
   std::span<const int64_t> cu_seqlens_k;
+  // ALiBi: empty = none; else one slope per q head, finite (alibi_slopes(q_heads) in float32 gives
+  // the paper's; flash-attention takes float32 slopes too). Refused with AttentionRope or
+  // AttentionAbsolute, and when |slope| times the call's largest query-key distance exceeds 2^100
+  // (a bias float32 scores could not hold).
+  std::span<const float> alibi_slopes;
+  // An absolute position encoding added to q and k as they are loaded: null = none. Refused with
+  // AttentionRope and with alibi_slopes.
+  const AttentionAbsolute* absolute = nullptr;
 };
 
 // RoPE fused into the attention loads (overloads below). Positions are one per token, in
@@ -110,8 +151,10 @@ double attention_scale(const RopeSpec& spec, int64_t qk_head_dim);
 // misaligned data, out overlapping q / k / v or itself, a negative window or offset, a non-finite
 // or non-positive scale, kv_lengths / query_offsets / cu_seqlens of the wrong length or with values
 // out of range, THD without cu_seqlens; with rope: a null table, position counts, positions past
-// the table, rotary_offset + rotary_dim past the head dim, a spec the fused path does not serve.
-// Nothing is written when it throws.
+// the table, rotary_offset + rotary_dim past the head dim, a spec the fused path does not serve;
+// with ALiBi: a slope count other than q heads, non-finite or too large slopes, ALiBi with RoPE
+// or an absolute table; with absolute: a table size other than rows * dim, dim other than the
+// head dim, position counts, positions outside [0, rows). Nothing is written when it throws.
 void check_attention_arguments(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                                const AttentionOptions& options, const AttentionRope* rope = nullptr);
 
@@ -128,7 +171,9 @@ namespace reference {
 
 // The float64 definition: plain loops, softmax(s) v in double for every (sequence, head, query),
 // rounding once on store. With rope, q and k are rotated in double with the table's float32
-// values widened (apply's reference, TableValues::TableFloat32) before the product.
+// values widened (apply's reference, TableValues::TableFloat32) before the product. With an
+// absolute table, its float32 values are widened and added in double; ALiBi's bias is added to
+// the score in double with the float32 slopes widened.
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttentionOptions& options = {});
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -20,6 +20,7 @@
 // each to stderr as "rotary: warning: ...").
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,6 +46,11 @@ struct HfRopeConfig {
   // factor reaches past max_position_embeddings): said, but not as a warning.
   std::vector<std::string> notes;
   std::string model_type;  // the config's model_type, if any
+  // The config's sliding_window (text_config's for multimodal configs) when it is a positive
+  // integer and use_sliding_window is not false: the window of Mistral's layers, of Gemma 2 / 3's
+  // local (sliding_attention) layers. Informative: rotary's attention takes it as
+  // AttentionOptions::window (the `rotary attention` command's default --window).
+  std::optional<int64_t> sliding_window;
 };
 
 // `source_name` starts every message ("config.json", a path, "preset qwen2.5-7b").

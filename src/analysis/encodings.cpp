@@ -1,6 +1,8 @@
 // src/analysis/encodings.cpp: the position encodings RoPE is compared with (analysis.hpp,
 // section 7): sinusoidal, a learned-table stand-in, ALiBi, and the comparison itself.
 //
+// The formulas themselves (sinusoidal_encoding, alibi_slopes, alibi_bias) live once in
+// src/core/encodings.cpp (include/rotary/encodings.hpp), shared with attention's encodings.
 // Sources:
 //   sinusoidal: Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), section 3.5:
 //     PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model));
@@ -20,6 +22,7 @@
 #include <random>
 
 #include "rotary/analysis.hpp"
+#include "rotary/encodings.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::analysis {
@@ -99,25 +102,7 @@ ShiftSample shift_sample(std::mt19937_64& rng, int64_t limit) {
 
 }  // namespace
 
-// ---- sinusoidal --------------------------------------------------------------------------------
-
-std::vector<double> sinusoidal_encoding(int64_t position, int64_t d_model, double base) {
-  if (d_model <= 0 || d_model % 2 != 0) {
-    throw Error(detail::concat("sinusoidal_encoding: d_model must be even and > 0 (got ", d_model, ")"));
-  }
-  if (!(base > 1.0) || !std::isfinite(base)) {
-    throw Error(detail::concat("sinusoidal_encoding: base must be a finite number > 1 (got ", base, ")"));
-  }
-  std::vector<double> pe(static_cast<size_t>(d_model));
-  for (int64_t i = 0; i < d_model / 2; ++i) {
-    // pos / base^(2i/d_model) (Vaswani et al. section 3.5)
-    const double angle =
-        static_cast<double>(position) / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(d_model));
-    pe[static_cast<size_t>(2 * i)] = std::sin(angle);
-    pe[static_cast<size_t>(2 * i + 1)] = std::cos(angle);
-  }
-  return pe;
-}
+// ---- sinusoidal: rotary::sinusoidal_encoding (src/core/encodings.cpp) ------------------------
 
 // ---- learned stand-in --------------------------------------------------------------------------
 
@@ -146,41 +131,7 @@ std::vector<double> LearnedEncodingStandIn::row(int64_t position) const {
   return out;
 }
 
-// ---- ALiBi -------------------------------------------------------------------------------------
-
-namespace {
-// get_slopes_power_of_2(n): start = 2^(-8/n), slope_h = start^(h+1).
-std::vector<double> power_of_two_slopes(int64_t n) {
-  std::vector<double> slopes(static_cast<size_t>(n));
-  for (int64_t h = 0; h < n; ++h) {
-    slopes[static_cast<size_t>(h)] = std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(n));
-  }
-  return slopes;
-}
-}  // namespace
-
-std::vector<double> alibi_slopes(int64_t num_heads) {
-  if (num_heads <= 0) throw Error(detail::concat("alibi_slopes: num_heads must be > 0 (got ", num_heads, ")"));
-  if (num_heads > (int64_t{1} << 20)) {
-    throw Error(detail::concat("alibi_slopes: num_heads must be <= 1048576 (got ", num_heads, ")"));
-  }
-  if ((num_heads & (num_heads - 1)) == 0) return power_of_two_slopes(num_heads);
-  // Press et al.'s rule for other head counts: the closest lower power of two c, then the
-  // even-indexed slopes of the 2c sequence (which interleave with the first c) until n slopes.
-  int64_t closest = 1;
-  while (closest * 2 <= num_heads) closest *= 2;
-  std::vector<double> slopes = power_of_two_slopes(closest);
-  const std::vector<double> doubled = power_of_two_slopes(2 * closest);
-  for (size_t j = 0; static_cast<int64_t>(slopes.size()) < num_heads; j += 2) slopes.push_back(doubled[j]);
-  return slopes;
-}
-
-double alibi_bias(double slope, int64_t query_position, int64_t key_position) {
-  // Causal models mask key > query; for it this returns the symmetric -slope |i - j|.
-  const int64_t distance = query_position >= key_position ? query_position - key_position
-                                                          : key_position - query_position;
-  return -slope * static_cast<double>(distance);
-}
+// ---- ALiBi: rotary::alibi_slopes, rotary::alibi_bias (src/core/encodings.cpp) ---------------------
 
 // ---- the comparison ----------------------------------------------------------------------------
 

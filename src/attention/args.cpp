@@ -12,7 +12,9 @@
 //   - out's elements have distinct addresses, and out touches no byte of q, k or v (by address
 //     range: conservative for interleaved views, never wrong);
 //   - every sequence's query positions offset + i fit below 2^62, its visible keys lie in k;
-//   - with rope: every position is in the table, which serves the call's seq_len.
+//   - with rope: every position is in the table, which serves the call's seq_len;
+//   - with ALiBi: one finite slope per q head, |slope| * distance <= 2^100; no other encoding;
+//   - with an absolute table: rows * dim values, dim = head dim, every position in [0, rows).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -127,6 +129,65 @@ void check_cu_seqlens(std::span<const int64_t> cu, std::string_view name, int64_
 
 // Query positions reach offset + num_queries; below 2^62 nothing in the mask arithmetic overflows.
 constexpr int64_t kMaxQueryPosition = int64_t{1} << 62;
+
+// ALiBi (attention.hpp): one finite slope per q head, and no other encoding. The largest
+// |p_i - j| of the call is at most max(p_max, num_keys - 1) per sequence; |slope| times it must
+// stay below 2^100, so that every bias, and a score plus it, is a finite float32 with room to
+// spare (the fast path would otherwise see -inf scores where the reference has finite ones).
+void check_alibi(Plan& plan, const AttentionOptions& options, const AttentionRope* rope) {
+  const std::span<const float> slopes = options.alibi_slopes;
+  if (slopes.empty()) return;
+  if (rope != nullptr) {
+    fail(detail::concat("options.alibi_slopes must be empty with fused RoPE: one position encoding per call (got ",
+                        slopes.size(), " slopes)"));
+  }
+  if (options.absolute != nullptr) {
+    fail(detail::concat("options.alibi_slopes must be empty with an absolute table: one position encoding per call (got ",
+                        slopes.size(), " slopes)"));
+  }
+  if (static_cast<int64_t>(slopes.size()) != plan.num_q_heads) {
+    fail(detail::concat("options.alibi_slopes must hold one slope per q head, ", plan.num_q_heads, " (got ", slopes.size(), ")"));
+  }
+  int64_t distance = 0;
+  for (const Sequence& s : plan.sequences) {
+    distance = std::max({distance, s.query_offset + std::max<int64_t>(s.num_queries - 1, 0), s.num_keys - 1});
+  }
+  const double limit = std::ldexp(1.0, 100);
+  for (size_t h = 0; h < slopes.size(); ++h) {
+    if (!std::isfinite(slopes[h])) fail(detail::concat("options.alibi_slopes[", h, "] must be finite (got ", slopes[h], ")"));
+    if (std::abs(static_cast<double>(slopes[h])) * static_cast<double>(distance) > limit) {
+      fail(detail::concat("options.alibi_slopes[", h, "] times the call's largest query-key distance ", distance,
+                          " must be at most 2^100 in magnitude (got ", slopes[h], ")"));
+    }
+  }
+  plan.alibi_slopes = slopes;
+}
+
+// An absolute table: rows x dim values, dim = the q / k head dim, one position per token in
+// [0, rows).
+void check_absolute(Plan& plan, const AttentionAbsolute& absolute, int64_t q_tokens, int64_t k_tokens) {
+  if (absolute.rows < 0) fail(detail::concat("absolute.rows must be >= 0 (got ", absolute.rows, ")"));
+  if (absolute.dim != plan.qk_dim) fail(detail::concat("absolute.dim must equal q's head dim, ", plan.qk_dim, " (got ", absolute.dim, ")"));
+  int64_t values = 0;
+  if (__builtin_mul_overflow(absolute.rows, absolute.dim, &values) || static_cast<int64_t>(absolute.table.size()) != values) {
+    fail(detail::concat("absolute.table must hold rows * dim = ", absolute.rows, " * ", absolute.dim, " values (got ",
+                        absolute.table.size(), ")"));
+  }
+  if (static_cast<int64_t>(absolute.q_positions.size()) != q_tokens) {
+    fail(detail::concat("absolute.q_positions must hold one position per q token, ", q_tokens, " (got ", absolute.q_positions.size(), ")"));
+  }
+  if (static_cast<int64_t>(absolute.k_positions.size()) != k_tokens) {
+    fail(detail::concat("absolute.k_positions must hold one position per k token, ", k_tokens, " (got ", absolute.k_positions.size(), ")"));
+  }
+  for (const auto& [positions, name] : {std::pair{absolute.q_positions, "absolute.q_positions"}, std::pair{absolute.k_positions, "absolute.k_positions"}}) {
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] < 0 || positions[i] >= absolute.rows) {
+        fail(detail::concat(name, "[", i, "] must be in [0, ", absolute.rows - 1, "] (the table's rows) (got ", positions[i], ")"));
+      }
+    }
+  }
+  plan.absolute = &absolute;
+}
 
 }  // namespace
 
@@ -266,6 +327,14 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     }
   }
 
+  const int64_t q_tokens = thd ? cq.axes.seq : cq.axes.batch * cq.axes.seq;  // fits: check_view
+  const int64_t k_tokens = thd ? ck.axes.seq : ck.axes.batch * ck.axes.seq;
+  check_alibi(plan, options, rope);
+  if (options.absolute != nullptr) {
+    if (rope != nullptr) fail("options.absolute must be null with fused RoPE: one position encoding per call (got a table)");
+    check_absolute(plan, *options.absolute, q_tokens, k_tokens);
+  }
+
   if (rope != nullptr) {
     if (rope->table == nullptr) fail("rope.table must not be null (got null)");
     const CosSinTable& table = *rope->table;
@@ -276,8 +345,6 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     if (rope->rotary_offset < 0 || rope->rotary_offset > plan.qk_dim - rotary_dim) {
       fail(detail::concat("rope.rotary_offset must be in [0, head_dim - rotary_dim] = [0, ", plan.qk_dim - rotary_dim, "] (got ", rope->rotary_offset, ")"));
     }
-    const int64_t q_tokens = thd ? cq.axes.seq : cq.axes.batch * cq.axes.seq;  // fits: check_view
-    const int64_t k_tokens = thd ? ck.axes.seq : ck.axes.batch * ck.axes.seq;
     if (static_cast<int64_t>(rope->q_positions.size()) != q_tokens) fail(detail::concat("rope.q_positions must hold one position per q token, ", q_tokens, " (got ", rope->q_positions.size(), ")"));
     if (static_cast<int64_t>(rope->k_positions.size()) != k_tokens) fail(detail::concat("rope.k_positions must hold one position per k token, ", k_tokens, " (got ", rope->k_positions.size(), ")"));
     int64_t largest = -1;

@@ -1,8 +1,9 @@
 // src/attention/attention.cpp: rotary::attention, the fast CPU path: checks the call, cuts it into
-// items (kernels.hpp), gathers the cos/sin rows of fused RoPE, and runs the items on apply()'s
-// thread pool (cpu::parallel_rows) with the dispatched kernels.
+// items (kernels.hpp), gathers the cos/sin rows of fused RoPE (or the rows of an absolute table),
+// and runs the items on apply()'s thread pool (cpu::parallel_rows) with the dispatched kernels.
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "rotary/attention.hpp"
@@ -76,6 +77,13 @@ std::vector<const float*> rope_rows(const CosSinTable& table, std::span<const in
   return rows;
 }
 
+// Per token, a pointer to its row of the absolute table (positions checked by make_plan).
+std::vector<const float*> absolute_rows(const AttentionAbsolute& absolute, std::span<const int64_t> positions) {
+  std::vector<const float*> rows(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) rows[i] = absolute.table.data() + positions[i] * absolute.dim;
+  return rows;
+}
+
 void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
          const AttentionOptions& options, const AttentionRope* rope) {
   const Plan plan = make_plan(q, k, v, out, options, rope, /*allow_f64=*/false);
@@ -102,6 +110,14 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
     call.rotary_offset = rope->rotary_offset;
     call.style = rope->table->spec().style;
   }
+  std::vector<const float*> q_add, k_add;
+  if (plan.absolute != nullptr) {
+    q_add = absolute_rows(*plan.absolute, plan.absolute->q_positions);
+    k_add = absolute_rows(*plan.absolute, plan.absolute->k_positions);
+    call.q_add = q_add.data();
+    call.k_add = k_add.data();
+  }
+  if (!plan.alibi_slopes.empty()) call.alibi_slopes = plan.alibi_slopes.data();
   cpu::parallel_rows(static_cast<int64_t>(items.size()), work,
                      [&](int64_t begin, int64_t end) { attend(call, begin, end); });
 }

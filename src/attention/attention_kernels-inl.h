@@ -6,8 +6,10 @@
 // One item (kernels.hpp) = the q heads of one kv head x a block of queries, R rows in all. Per row
 // r it keeps m_r (running max of the scores), l_r (running sum of exp(s - m_r)) and an
 // unnormalised output o_r, in float32. For each tile of kKeyBlock keys:
-//   K and V rows are loaded once for the R rows, widened to float32 (and K rotated, fused RoPE);
-//   s_rj = <q'_r, k_j>   with q' = scale * q (rotated), over the row's visible keys only;
+//   K and V rows are loaded once for the R rows, widened to float32 (and K rotated, fused RoPE,
+//   or an absolute encoding's row added);
+//   s_rj = <q'_r, k_j> (- slope_r |p_r - j| with ALiBi)   with q' = scale * q (rotated, or with
+//   its absolute row added), over the row's visible keys only;
 //   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
 //   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
 // and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when l_r = 0: no
@@ -75,6 +77,30 @@ HWY_INLINE void RotateRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT cos
     const float a = block[first], c = block[second];
     block[first] = std::fma(a, cos[i], -(c * sin[i]));
     block[second] = std::fma(c, cos[i], a * sin[i]);
+  }
+}
+
+// row[0, count) += add[0, count): an absolute encoding's row added to a loaded q or k row, in
+// float32 (one rounding per element; docs/attention.md). Reads no element of `add` past count.
+HWY_INLINE void AddRow(float* HWY_RESTRICT row, const float* HWY_RESTRICT add, int64_t count) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t e = 0;
+  for (; e + N <= count; e += N) hn::StoreU(hn::Add(hn::LoadU(df, row + e), hn::LoadU(df, add + e)), df, row + e);
+  for (; e < count; ++e) row[e] += add[e];
+}
+
+// ALiBi on one row of scores, keys [j0, j1) of a tile (whole vectors from j0: the row has a vector
+// of slack): s_j += neg_slope * |from - j|, from = the query's position minus the tile's first key
+// (exact below 2^24; above, within u relative: two roundings of u/2). MulAdd: one rounding where
+// the target has FMA, two otherwise (docs/attention.md counts two).
+HWY_INLINE void AddAlibiRow(float* HWY_RESTRICT s, float neg_slope, float from, int64_t j0, int64_t j1) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const VF slope = hn::Set(df, neg_slope), position = hn::Set(df, from), lanes = hn::Iota(df, 0.0f);
+  for (int64_t j = j0; j < j1; j += N) {
+    const VF distance = hn::Abs(hn::Sub(position, hn::Add(lanes, hn::Set(df, static_cast<float>(j)))));
+    hn::StoreU(hn::MulAdd(slope, distance, hn::LoadU(df, s + j)), df, s + j);
   }
 }
 
@@ -188,7 +214,30 @@ struct Scratch {
   // The transposed form (ScoresTransposed): q as [dim][rows_pad], scores as [key][rows_pad], and
   // per row its visible keys within the tile [j0, j1) and its rescale factor.
   std::vector<float> qt, st, j0, j1, alpha;
+  // ALiBi (alibi true): per row its -slope and its query position; per tile the position minus
+  // the tile's first key (float32, exact below 2^24). Pad rows have slope 0.
+  bool alibi = false;
+  std::vector<float> neg_slope, from;
+  std::vector<int64_t> position;
 };
+
+// ALiBi on a transposed tile of scores St[j][r]: St[j][r] += neg_slope_r * |position_r - tile - j|
+// (AddAlibiRow's arithmetic, SIMD over rows).
+HWY_INLINE void AddAlibiTransposed(Scratch& t, int64_t rows_pad, int64_t tile, int64_t tile_keys) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    t.from[static_cast<size_t>(r)] = static_cast<float>(t.position[static_cast<size_t>(r)] - tile);
+  }
+  for (int64_t rb = 0; rb < rows_pad; rb += N) {
+    const VF slope = hn::LoadU(df, t.neg_slope.data() + rb), from = hn::LoadU(df, t.from.data() + rb);
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      float* at = t.st.data() + j * rows_pad + rb;
+      const VF distance = hn::Abs(hn::Sub(from, hn::Set(df, static_cast<float>(j))));
+      hn::StoreU(hn::MulAdd(slope, distance, hn::LoadU(df, at)), df, at);
+    }
+  }
+}
 
 // The p.v update of a tile for every row with visible keys in it ([j0, j1) in t.j0 / t.j1; row r's
 // p_j at p[r * row_stride + j * key_stride]), two rows at a time where they see the same keys.
@@ -276,6 +325,8 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
     }
   }
 
+  if (t.alibi) AddAlibiTransposed(t, rows_pad, tile, tile_keys);
+
   // Online softmax per vector of rows. As in the other form, exp's argument is clamped to
   // [-200, 0]; a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
   const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
@@ -342,6 +393,12 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   t.j1.assign(static_cast<size_t>(max_rows_pad), 0.0f);
   t.alpha.assign(static_cast<size_t>(max_rows_pad), 1.0f);
   std::vector<KeyRange> ranges(static_cast<size_t>(max_rows));
+  t.alibi = call.alibi_slopes != nullptr;
+  if (t.alibi) {
+    t.neg_slope.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+    t.from.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+    t.position.assign(static_cast<size_t>(max_rows_pad), 0);
+  }
 
   for (int64_t item_index = begin; item_index < end; ++item_index) {
     const Item& item = call.items[item_index];
@@ -356,12 +413,20 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     for (int64_t r = rows; r < rows_pad; ++r) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
+      if (t.alibi) {
+        t.neg_slope[static_cast<size_t>(r)] = 0.0f;
+        t.position[static_cast<size_t>(r)] = 0;
+      }
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
       const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
       ranges[static_cast<size_t>(r)] = range;
+      if (t.alibi) {
+        t.neg_slope[static_cast<size_t>(r)] = -call.alibi_slopes[head];
+        t.position[static_cast<size_t>(r)] = seq.query_offset + query;
+      }
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
       std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
@@ -376,6 +441,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       if (call.q_rope != nullptr) {
         RotateRow(q_row, call.q_rope[seq.q_token0 + query], call.num_pairs, call.rotary_offset, call.style);
       }
+      if (call.q_add != nullptr) AddRow(q_row, call.q_add[seq.q_token0 + query], dq);
       const VF scale = hn::Set(df, call.scale);
       for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
     }
@@ -404,6 +470,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         if (call.k_rope != nullptr) {
           RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
         }
+        if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], dq);
         LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
                        t.v.data() + j * dv_pad);
       }
@@ -438,6 +505,9 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           VF a = hn::Zero(df);
           for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q_row + e), hn::LoadU(df, k_row + e), a);
           s[j] = hn::GetLane(hn::SumOfLanes(df, a));
+        }
+        if (t.alibi) {
+          AddAlibiRow(s, t.neg_slope[static_cast<size_t>(r)], static_cast<float>(t.position[static_cast<size_t>(r)] - tile), j0, j1);
         }
         float tile_max = s[j0];
         for (j = j0 + 1; j < j1; ++j) tile_max = std::max(tile_max, s[j]);

@@ -42,6 +42,12 @@ struct Call {
   int64_t num_pairs = 0;
   int64_t rotary_offset = 0;
   Style style = Style::NeoX;
+  // Absolute encoding (null without): for each q (k) token in global order, the table's row of
+  // qk_dim float32 values, added to the row as it is loaded.
+  const float* const* q_add = nullptr;
+  const float* const* k_add = nullptr;
+  // ALiBi (null without): per q head its slope; the score of a key at distance t gets -slope * t.
+  const float* alibi_slopes = nullptr;
 };
 
 // Runs items [begin, end) with the current target's kernels for the call's dtype.

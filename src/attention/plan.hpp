@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "rotary/attention.hpp"
@@ -32,6 +33,9 @@ struct Plan {
   Mask mask = Mask::None;
   int64_t window = 0;
   std::vector<Sequence> sequences;
+  // ALiBi: one checked slope per q head (empty = none). Absolute: the checked table (null = none).
+  std::span<const float> alibi_slopes;
+  const AttentionAbsolute* absolute = nullptr;
 };
 
 // Validates (check_attention_arguments) and describes the call.

@@ -6,6 +6,8 @@
 // A query with no visible key stores zeros (the header's rule). With rope, q and k rows are
 // rotated first in double by apply()'s formula (apply.hpp; src/cpu/reference.cpp) with the
 // table's float32 values widened, so that a fast path's difference from this is its arithmetic.
+// The other encodings likewise: an absolute table's float32 row is widened and added to q and k;
+// ALiBi's bias -slope |p_i - j| (float32 slope widened) is added to the scaled score.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,9 +46,16 @@ struct RopeRows {
   }
 };
 
+// Adds the absolute table's row at `position` (float32, widened) to a row of doubles.
+void add_absolute(double* row, const AttentionAbsolute& absolute, int64_t position) {
+  const float* values = absolute.table.data() + position * absolute.dim;
+  for (int64_t e = 0; e < absolute.dim; ++e) row[e] += static_cast<double>(values[e]);
+}
+
 void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
          const AttentionOptions& options, const AttentionRope* rope) {
   const Plan plan = attention_internal::make_plan(q, k, v, out, options, rope, /*allow_f64=*/true);
+  const AttentionAbsolute* absolute = plan.absolute;
   if (plan.num_q_heads == 0) return;  // no output heads (kv heads may still be given)
   const int64_t dq = plan.qk_dim, dv = plan.v_dim;
   RopeRows rows{rope, {}, {}};
@@ -62,6 +71,7 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
         double* key = keys.data() + j * dq;
         for (int64_t e = 0; e < dq; ++e) key[e] = cpu::load_element(k.data, k.dtype, k_row + e * plan.k.stride_dim);
         if (rope != nullptr) rows.rotate(key, rope->k_positions[static_cast<size_t>(s.k_token0 + j)]);
+        if (absolute != nullptr) add_absolute(key, *absolute, absolute->k_positions[static_cast<size_t>(s.k_token0 + j)]);
         for (int64_t e = 0; e < dv; ++e) values[static_cast<size_t>(j * dv + e)] = cpu::load_element(v.data, v.dtype, v_row + e * plan.v.stride_dim);
       }
       for (int64_t h = g * plan.group; h < (g + 1) * plan.group; ++h) {
@@ -73,12 +83,17 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
           if (range.first < range.last) {
             for (int64_t e = 0; e < dq; ++e) query[static_cast<size_t>(e)] = cpu::load_element(q.data, q.dtype, q_row + e * plan.q.stride_dim);
             if (rope != nullptr) rows.rotate(query.data(), rope->q_positions[static_cast<size_t>(s.q_token0 + i)]);
+            if (absolute != nullptr) add_absolute(query.data(), *absolute, absolute->q_positions[static_cast<size_t>(s.q_token0 + i)]);
+            // ALiBi: -slope_h |p_i - j| (attention.hpp), the float32 slope widened.
+            const double slope = plan.alibi_slopes.empty() ? 0.0 : static_cast<double>(plan.alibi_slopes[static_cast<size_t>(h)]);
+            const int64_t position = s.query_offset + i;
             scores.assign(static_cast<size_t>(range.last - range.first), 0.0);
             double m = -INFINITY;
             for (int64_t j = range.first; j < range.last; ++j) {
               double dot = 0.0;
               for (int64_t e = 0; e < dq; ++e) dot += query[static_cast<size_t>(e)] * keys[static_cast<size_t>(j * dq + e)];
-              const double score = plan.scale * dot;
+              const double distance = static_cast<double>(position >= j ? position - j : j - position);
+              const double score = plan.scale * dot - slope * distance;
               scores[static_cast<size_t>(j - range.first)] = score;
               m = std::max(m, score);
             }

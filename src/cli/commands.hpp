@@ -17,6 +17,7 @@ int run_bench(Args& args);
 int run_report(Args& args);
 int run_diagnose(Args& args);
 int run_convert_weights(Args& args);
+int run_attention(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -29,5 +30,6 @@ extern const char* const kBenchHelp;
 extern const char* const kReportHelp;
 extern const char* const kDiagnoseHelp;
 extern const char* const kConvertWeightsHelp;
+extern const char* const kAttentionHelp;
 
 }  // namespace rotary::cli

@@ -30,6 +30,8 @@ constexpr const char* kUsage =
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "  diagnose  infer what an unknown implementation does from .npy samples; name mismatches with a model\n"
+    "  attention run random q, k, v through prefill and decode of rotary's attention (RoPE, none,\n"
+    "            sinusoidal, learned, ALiBi); compare with the float64 reference; time it\n"
     "  convert-weights  reorder a safetensors checkpoint's q/k rows between interleaved and half-split pairing\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
@@ -54,6 +56,7 @@ const Command kCommands[] = {
     {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
     {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
+    {"attention", rotary::cli::run_attention, &rotary::cli::kAttentionHelp},
     {"convert-weights", rotary::cli::run_convert_weights, &rotary::cli::kConvertWeightsHelp},
 };
 
@@ -69,11 +72,18 @@ std::vector<std::string> command_names() {
 
 namespace {
 
+// The command names in table order, comma-separated: the one list every message quotes.
+std::string command_list() {
+  std::string list;
+  for (const Command& command : kCommands) list += (list.empty() ? "" : ", ") + std::string(command.name);
+  return list;
+}
+
 // "command must be one of ... (got "explian"); did you mean explain?".
 int unknown_command(const std::string& what, const std::string& given, std::ostream& err) {
   const std::optional<std::string> near = nearest(given, command_names());
   err << "rotary: error: " << what
-      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, convert-weights (got \"" << given
+      << " must be one of " << command_list() << " (got \"" << given
       << "\")" << (near ? "; did you mean " + *near + "?" : std::string()) << " (see rotary --help)\n";
   return 2;
 }

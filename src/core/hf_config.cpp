@@ -165,6 +165,7 @@ class ConfigReader {
   int64_t max_position_embeddings_ = 0;
   Field top_original_max_;  // Phi-3 keeps original_max_position_embeddings at top level
   int64_t global_head_dim_ = 0;  // Gemma 4: head size of the full-attention layers
+  std::optional<int64_t> sliding_window_;
   Style style_ = Style::NeoX;
 };
 
@@ -193,6 +194,18 @@ void ConfigReader::read_geometry() {
   }
   top_original_max_ = top("original_max_position_embeddings");
   if (Field f = top("global_head_dim")) global_head_dim_ = positive_integer(f);
+  // sliding_window (Mistral; Gemma 2 / 3's local layers; Qwen2 when use_sliding_window is true).
+  // Informative for rotary (attention's window), so a value that is not a positive integer is
+  // left out with a warning rather than failing a config that only RoPE is read from.
+  if (Field f = top("sliding_window")) {
+    const Field use = top("use_sliding_window");
+    const bool used = !use || !use.value->is_bool() || use.value->as_bool();
+    if (used && f.value->is_integer() && f.value->as_int64() > 0) {
+      sliding_window_ = f.value->as_int64();
+    } else if (used) {
+      warn(f.path, " is not a positive integer (got ", f.value->describe(), "); no sliding window is read from it");
+    }
+  }
 
   if (num_key_value_heads_ > 0 && num_attention_heads_ > 0 && num_attention_heads_ % num_key_value_heads_ != 0) {
     Field f = top("num_key_value_heads");
@@ -669,6 +682,7 @@ HfRopeConfig ConfigReader::read() {
       result.layer_type_specs.emplace_back("sliding_attention", sliding);
     }
   }
+  result.sliding_window = sliding_window_;
   result.warnings = std::move(warnings_);
   result.notes = std::move(notes_);
   return result;

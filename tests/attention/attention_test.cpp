@@ -32,12 +32,14 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
+#include "rotary/encodings.hpp"
 #include "rotary/error.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
+#include "tests/attention/attention_tensors.hpp"
 
 namespace rotary {
 namespace {
@@ -50,80 +52,9 @@ constexpr double kU = 0x1p-24;
 using test::ForcedTarget;
 using test::SavedThreadCount;
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : engine_(seed) {}
-  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(engine_); }
-  bool percent(int64_t p) { return uniform(0, 99) < p; }
-  // Never zero: magnitude in [0.1, 1], random sign (scores of a few units: a spread softmax).
-  double value() {
-    const double magnitude = std::uniform_real_distribution<double>(0.1, 1.0)(engine_);
-    return percent(50) ? magnitude : -magnitude;
-  }
-
- private:
-  std::mt19937_64 engine_;
-};
-
-using test::load_element;  // tests/support/elements.hpp
-using test::store_element;
-
-// A tensor in its own buffer: named extents, laid out in `layout` with optional padding after each
-// axis (so strides are not the contiguous ones). Element (b, s, h, e) by name.
-struct Tensor {
-  std::vector<double> storage;  // 8-byte aligned bytes for any dtype
-  TensorView view;
-  NamedAxes axes;
-
-  Tensor(DType dtype, Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim, std::array<int64_t, 3> pad = {}) {
-    view.dtype = dtype;
-    view.layout = layout;
-    // Axis extents in the layout's order, and pads (dim never padded: it is the unit-stride axis).
-    std::array<int64_t, 4> shape{};
-    switch (layout) {
-      case Layout::BSHD: shape = {batch, seq, heads, dim}; break;
-      case Layout::BHSD: shape = {batch, heads, seq, dim}; break;
-      case Layout::SBHD: shape = {seq, batch, heads, dim}; break;
-      case Layout::THD: shape = {seq, heads, dim, 0}; break;
-    }
-    const int rank = layout_rank(layout);
-    int64_t stride = 1;
-    for (int axis = rank - 1; axis >= 0; --axis) {
-      view.shape[axis] = shape[axis];
-      view.stride_elems[axis] = stride;
-      const int64_t pad_here = axis < rank - 1 ? pad[static_cast<size_t>(rank - 2 - axis)] : 0;
-      stride = stride * std::max<int64_t>(shape[axis], 1) + pad_here * stride;
-    }
-    const int64_t bytes = stride * dtype_size(dtype);
-    storage.assign(static_cast<size_t>(bytes / 8 + 2), 0.0);
-    view.data = storage.data();
-    axes = named_axes(view);
-  }
-  int64_t index(int64_t b, int64_t s, int64_t h, int64_t e) const {
-    return b * axes.stride_batch + s * axes.stride_seq + h * axes.stride_heads + e * axes.stride_dim;
-  }
-  double at(int64_t b, int64_t s, int64_t h, int64_t e) const { return load_element(view.data, view.dtype, index(b, s, h, e)); }
-  void set(int64_t b, int64_t s, int64_t h, int64_t e, double value) { store_element(view.data, view.dtype, index(b, s, h, e), value); }
-  void fill(Rng& rng) {
-    for (int64_t b = 0; b < axes.batch; ++b)
-      for (int64_t s = 0; s < axes.seq; ++s)
-        for (int64_t h = 0; h < axes.heads; ++h)
-          for (int64_t e = 0; e < axes.dim; ++e) set(b, s, h, e, rng.value());
-  }
-  // A float64 copy in the same layout (exact: every storage type widens exactly).
-  Tensor widened() const {
-    Tensor copy(DType::F64, view.layout, axes.batch, axes.seq, axes.heads, axes.dim);
-    for (int64_t b = 0; b < axes.batch; ++b)
-      for (int64_t s = 0; s < axes.seq; ++s)
-        for (int64_t h = 0; h < axes.heads; ++h)
-          for (int64_t e = 0; e < axes.dim; ++e) copy.set(b, s, h, e, at(b, s, h, e));
-    return copy;
-  }
-};
-
-Tensor make(DType dtype, Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
-  return Tensor(dtype, layout, layout == Layout::THD ? 1 : batch, seq, heads, dim);
-}
+using test::make;  // tests/attention/attention_tensors.hpp
+using test::Rng;
+using test::Tensor;
 
 // ---- the reference on numbers worked by hand ----------------------------------------------------
 
@@ -363,6 +294,8 @@ struct Case {
   Style style = Style::NeoX;
   Storage storage = Storage::Stored;
   int64_t rotary_dim = 0, rotary_offset = 0;
+  // The other encodings (exclusive with rope): ALiBi slopes per q head, or an absolute table.
+  bool alibi = false, absolute = false;
 };
 
 // The visible key range of the reference's rule, recomputed here independently.
@@ -408,6 +341,33 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
     for (int64_t i = 0; i < k_tokens; ++i) k_positions.push_back(rng.uniform(0, 5000));
     rope = {.table = table.get(), .q_positions = q_positions, .k_positions = k_positions, .rotary_offset = c.rotary_offset};
   }
+  // ALiBi: the paper's slopes, or random ones (either sign, up to 1); absolute: a random table
+  // ("learned") or the sinusoidal one, rows past every position used.
+  std::vector<float> slopes, abs_table;
+  AttentionAbsolute absolute;
+  std::vector<int64_t> abs_q_positions, abs_k_positions;
+  if (c.alibi) {
+    const int64_t q_heads = c.kv_heads * c.group;
+    if (rng.percent(50)) {
+      for (const double slope : alibi_slopes(q_heads)) slopes.push_back(static_cast<float>(slope));
+    } else {
+      for (int64_t h = 0; h < q_heads; ++h) slopes.push_back(static_cast<float>(rng.value()));
+    }
+    c.options.alibi_slopes = slopes;
+  }
+  if (c.absolute) {
+    const int64_t rows = rng.uniform(1, 300);
+    if (c.qk_dim % 2 == 0 && rng.percent(50)) {
+      abs_table = sinusoidal_table(rows, c.qk_dim);
+    } else {
+      for (int64_t i = 0; i < rows * c.qk_dim; ++i) abs_table.push_back(static_cast<float>(rng.value()));
+    }
+    const int64_t q_tokens = thd ? c.q_seq : c.batch * c.q_seq, k_tokens = thd ? c.k_seq : c.batch * c.k_seq;
+    for (int64_t i = 0; i < q_tokens; ++i) abs_q_positions.push_back(rng.uniform(0, rows - 1));
+    for (int64_t i = 0; i < k_tokens; ++i) abs_k_positions.push_back(rng.uniform(0, rows - 1));
+    absolute = {.table = abs_table, .rows = rows, .dim = c.qk_dim, .q_positions = abs_q_positions, .k_positions = abs_k_positions};
+    c.options.absolute = &absolute;
+  }
   if (c.rope) {
     attention(q.view, k.view, v.view, out.view, rope, c.options);
   } else {
@@ -426,12 +386,17 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
     reference::attention(q64.view, k64.view, v64.view, ref.view, shifted);
   }
 
-  // Magnitudes for the bound: |q~| per element (rotated: |a||C| + |c||S|).
+  // Magnitudes for the bound: |q~| per element (rotated: |a||C| + |c||S|; absolute: |q + P|).
   const double scale = c.options.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.qk_dim)));
   std::vector<float> cos_row(static_cast<size_t>(c.rotary_dim / 2)), sin_row(cos_row.size());
   const auto magnitudes = [&](const Tensor& t, int64_t b, int64_t s, int64_t h, int64_t position) {
     std::vector<double> m(static_cast<size_t>(c.qk_dim));
     for (int64_t e = 0; e < c.qk_dim; ++e) m[static_cast<size_t>(e)] = std::abs(t.at(b, s, h, e));
+    if (c.absolute) {
+      for (int64_t e = 0; e < c.qk_dim; ++e) {
+        m[static_cast<size_t>(e)] = std::abs(t.at(b, s, h, e) + abs_table[static_cast<size_t>(position * c.qk_dim + e)]);
+      }
+    }
     if (c.rope && c.rotary_dim > 0) {
       table->row(position, cos_row.data(), sin_row.data());
       const int64_t pairs = c.rotary_dim / 2;
@@ -462,17 +427,19 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
       for (int64_t i = 0; i < nq; ++i) {
         const auto [first, last] = keys_of(c, offset + i, nk);
         const int64_t q_token = thd ? q0 + i : b * c.q_seq + i;
-        const std::vector<double> qm = magnitudes(q, tb, q0 + i, h, c.rope ? q_positions[static_cast<size_t>(q_token)] : 0);
-        double max_a = 0;
+        const std::vector<double> qm = magnitudes(q, tb, q0 + i, h, c.rope ? q_positions[static_cast<size_t>(q_token)] : c.absolute ? abs_q_positions[static_cast<size_t>(q_token)] : 0);
+        double max_a = 0, max_bias = 0;
         std::vector<double> vbar(static_cast<size_t>(c.v_dim), 0.0);
         for (int64_t j = first; j < last; ++j) {
           const int64_t k_token = thd ? k0 + j : b * c.k_seq + j;
-          const std::vector<double> km = magnitudes(k, tb, k0 + j, g, c.rope ? k_positions[static_cast<size_t>(k_token)] : 0);
+          const std::vector<double> km = magnitudes(k, tb, k0 + j, g, c.rope ? k_positions[static_cast<size_t>(k_token)] : c.absolute ? abs_k_positions[static_cast<size_t>(k_token)] : 0);
           max_a = std::max(max_a, scale * std::inner_product(qm.begin(), qm.end(), km.begin(), 0.0));
+          if (c.alibi) max_bias = std::max(max_bias, std::abs(alibi_bias(slopes[static_cast<size_t>(h)], offset + i, j)));
           for (int64_t e = 0; e < c.v_dim; ++e) vbar[static_cast<size_t>(e)] = std::max(vbar[static_cast<size_t>(e)], std::abs(v.at(tb, k0 + j, g, e)));
         }
         const int64_t n = last - first;
-        const double E = static_cast<double>(c.qk_dim + 6) * kU * max_a;
+        // ALiBi: one more rounding of the score (u A) and the bias's own (3u |b|): docs/attention.md.
+        const double E = static_cast<double>(c.qk_dim + 6 + (c.alibi ? 1 : 0)) * kU * max_a + 3 * kU * max_bias;
         const double eta = E + 110 * kU;
         const double acc = static_cast<double>(n + 2 * (n / 64 + 2) + 4) * kU;
         for (int64_t e = 0; e < c.v_dim; ++e) {
@@ -506,6 +473,8 @@ std::string describe(const Case& c) {
                      " offset " + std::to_string(c.options.query_offset) + " offsets " + std::to_string(c.query_offsets.size()) +
                      " kv_lengths " + std::to_string(c.kv_lengths.size());
   if (c.rope) text += " rope " + std::string(to_string(c.style)) + " rotary_dim " + std::to_string(c.rotary_dim) + " at " + std::to_string(c.rotary_offset);
+  if (c.alibi) text += " alibi";
+  if (c.absolute) text += " absolute";
   return text;
 }
 
@@ -556,6 +525,10 @@ Case random_case(Rng& rng) {
     c.storage = rng.percent(70) ? Storage::Stored : Storage::OnTheFly;
     c.rotary_dim = 2 * rng.uniform(1, c.qk_dim / 2);
     c.rotary_offset = rng.uniform(0, c.qk_dim - c.rotary_dim);
+  } else if (rng.percent(40)) {
+    c.alibi = true;
+  } else if (rng.percent(40)) {
+    c.absolute = true;
   }
   return c;
 }
@@ -566,6 +539,7 @@ TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
     SCOPED_TRACE("target " + target);
     Rng rng(20261125 + std::hash<std::string>{}(target) % 1000);
     std::array<double, 3> worst{};  // per dtype: float32, bfloat16, float16
+    std::array<double, 4> worst_f32{};  // float32 per encoding: none, rope, alibi, absolute
     for (int trial = 0; trial < 60; ++trial) {
       const Case c = random_case(rng);
       const uint64_t seed = static_cast<uint64_t>(rng.uniform(0, 1 << 30));
@@ -573,10 +547,15 @@ TEST(AttentionCpu, MatchesReferenceOnRandomCallsOnEveryTarget) {
       const Outcome outcome = run_case(c, seed);
       double& w = worst[c.dtype == DType::F32 ? 0 : (c.dtype == DType::BF16 ? 1 : 2)];
       w = std::max(w, outcome.worst_ratio);
+      if (c.dtype == DType::F32) {
+        double& e = worst_f32[c.rope ? 1 : c.alibi ? 2 : c.absolute ? 3 : 0];
+        e = std::max(e, outcome.worst_ratio);
+      }
       ASSERT_EQ(outcome.failures, 0) << outcome.first_failure;
     }
-    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g\n",
-                target.c_str(), worst[0], worst[1], worst[2]);
+    std::printf("[ target %s ] worst |fast - ref| / tolerance: float32 %.3g, bfloat16 %.3g, float16 %.3g; "
+                "float32 by encoding: none %.3g, rope %.3g, alibi %.3g, absolute %.3g\n",
+                target.c_str(), worst[0], worst[1], worst[2], worst_f32[0], worst_f32[1], worst_f32[2], worst_f32[3]);
   }
 }
 
@@ -603,6 +582,20 @@ TEST(AttentionCpu, MatchesReferenceOnLlamaShapesAndLongCausalRuns) {
     c.rotary_dim = 128;
     const Outcome decode = run_case(c, 8);
     EXPECT_EQ(decode.failures, 0) << decode.first_failure;
+    // ALiBi and an absolute table over several key tiles, in both score forms.
+    c.rope = false;
+    for (const bool alibi : {true, false}) {
+      c.alibi = alibi;
+      c.absolute = !alibi;
+      c.q_seq = 150;
+      c.options.query_offset = 0;
+      const Outcome prefill_encoded = run_case(c, 9);
+      EXPECT_EQ(prefill_encoded.failures, 0) << prefill_encoded.first_failure;
+      c.q_seq = 1;
+      c.options.query_offset = 149;
+      const Outcome decode_encoded = run_case(c, 10);
+      EXPECT_EQ(decode_encoded.failures, 0) << decode_encoded.first_failure;
+    }
   }
 }
 
@@ -628,6 +621,24 @@ TEST(AttentionCpu, ToleranceRejectsAnOffByOneMask) {
     EXPECT_EQ(run_case(c, 5).failures, 0);
     EXPECT_GT(run_case(c, 5, /*shift_offset=*/1).failures, 0);
   }
+}
+
+// The same for ALiBi without a mask: a reference whose queries sit one position later (so every
+// bias moves by one slope) is flagged, in both score forms.
+TEST(AttentionCpu, ToleranceRejectsAnAlibiBiasOffByOnePosition) {
+  Case c;
+  c.q_seq = c.k_seq = 20;
+  c.qk_dim = c.v_dim = 16;
+  c.kv_heads = 1;
+  c.group = 2;
+  c.alibi = true;
+  EXPECT_EQ(run_case(c, 6).failures, 0);
+  EXPECT_GT(run_case(c, 6, /*shift_offset=*/1).failures, 0);
+  c.q_seq = 1;  // the decode form
+  c.k_seq = 40;
+  c.options.query_offset = 20;
+  EXPECT_EQ(run_case(c, 7).failures, 0);
+  EXPECT_GT(run_case(c, 7, /*shift_offset=*/1).failures, 0);
 }
 
 TEST(AttentionCpu, FullyMaskedRowsAreZerosAndOthersUntouchedByThem) {

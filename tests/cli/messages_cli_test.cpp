@@ -86,7 +86,7 @@ TEST(CliMessages, AnUnknownCommandSuggestsTheNearestCommand) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, "
-            "report, diagnose, convert-weights (got \"explian\"); did you mean explain? (see rotary --help)\n");
+            "report, diagnose, attention, convert-weights (got \"explian\"); did you mean explain? (see rotary --help)\n");
 }
 
 TEST(CliMessages, HelpCommandPrintsThatCommandsUsage) {
@@ -162,6 +162,7 @@ TEST(CliMessages, EveryCommandThatPrintsAResultTakesJson) {
   ScratchDir dir("rotary_json_everywhere");
   const std::vector<std::string> commands = {
       "presets --json", "freqs --json", "explain --json", "table --positions 0,1 --json", "check --json",
+      "attention --tokens 8 --decode 2 --json",
       "verify-golden " + std::string(ROTARY_GOLDEN_DIR) + " --json", "report --preset phi-2 -o " + (dir / "r.html") + " --json"};
   for (const std::string& command : commands) {
     SCOPED_TRACE(command);

@@ -61,6 +61,22 @@ TEST(HfConfig, ReadsNewRopeParametersWithThetaInside) {
   EXPECT_TRUE(c.spec.scaling.truncate);
 }
 
+// sliding_window: read when a positive integer and use_sliding_window is not false (Qwen2 writes
+// both, with the window off); anything else is left out with a warning, never an error.
+TEST(HfConfig, ReadsSlidingWindowUnlessItIsOffOrNotAPositiveInteger) {
+  EXPECT_EQ(parse_hf_config(llama()).sliding_window, std::nullopt);
+  EXPECT_EQ(parse_hf_config(llama(R"("sliding_window": 4096)")).sliding_window, 4096);
+  EXPECT_EQ(parse_hf_config(llama(R"("sliding_window": null)")).sliding_window, std::nullopt);
+  EXPECT_EQ(parse_hf_config(llama(R"("sliding_window": 4096, "use_sliding_window": true)")).sliding_window, 4096);
+  const HfRopeConfig off = parse_hf_config(llama(R"("sliding_window": 131072, "use_sliding_window": false)"));
+  EXPECT_EQ(off.sliding_window, std::nullopt);
+  EXPECT_FALSE(any_contains(off.warnings, "sliding_window"));
+  const HfRopeConfig odd = parse_hf_config(llama(R"("sliding_window": 0)"));
+  EXPECT_EQ(odd.sliding_window, std::nullopt);
+  EXPECT_TRUE(any_contains(odd.warnings, "config.json: sliding_window is not a positive integer (got number 0); no sliding window is read from it")) << ::testing::PrintToString(odd.warnings);
+  EXPECT_EQ(parse_hf_config(R"({"num_attention_heads": 8, "hidden_size": 512, "text_config": {"sliding_window": 512}})").sliding_window, 512);
+}
+
 TEST(HfConfig, TypeIsAnAliasOfRopeType) {
   const HfRopeConfig c = parse_hf_config(llama(R"("rope_scaling": {"type": "linear", "factor": 2.0})"));
   EXPECT_EQ(c.spec.scaling.type, ScalingType::Linear);
