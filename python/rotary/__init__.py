@@ -6,6 +6,7 @@ NumPy API (this module):
     cos, sin = rotary.table(spec, positions)              # Hugging Face's cos/sin layout, float32
     q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
     cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
+    out = rotary.attention(q, k, v, causal=True, spec_or_table=spec)  # GQA, masks, fused RoPE
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a
@@ -25,6 +26,7 @@ from ._table import Table, table
 from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
 from ._kv_cache import KvCache
+from ._attention import attention, attention_scale
 
 __all__ = [
     "RotaryError",
@@ -37,6 +39,8 @@ __all__ = [
     "apply_cos_sin",
     "diagnose",
     "KvCache",
+    "attention",
+    "attention_scale",
     "set_num_threads",
     "num_threads",
     "cpu_targets",
