@@ -234,11 +234,11 @@ def _plan_rows(mask: torch.Tensor, causal: bool, window: int) -> list:
                 offset = int(last[b][row]) - row
             else:
                 offset = key_end - 1 - int(visible_rows[0])
-        expected = (cols_j >= key_start) & (cols_j < key_end)
+        expected = ((cols_j >= key_start) & (cols_j < key_end)).expand(q_len, kv_len)
         if causal:
-            expected &= cols_j <= rows_i + offset
+            expected = expected & (cols_j <= rows_i + offset)
         if window > 0:
-            expected &= rows_i + offset - cols_j < window
+            expected = expected & (rows_i + offset - cols_j < window)
         if not torch.equal(expected, mask[b]):
             bad = (expected != mask[b]).nonzero()[0].tolist()
             kind = "causal" if causal else "non-causal"

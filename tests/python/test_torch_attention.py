@@ -1,0 +1,310 @@
+"""rotary.torch.attention (the custom op rotary::attention) and the transformers backend
+attn_implementation="rotary" (rotary.torch.register_attention), python/rotary/_torch_attention.py.
+
+The op: the same bits as rotary.attention on the same data (one C++ call behind both), in eager,
+through the op's dispatch and under torch.compile(fullgraph=True) from a cold start; against
+torch's scaled_dot_product_attention; float64 through the reference; a gradient request refused
+by name.
+
+The backend: real transformers model classes (Llama, Qwen3, Gemma 3 with a sliding window of 4
+tokens, shorter than the 12-token prompts, and both layer types) from tiny random configs, run
+with attn_implementation="rotary" against "sdpa" on the same weights.
+
+Tolerances. Both backends compute each attention output in float32 from the same rotated q, k
+and v; each is within docs/attention.md's bound of the float64 attention, which for these models
+(head_dim 16, |scale q.k| < 1, at most 22 keys) is below 40 u V (u = 2^-24, V the largest |v|),
+so the two differ by at most 80 u V per attention output. That difference passes through the rest
+of the network (2 layers, norms, MLP, the head), identical float32 code on both sides; we allow a
+gain of 250 for it (random init with std 0.02 weights, RMSNorm rescaling the hidden state), i.e.
+logits within 2e4 u max|logit| ~ 1.2e-3 max|logit| (observed: ~3e-7 absolute, ~3 u max|logit|;
+a sliding window ignored, or a mask one position off, moves the logits by > 1e-2: tested below).
+Greedy generation must give identical tokens in float32. bfloat16: each attention output is
+rounded once to bfloat16 by both (one unit 2^-8 relative apart at most), and every later bfloat16
+op rounds again; we allow 16 bfloat16 units of max|logit| (observed in the test's report).
+"""
+import copy
+import ml_dtypes
+import numpy as np
+import pytest
+
+import torch  # required: a missing dependency fails, never skips
+import transformers  # required: a missing dependency fails, never skips
+import rotary  # noqa: E402
+import rotary.torch as rt  # noqa: E402
+from hf_harness import one_torch_thread, small  # noqa: E402,F401
+
+U = 2.0**-24
+F32_LOGIT_TOLERANCE = 2e4 * U  # relative to max|logit|, the derivation above
+BF16_LOGIT_TOLERANCE = 16 * 2.0**-8
+
+
+def random_tensor(gen, shape, dtype=torch.float32):
+    magnitude = torch.rand(shape, generator=gen, dtype=torch.float64) * 0.9 + 0.1
+    sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)
+    return (magnitude * sign).to(dtype)
+
+
+# ---- the op -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_op_equals_the_numpy_function_bit_for_bit(dtype):
+    gen = torch.Generator().manual_seed(1)
+    q = random_tensor(gen, (2, 4, 9, 32), dtype)
+    k = random_tensor(gen, (2, 2, 13, 32), dtype)
+    v = random_tensor(gen, (2, 2, 13, 24), dtype)
+    kwargs = dict(causal=True, window=6, query_offsets=[4, 2], kv_lengths=[13, 11])
+    got = rt.attention(q, k, v, **{**kwargs, "query_offsets": torch.tensor([4, 2]),
+                                   "kv_lengths": torch.tensor([13, 11])})
+    as_numpy = (lambda t: t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)) if dtype == torch.bfloat16 \
+        else (lambda t: t.numpy())
+    want = rotary.attention(as_numpy(q), as_numpy(k), as_numpy(v), **kwargs)
+    assert got.shape == (2, 4, 9, 24) and got.dtype == dtype
+    assert np.array_equal(as_numpy(got).view(np.uint16 if dtype != torch.float32 else np.uint32),
+                          want.view(np.uint16 if dtype != torch.float32 else np.uint32))
+    # Through the op's dispatch (grad mode with a leaf that requires grad skips the eager shortcut).
+    through_op = rt.attention(q.clone().requires_grad_(dtype != torch.float16), k, v,
+                              **{**kwargs, "query_offsets": torch.tensor([4, 2]), "kv_lengths": torch.tensor([13, 11])})
+    assert torch.equal(through_op.detach(), got)
+
+
+def test_op_against_torch_sdpa_with_gqa_and_causal_mask():
+    gen = torch.Generator().manual_seed(2)
+    q = random_tensor(gen, (1, 8, 20, 64))
+    k = random_tensor(gen, (1, 2, 20, 64))
+    v = random_tensor(gen, (1, 2, 20, 64))
+    got = rt.attention(q, k, v, causal=True)
+    want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True,
+                                                            enable_gqa=True)
+    # docs/attention.md's bound with A <= scale * d (|q|, |k| <= 1): E = 70 u * 8, V <= 1, n <= 20.
+    eta = (64 + 6) * U * 8 + 110 * U
+    tolerance = 2 * eta * (1 + 2 * eta) + 2 * (20 + 2 + 4) * U + U
+    assert (got.double() - want).abs().max().item() <= tolerance
+    # A mask one position off is far outside it.
+    moved = rt.attention(q, k, v, causal=True, query_offset=1)
+    assert (moved.double() - want).abs().max().item() > 100 * tolerance
+
+
+def test_float64_runs_the_reference_and_fused_rope_matches_apply():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    gen = torch.Generator().manual_seed(3)
+    q = random_tensor(gen, (1, 4, 6, 128), torch.float64)
+    k = random_tensor(gen, (1, 2, 6, 128), torch.float64)
+    v = random_tensor(gen, (1, 2, 6, 128), torch.float64)
+    positions = torch.arange(100, 106)
+    fused = rt.attention(q, k, v, causal=True, spec_or_table=spec, q_positions=positions, k_positions=positions)
+    q_rot, k_rot = rt.apply_rotary(q, k, positions, spec)
+    unfused = torch.nn.functional.scaled_dot_product_attention(q_rot, k_rot, v, is_causal=True, enable_gqa=True)
+    assert fused.dtype == torch.float64
+    assert (fused - unfused).abs().max().item() < 1e-12
+
+
+def test_torch_compile_fullgraph_from_a_cold_start():
+    torch._dynamo.reset()
+    spec = rotary.Spec.preset("qwen3-8b")
+    gen = torch.Generator().manual_seed(4)
+    q = random_tensor(gen, (2, 4, 5, 128))
+    k = random_tensor(gen, (2, 2, 7, 128))
+    v = random_tensor(gen, (2, 2, 7, 128))
+    lengths = torch.tensor([7, 5])
+
+    def step(q, k, v, lengths):
+        out = rt.attention(q * 1.0, k, v, causal=True, query_offset=2, kv_lengths=lengths, spec_or_table=spec)
+        return out + 1.0
+
+    compiled = torch.compile(step, fullgraph=True)
+    got = compiled(q, k, v, lengths)
+    assert torch.equal(got, step(q, k, v, lengths))
+    got_again = compiled(q, k, v, torch.tensor([6, 7]))  # new values, same graph
+    assert torch.equal(got_again, step(q, k, v, torch.tensor([6, 7])))
+
+
+def test_gradient_request_is_refused_by_name():
+    gen = torch.Generator().manual_seed(5)
+    q = random_tensor(gen, (1, 2, 3, 8)).requires_grad_()
+    k = random_tensor(gen, (1, 2, 3, 8))
+    v = random_tensor(gen, (1, 2, 3, 8))
+    out = rt.attention(q, k, v, causal=True)  # the forward runs
+    with pytest.raises(rotary.RotaryError, match=r"rotary::attention has no backward"):
+        out.sum().backward()
+
+
+def test_op_refusals_name_the_argument_and_value():
+    q = torch.zeros(1, 4, 3, 8)
+    k = v = torch.zeros(1, 2, 3, 8)
+    with pytest.raises(rotary.RotaryError, match=r"window"):
+        rt.attention(q, k, v, window=-2)
+    with pytest.raises(rotary.RotaryError, match=r"kv_lengths must be an integer torch.Tensor or None \(got dtype "
+                                                 r"torch.float32\)"):
+        rt.attention(q, k, v, kv_lengths=torch.tensor([1.0]))
+    with pytest.raises(rotary.RotaryError, match=r"q dtype must be float32, bfloat16, float16 or float64 \(got "
+                                                 r"torch.int32\)"):
+        rt.attention(q.int(), k, v)
+    with pytest.raises(rotary.RotaryError, match=r"out must have shape \(1, 4, 3, 8\) and dtype torch.float32 "
+                                                 r"\(got shape \(1, 4, 3, 7\)"):
+        rt.attention(q, k, v, out=torch.empty(1, 4, 3, 7))
+    with pytest.raises(rotary.RotaryError, match="heads"):
+        rt.attention(torch.zeros(1, 3, 3, 8), k, v)
+
+
+# ---- the transformers backend ------------------------------------------------------------------------
+rt.register_attention()
+
+
+def _llama():
+    return transformers.LlamaForCausalLM, small(transformers.LlamaConfig, max_position_embeddings=256)
+
+
+def _qwen3():
+    return transformers.Qwen3ForCausalLM, small(transformers.Qwen3Config, head_dim=16, max_position_embeddings=256)
+
+
+def _gemma3(window=4):
+    return transformers.Gemma3ForCausalLM, small(
+        transformers.Gemma3TextConfig, head_dim=16, sliding_window=window, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3)
+
+
+FAMILIES = {"llama": _llama, "qwen3": _qwen3, "gemma3": _gemma3}
+
+
+def pair(family, dtype=torch.float32, **config_changes):
+    """The same weights under "sdpa" and under "rotary" (each model its own config copy)."""
+    model_cls, config = FAMILIES[family]()
+    for key, value in config_changes.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    sdpa = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").to(dtype).eval()
+    ours = model_cls._from_config(copy.deepcopy(config), attn_implementation="rotary").to(dtype).eval()
+    ours.load_state_dict(sdpa.state_dict())
+    assert sdpa.config._attn_implementation == "sdpa" and ours.config._attn_implementation == "rotary"
+    return sdpa, ours
+
+
+def prompt(batch=2, seq=12, seed=7):
+    return torch.randint(3, 97, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def rotary_calls(monkeypatch):
+    """Counts the backend's calls: a model that silently fell back to another backend must fail."""
+    import rotary._torch_attention as module
+
+    calls = {"n": 0}
+    original = module._hf_attention_impl
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, "_hf_attention_impl", counted)
+    return calls
+
+
+def logits(model, ids, **kwargs):
+    with torch.no_grad():
+        return model(ids, **kwargs).logits.double()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_logits_and_greedy_generation_equal_sdpa_in_float32(family, rotary_calls):
+    sdpa, ours = pair(family)
+    ids = prompt()
+    want, got = logits(sdpa, ids), logits(ours, ids)
+    layers = ours.config.num_hidden_layers
+    assert rotary_calls["n"] == layers
+    assert (got - want).abs().max().item() <= F32_LOGIT_TOLERANCE * want.abs().max().item()
+    tokens_sdpa = sdpa.generate(ids, max_new_tokens=10, do_sample=False)
+    tokens_ours = ours.generate(ids, max_new_tokens=10, do_sample=False)
+    assert rotary_calls["n"] == layers * (1 + 10)  # prefill + one decode step per token, all on rotary
+    assert torch.equal(tokens_ours, tokens_sdpa)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_left_padded_batch_equals_sdpa_on_real_tokens(family, rotary_calls):
+    sdpa, ours = pair(family)
+    ids = prompt(batch=3)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[0, :5] = 0  # left padding of 5 and of 1; row 2 unpadded
+    mask[1, :1] = 0
+    want, got = logits(sdpa, ids, attention_mask=mask), logits(ours, ids, attention_mask=mask)
+    real = mask.bool()
+    assert (got - want)[real].abs().max().item() <= F32_LOGIT_TOLERANCE * want[real].abs().max().item()
+    # The padding is honoured, not ignored: without the mask the padded rows' logits move.
+    unmasked = logits(ours, ids)
+    assert (unmasked - want)[0][real[0]].abs().max().item() > 1e-3
+    tokens_sdpa = sdpa.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+    tokens_ours = ours.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+    assert torch.equal(tokens_ours, tokens_sdpa)
+
+
+def test_gemma3_sliding_window_matters_and_is_honoured(rotary_calls):
+    ids = prompt(seq=16)
+    sdpa, ours = pair("gemma3")
+    want = logits(sdpa, ids)
+    got = logits(ours, ids)
+    assert (got - want).abs().max().item() <= F32_LOGIT_TOLERANCE * want.abs().max().item()
+    # A window of 4 against one longer than the prompt: the window changes the logits by far more
+    # than the tolerance, so a backend that ignored it would fail the comparison above.
+    wide, _ = pair("gemma3", sliding_window=64)
+    assert (logits(wide, ids) - want).abs().max().item() > 100 * F32_LOGIT_TOLERANCE * want.abs().max().item()
+    # Generation past the window: the sliding layers' cache keeps window - 1 keys (kv_offset > 0).
+    tokens_sdpa = sdpa.generate(ids, max_new_tokens=12, do_sample=False)
+    tokens_ours = ours.generate(ids, max_new_tokens=12, do_sample=False)
+    assert torch.equal(tokens_ours, tokens_sdpa)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_bfloat16_logits_within_tolerance(family, rotary_calls):
+    sdpa, ours = pair(family, torch.bfloat16)
+    ids = prompt()
+    want, got = logits(sdpa, ids), logits(ours, ids)
+    assert rotary_calls["n"] == ours.config.num_hidden_layers
+    worst = (got - want).abs().max().item() / want.abs().max().item()
+    assert worst <= BF16_LOGIT_TOLERANCE, f"worst |rotary - sdpa| / max|logit| = {worst:.4g}"
+
+
+def test_backend_refusals():
+    module = torch.nn.Module()
+    module.is_causal = True
+    q = torch.zeros(1, 2, 4, 8)
+    k = v = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(rotary.RotaryError, match=r"dropout must be 0 \(got 0.1\)"):
+        rt.rotary_attention_forward(module, q, k, v, None, dropout=0.1)
+    with pytest.raises(rotary.RotaryError, match=r"softcap must be None"):
+        rt.rotary_attention_forward(module, q, k, v, None, softcap=50.0)
+    with pytest.raises(rotary.RotaryError, match=r"output_attentions must be False"):
+        rt.rotary_attention_forward(module, q, k, v, None, output_attentions=True)
+    # A block-diagonal (packed-sequence) mask is not one causal range of keys: refused by name.
+    packed = torch.zeros(1, 1, 4, 4, dtype=torch.bool)
+    packed[0, 0, :2, :2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
+    packed[0, 0, 2:, 2:] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(rotary.RotaryError, match=r"attention_mask of batch row 0 is not a causal mask over one "
+                                                 r"contiguous range of keys"):
+        rt.rotary_attention_forward(module, q, k, v, packed)
+    with pytest.raises(rotary.RotaryError, match=r"additive biases other than 0 and -inf"):
+        rt.rotary_attention_forward(module, q, k, v, torch.full((1, 1, 4, 4), 0.5))
+    module.is_causal = False
+    with pytest.raises(rotary.RotaryError, match=r"sliding window on non-causal attention"):
+        rt.rotary_attention_forward(module, q, k, v, None, sliding_window=2)
+
+
+def test_backend_reads_additive_masks_and_right_padding():
+    """An additive float mask (0 / dtype minimum, transformers' eager_mask) and right padding (the
+    training layout) give the same result as the boolean mask and SDPA on the real rows."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
+
+    gen = torch.Generator().manual_seed(9)
+    q = random_tensor(gen, (2, 4, 6, 16))
+    k = random_tensor(gen, (2, 2, 6, 16))
+    v = random_tensor(gen, (2, 2, 6, 16))
+    padding = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    bool_mask = sdpa_mask(batch_size=2, q_length=6, kv_length=6, attention_mask=padding, allow_is_causal_skip=False)
+    float_mask = eager_mask(batch_size=2, q_length=6, kv_length=6, attention_mask=padding)
+    module = torch.nn.Module()
+    module.is_causal = True
+    got_bool, _ = rt.rotary_attention_forward(module, q, k, v, bool_mask)
+    got_float, _ = rt.rotary_attention_forward(module, q, k, v, float_mask)
+    assert torch.equal(got_bool, got_float)
+    want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=bool_mask,
+                                                            enable_gqa=True).transpose(1, 2)
+    assert (got_bool.double() - want)[0, :4].abs().max().item() < 1e-5
+    assert (got_bool.double() - want)[1].abs().max().item() < 1e-5
