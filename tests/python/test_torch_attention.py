@@ -12,15 +12,17 @@ with attn_implementation="rotary" against "sdpa" on the same weights.
 
 Tolerances. Both backends compute each attention output in float32 from the same rotated q, k
 and v; each is within docs/attention.md's bound of the float64 attention, which for these models
-(head_dim 16, |scale q.k| < 1, at most 22 keys) is below 40 u V (u = 2^-24, V the largest |v|),
-so the two differ by at most 80 u V per attention output. That difference passes through the rest
-of the network (2 layers, norms, MLP, the head), identical float32 code on both sides; we allow a
-gain of 250 for it (random init with std 0.02 weights, RMSNorm rescaling the hidden state), i.e.
-logits within 2e4 u max|logit| ~ 1.2e-3 max|logit| (observed: ~3e-7 absolute, ~3 u max|logit|;
-a sliding window ignored, or a mask one position off, moves the logits by > 1e-2: tested below).
-Greedy generation must give identical tokens in float32. bfloat16: each attention output is
-rounded once to bfloat16 by both (one unit 2^-8 relative apart at most), and every later bfloat16
-op rounds again; we allow 16 bfloat16 units of max|logit| (observed in the test's report).
+(head_dim 16, |scale q.k| < 1, at most 28 keys) is below 40 u V (u = 2^-24, V the largest |v|),
+so the two differ by at most 80 u V per attention output. The rest of the network (2-3 layers,
+norms, MLP, the head) is the same float32 code on both sides and carries that difference to the
+logits with some gain; the gain is not derived here: we allow 12.8, i.e. logits within 1024 u
+max|logit| (6.1e-5 relative). Observed: 3.0 u (Llama), 5.7 u (Qwen3), 8.4 u (Gemma 3). The
+tolerance is still tight: ignoring Gemma 3's window moves the logits by ~1.0 max|logit|, a mask one
+position off or the padding ignored by > 1e-3 (tested below). Greedy generation must give
+identical tokens in float32.
+bfloat16: both round each attention output once to bfloat16 (at most one unit, 2^-8 relative,
+apart) and every later bfloat16 op rounds again; we allow 16 bfloat16 units of max|logit| (observed
+1.1 Llama, 1.7 Qwen3, 3.6 Gemma 3 units).
 """
 import copy
 import ml_dtypes
@@ -34,7 +36,7 @@ import rotary.torch as rt  # noqa: E402
 from hf_harness import one_torch_thread, small  # noqa: E402,F401
 
 U = 2.0**-24
-F32_LOGIT_TOLERANCE = 2e4 * U  # relative to max|logit|, the derivation above
+F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit|, the derivation above
 BF16_LOGIT_TOLERANCE = 16 * 2.0**-8
 
 
