@@ -310,3 +310,35 @@ def test_backend_reads_additive_masks_and_right_padding():
                                                             enable_gqa=True).transpose(1, 2)
     assert (got_bool.double() - want)[0, :4].abs().max().item() < 1e-5
     assert (got_bool.double() - want)[1].abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_static_cache_generation_equals_sdpa(family, rotary_calls):
+    """StaticCache: keys of max_cache_len slots, the unfilled ones masked as padding (key_end)."""
+    sdpa, ours = pair(family)
+    ids = prompt()
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0
+    tokens_sdpa = sdpa.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                cache_implementation="static")
+    tokens_ours = ours.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                cache_implementation="static")
+    assert rotary_calls["n"] == ours.config.num_hidden_layers * 8
+    assert torch.equal(tokens_ours, tokens_sdpa)
+
+
+def test_whole_model_under_torch_compile_fullgraph(rotary_calls):
+    """Gemma 3 (sliding and full layers, left padding) compiled with fullgraph=True: the backend's
+    op is one node; the mask is read inside it at run time."""
+    torch._dynamo.reset()
+    sdpa, ours = pair("gemma3")
+    ids = prompt()
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :3] = 0
+    want = logits(sdpa, ids, attention_mask=mask)
+    compiled = torch.compile(ours, fullgraph=True)
+    with torch.no_grad():
+        got = compiled(ids, attention_mask=mask).logits.double()
+    assert rotary_calls["n"] == ours.config.num_hidden_layers
+    real = mask.bool()
+    assert (got - want)[real].abs().max().item() <= F32_LOGIT_TOLERANCE * want[real].abs().max().item()
