@@ -237,7 +237,11 @@ def _call(q_view, k_view, v_view, out_view, scale, causal, window, query_offset,
 def attention_scale(spec: Spec, qk_head_dim: Optional[int] = None) -> float:
     """The softmax scale a model uses with this spec: qk_head_dim^-0.5, times mscale² for
     DeepSeek's YaRN with mscale_all_dim (attention.hpp attention_scale). qk_head_dim: default the
-    spec's head_dim."""
+    spec's head_dim.
+
+    >>> round(rotary.attention_scale(rotary.Spec.preset("llama-3.1-8b")), 6)   # 128 ** -0.5
+    0.088388
+    """
     if not isinstance(spec, Spec):
         raise RotaryError(f"spec must be a rotary.Spec (got {type(spec).__name__})")
     dim = spec.head_dim if qk_head_dim is None else int_arg("qk_head_dim", qk_head_dim)
