@@ -284,9 +284,17 @@ def _hf_attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     implementation = "reference" if f64 else "kernels"
     if mask is None:
         # transformers' sdpa_mask returns None only where torch's is_causal (top-left) is exact, or
-        # for one query (which sees every key); the window then never cuts (kv_len < window).
-        _rotary.attention(*views, scale, causal and q_len > 1, 0, None, window, None, None, None, None, None, None, 0,
-                          -1, implementation)
+        # for one query (which sees every key); for a sliding layer only while the window cannot
+        # cut (kv_len < window). A window that would cut here contradicts the mask: refused.
+        top_left = causal and q_len > 1
+        farthest = (q_len - 1) if top_left else (kv_len - 1)
+        if window and farthest >= window:
+            raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
+                              f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
+                              f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
+                              "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+        _rotary.attention(*views, scale, top_left, 0, None, 0, None, None, None, None, None, None, 0, -1,
+                          implementation)
         return out
     plans = _mask_plans(mask, batch, q_len, kv_len, causal, window)
     if all(p is not None and p.key_start == 0 and p.offset >= 0 for p in plans):

@@ -284,6 +284,12 @@ def test_backend_refusals():
         rt.rotary_attention_forward(module, q, k, v, packed)
     with pytest.raises(rotary.RotaryError, match=r"additive biases other than 0 and -inf"):
         rt.rotary_attention_forward(module, q, k, v, torch.full((1, 1, 4, 4), 0.5))
+    # No mask but a window that would cut: the mask and the layer disagree; refused, not guessed.
+    with pytest.raises(rotary.RotaryError, match=r"attention_mask is None \(no sliding window in the mask\) but the "
+                                                 r"layer has sliding_window 2"):
+        rt.rotary_attention_forward(module, q, k, v, None, sliding_window=2)
+    out, _ = rt.rotary_attention_forward(module, q, k, v, None, sliding_window=4)  # cannot cut 4 tokens: runs
+    assert out.shape == (1, 4, 2, 8)
     module.is_causal = False
     with pytest.raises(rotary.RotaryError, match=r"sliding window on non-causal attention"):
         rt.rotary_attention_forward(module, q, k, v, None, sliding_window=2)
