@@ -348,3 +348,28 @@ def test_whole_model_under_torch_compile_fullgraph(rotary_calls):
     assert rotary_calls["n"] == ours.config.num_hidden_layers
     real = mask.bool()
     assert (got - want)[real].abs().max().item() <= F32_LOGIT_TOLERANCE * want[real].abs().max().item()
+
+
+def test_opcheck_schema_fake_and_aot_dispatch():
+    """torch.library.opcheck: the schema matches what the ops do (no hidden mutation), the fake
+    implementations give the real outputs' shapes, dtypes and strides, and AOT dispatch traces them."""
+    from rotary._torch_attention import _attention_op, _hf_attention_op
+
+    gen = torch.Generator().manual_seed(11)
+    q = random_tensor(gen, (2, 4, 5, 16))
+    k = random_tensor(gen, (2, 2, 7, 16))
+    v = random_tensor(gen, (2, 2, 7, 12))
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_static")
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q_rope = random_tensor(gen, (2, 4, 5, 128))
+    k_rope = random_tensor(gen, (2, 2, 7, 128))
+    cases = [
+        (_attention_op, (q, k, v, None, torch.tensor([7, 5]), None, None, None, None, "", "", None, True, 0, 2, "bhsd",
+                         0, -1, "kernels")),
+        (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, spec._handle, "", 0.1,
+                         True, 3, 0, "bhsd", 0, -1, "kernels")),
+        (_hf_attention_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2), True, 0, None)),
+    ]
+    for op, args in cases:
+        result = torch.library.opcheck(op, args, test_utils=utils)
+        assert all(value == "SUCCESS" for value in result.values()), result
