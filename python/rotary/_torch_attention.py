@@ -3,8 +3,9 @@ backend ``attn_implementation="rotary"`` (register_attention). Re-exported by ro
 
 Both run include/rotary/attention.hpp's kernels on CPU tensors through the descriptors of
 rotary/_views.py (no copy): float32 / bfloat16 / float16 on the SIMD fast path, float64 on the
-float64 reference. Gradients are not implemented: asking for one raises RotaryError naming the op
-(docs/python.md, "Attention").
+float64 reference. Gradients: the dense attention backward recomputed in torch (float32, float64
+for float64 tensors; O(q_len x kv_len) memory per head), through rotary's backward rotation for
+fused RoPE (docs/python.md, "Attention").
 
 torch.compile: the ops have fake implementations (the output's shape and dtype), so a compiled
 graph keeps them as single nodes (fullgraph=True works); everything that reads values (positions,
@@ -94,18 +95,137 @@ def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_position
     return q.new_empty(output_shape(q.shape, v.shape))
 
 
-def _no_backward(op_name: str):
-    def backward(ctx, grad):
-        raise RotaryError(f"{op_name} has no backward: rotary's attention computes the forward only (got a gradient "
-                          "request for q, k or v); use torch.nn.functional.scaled_dot_product_attention for training")
-    return backward
+# ---- backward ---------------------------------------------------------------------------------------
+# The gradient of o = softmax(scale q k^T + mask) v (FlashAttention-2, Dao 2023, Algorithm 2, in its
+# dense form): with P the softmax weights (0 where masked; a row that sees no key has P = 0 and
+# o = 0, so its gradient is 0),
+#   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ = scale dS K,   dK = scale dS^T Q
+# summed over the q heads of each kv head (GQA). P is recomputed in torch from q, k and the mask
+# (O(q_len x kv_len) memory per head: a backward for training-sized sequences, not a kernel), in
+# float32 (float64 for float64 tensors). With fused RoPE the forward is o(R_q q, R_k k): the
+# gradients above are for the rotated q and k, and rotary's backward rotation (the transpose of
+# R, apply_rotary(direction="backward"), same table and seq_len) carries them to q and k.
+def _dense_grads(q, k, v, grad_out, visible, scale):
+    """q [b, h, s_q, d], k [b, g, s_k, d], v [b, g, s_k, d_v], grad_out [b, h, s_q, d_v] (compute
+    dtype), visible bool broadcastable to [b, h, s_q, s_k]: (dq, dk, dv) in the compute dtype."""
+    group = q.shape[1] // k.shape[1]
+    k_rep = k.repeat_interleave(group, dim=1)  # head h reads kv head h // group (repeat_kv)
+    v_rep = v.repeat_interleave(group, dim=1)
+    scores = scale * (q @ k_rep.transpose(-1, -2))
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: 0
+    out = weights @ v_rep
+    dv_rep = weights.transpose(-1, -2) @ grad_out
+    d_weights = grad_out @ v_rep.transpose(-1, -2)
+    d_scores = weights * (d_weights - (grad_out * out).sum(-1, keepdim=True))
+    dq = scale * (d_scores @ k_rep)
+    dk_rep = scale * (d_scores.transpose(-1, -2) @ q)
+    fold = lambda t: t.reshape(t.shape[0], k.shape[1], group, *t.shape[2:]).sum(2)  # noqa: E731
+    return dq, fold(dk_rep), fold(dv_rep)
 
 
-def _no_setup(ctx, inputs, output):
-    return None
+def _to_bhsd(t, layout):
+    return {"bhsd": t, "bshd": t.transpose(1, 2), "sbhd": t.permute(1, 2, 0, 3)}[layout]
 
 
-_attention_op.register_autograd(_no_backward(_OP_NAME), setup_context=_no_setup)
+def _from_bhsd(t, layout):
+    return {"bhsd": t, "bshd": t.transpose(1, 2), "sbhd": t.permute(2, 0, 1, 3)}[layout]
+
+
+def _visible(batch, q_len, kv_len, causal, window, offsets, kv_lengths, device):
+    """attention.hpp's mask, [batch, 1, q_len, kv_len]: key j < kv_length(b); j <= p if causal;
+    p - j < window if window > 0; p = offset_b + i."""
+    i = torch.arange(q_len, device=device).view(1, 1, q_len, 1)
+    j = torch.arange(kv_len, device=device).view(1, 1, 1, kv_len)
+    p = i + offsets.view(batch, 1, 1, 1)
+    visible = j < kv_lengths.view(batch, 1, 1, 1)
+    if causal:
+        visible = visible & (j <= p)
+    if window > 0:
+        visible = visible & (p - j < window)
+    return visible
+
+
+def _attention_setup(ctx, inputs, output):
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision,
+     scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) = inputs
+    ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions)
+    ctx.source = _handles.lookup(source) if source else None  # alive until backward
+    ctx.args = (source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len)
+
+
+def _rope_positions(positions, batch, seq, offsets):
+    """Per-token positions [batch, seq] of one call: given ([batch, seq], [1, seq], [seq]), or the
+    mask's (offset_b + i)."""
+    if positions is not None:
+        return positions.reshape(-1, seq).expand(batch, seq).to(torch.int64)
+    return torch.arange(seq, dtype=torch.int64).view(1, seq) + offsets.view(batch, 1)
+
+
+def _attention_backward(ctx, grad_out):
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions) = ctx.saved_tensors
+    source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len = ctx.args
+    compute = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
+    if layout == "thd":
+        segments = []  # (q slice, k slice, offset, q positions, k positions) per cu_seqlens segment
+        cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        for n in range(len(cu_q) - 1):
+            offset = int(query_offsets[n]) if query_offsets is not None else query_offset
+            qs, ks = slice(cu_q[n], cu_q[n + 1]), slice(cu_k[n], cu_k[n + 1])
+            segments.append((qs, ks, offset, None if q_positions is None else q_positions.reshape(-1)[qs],
+                             None if k_positions is None else k_positions.reshape(-1)[ks]))
+        views = [(t.unsqueeze(0), "bshd") for t in (q, k, v, grad_out)]
+    else:
+        segments = [(slice(None), slice(None), None, q_positions, k_positions)]
+        views = [(t, layout) for t in (q, k, v, grad_out)]
+    dq = torch.zeros(q.shape, dtype=compute)
+    dk = torch.zeros(k.shape, dtype=compute)
+    dv = torch.zeros(v.shape, dtype=compute)
+    grads = [(dq.unsqueeze(0), "bshd"), (dk.unsqueeze(0), "bshd"), (dv.unsqueeze(0), "bshd")] if layout == "thd" \
+        else [(dq, layout), (dk, layout), (dv, layout)]
+    spec_or_table = ctx.source
+    for qs, ks, offset, q_pos, k_pos in segments:
+        sel_q = (slice(None), qs) if layout == "thd" else (slice(None),)
+        sel_k = (slice(None), ks) if layout == "thd" else (slice(None),)
+        tq, tk, tv, tg = (_to_bhsd(t[sel], lay).to(compute) for (t, lay), sel in
+                          zip(views, (sel_q, sel_k, sel_k, sel_q)))
+        batch, _, q_len, head_dim = tq.shape
+        kv_len = tk.shape[2]
+        if layout == "thd":
+            offsets = torch.tensor([offset])
+            lengths = torch.tensor([kv_len])
+        else:
+            offsets = query_offsets.to(torch.int64) if query_offsets is not None else \
+                torch.full((batch,), query_offset, dtype=torch.int64)
+            lengths = kv_lengths.to(torch.int64) if kv_lengths is not None else torch.full((batch,), kv_len)
+        rope = None
+        if spec_or_table is not None:
+            from ._torch_ops import apply_rotary
+
+            pq = _rope_positions(q_pos, batch, q_len, offsets)
+            pk = _rope_positions(k_pos, batch, kv_len, torch.zeros(batch, dtype=torch.int64))
+            call_seq_len = seq_len if seq_len >= 0 else int(max(pq.max() if pq.numel() else -1,
+                                                                pk.max() if pk.numel() else -1)) + 1
+            rope = (apply_rotary, pq, pk, call_seq_len)
+            options = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset,
+                           seq_len=call_seq_len)
+            tq = apply_rotary(tq, None, pq, spec_or_table, **options)[0]
+            tk = apply_rotary(tk, None, pk, spec_or_table, **options)[0]
+        visible = _visible(batch, q_len, kv_len, causal, window, offsets, lengths, tq.device)
+        used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
+        gq, gk, gv = _dense_grads(tq, tk, tv, tg, visible, used_scale)
+        if rope is not None:
+            apply_rotary, pq, pk, call_seq_len = rope
+            options = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset,
+                           seq_len=call_seq_len, direction="backward")
+            gq = apply_rotary(gq, None, pq, spec_or_table, **options)[0]
+            gk = apply_rotary(gk, None, pk, spec_or_table, **options)[0]
+        for (target, lay), g, sel in zip(grads, (gq, gk, gv), (sel_q, sel_k, sel_k)):
+            target[sel].copy_(_from_bhsd(g, lay))
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 16
+
+
+_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -121,7 +241,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     rotary.attention (the NumPy function); the integer arguments (query_offsets, kv_lengths,
     cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
     kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
-    dtype to write into (no autograd). No backward: a gradient request raises RotaryError."""
+    dtype to write into (no autograd). Gradients: the dense attention backward recomputed in torch
+    (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE."""
     check_layout(layout)
     check_implementation(implementation)
     causal = check_causal(causal)
@@ -335,7 +456,33 @@ def _(q, k, v, mask, causal, window, scale):
     return q.new_empty((q.shape[0], q.shape[2], q.shape[1], v.shape[-1]))
 
 
-_hf_attention_op.register_autograd(_no_backward("rotary::hf_attention"), setup_context=_no_setup)
+def _hf_attention_setup(ctx, inputs, output):
+    q, k, v, mask, causal, window, scale = inputs
+    ctx.save_for_backward(q, k, v, mask)
+    ctx.args = (causal, scale)
+
+
+def _hf_attention_backward(ctx, grad_out):
+    """The dense gradient of _dense_grads with the mask the forward computed: the model's mask
+    (the forward checked that rotary's mask equals it), or SDPA's reading of None."""
+    q, k, v, mask = ctx.saved_tensors
+    causal, scale = ctx.args
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    batch, heads, q_len, head_dim = q.shape
+    kv_len = k.shape[2]
+    if mask is not None:
+        visible = _boolean_mask(mask, batch, q_len, kv_len).unsqueeze(1)
+    elif causal and q_len > 1:
+        visible = torch.ones(q_len, kv_len, dtype=torch.bool).tril().view(1, 1, q_len, kv_len)
+    else:
+        visible = torch.ones(1, 1, q_len, kv_len, dtype=torch.bool)
+    used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
+    dq, dk, dv = _dense_grads(q.to(compute), k.to(compute), v.to(compute), grad_out.transpose(1, 2).to(compute),
+                              visible, used_scale)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+
+
+_hf_attention_op.register_autograd(_hf_attention_backward, setup_context=_hf_attention_setup)
 
 # Keyword arguments of transformers' attention functions that change the result and that rotary
 # cannot compute: refused when set, never ignored.
