@@ -164,7 +164,22 @@ def _rope_positions(positions, batch, seq, offsets):
 
 def _attention_backward(ctx, grad_out):
     (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions) = ctx.saved_tensors
-    source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len = ctx.args
+    dq, dk, dv = _attention_backward_op(q, k, v, grad_out.contiguous(), query_offsets, kv_lengths, cu_seqlens_q,
+                                        cu_seqlens_k, q_positions, k_positions, *ctx.args)
+    return (dq, dk, dv) + (None,) * 16
+
+
+# The backward runs as an op of its own: it reads values (cu_seqlens, positions, the table), which
+# torch.compile's traced backward graph cannot; as an op with a fake implementation it stays one
+# node there, as the forward does.
+@torch.library.custom_op("rotary::attention_backward", mutates_args=())
+def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
+                           query_offsets: Optional[torch.Tensor], kv_lengths: Optional[torch.Tensor],
+                           cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                           q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor], source: str,
+                           precision: str, scale: Optional[float], causal: bool, window: int, query_offset: int,
+                           layout: str, rotary_offset: int,
+                           seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     compute = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
     if layout == "thd":
         segments = []  # (q slice, k slice, offset, q positions, k positions) per cu_seqlens segment
@@ -183,7 +198,7 @@ def _attention_backward(ctx, grad_out):
     dv = torch.zeros(v.shape, dtype=compute)
     grads = [(dq.unsqueeze(0), "bshd"), (dk.unsqueeze(0), "bshd"), (dv.unsqueeze(0), "bshd")] if layout == "thd" \
         else [(dq, layout), (dk, layout), (dv, layout)]
-    spec_or_table = ctx.source
+    spec_or_table = _handles.lookup(source) if source else None
     for qs, ks, offset, q_pos, k_pos in segments:
         sel_q = (slice(None), qs) if layout == "thd" else (slice(None),)
         sel_k = (slice(None), ks) if layout == "thd" else (slice(None),)
@@ -222,7 +237,13 @@ def _attention_backward(ctx, grad_out):
             gk = apply_rotary(gk, None, pk, spec_or_table, **options)[0]
         for (target, lay), g, sel in zip(grads, (gq, gk, gv), (sel_q, sel_k, sel_k)):
             target[sel].copy_(_from_bhsd(g, lay))
-    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)) + (None,) * 16
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@_attention_backward_op.register_fake
+def _(q, k, v, grad_out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
+      precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 _attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
@@ -463,10 +484,18 @@ def _hf_attention_setup(ctx, inputs, output):
 
 
 def _hf_attention_backward(ctx, grad_out):
-    """The dense gradient of _dense_grads with the mask the forward computed: the model's mask
-    (the forward checked that rotary's mask equals it), or SDPA's reading of None."""
     q, k, v, mask = ctx.saved_tensors
     causal, scale = ctx.args
+    dq, dk, dv = _hf_attention_backward_op(q, k, v, mask, grad_out.contiguous(), causal, scale)
+    return dq, dk, dv, None, None, None, None
+
+
+@torch.library.custom_op("rotary::hf_attention_backward", mutates_args=())
+def _hf_attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                              grad_out: torch.Tensor, causal: bool,
+                              scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dense gradient of _dense_grads with the mask the forward computed: the model's mask
+    (the forward checked that rotary's mask equals it), or SDPA's reading of None."""
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     batch, heads, q_len, head_dim = q.shape
     kv_len = k.shape[2]
@@ -479,7 +508,12 @@ def _hf_attention_backward(ctx, grad_out):
     used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
     dq, dk, dv = _dense_grads(q.to(compute), k.to(compute), v.to(compute), grad_out.transpose(1, 2).to(compute),
                               visible, used_scale)
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@_hf_attention_backward_op.register_fake
+def _(q, k, v, mask, grad_out, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 _hf_attention_op.register_autograd(_hf_attention_backward, setup_context=_hf_attention_setup)

@@ -156,6 +156,26 @@ def test_gradients_pass_gradcheck_for_every_mask_layout_and_fused_rope():
         assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-7, rtol=1e-5), name
 
 
+def test_gradients_under_torch_compile_fullgraph_equal_eager():
+    """The backward is an op of its own (rotary::attention_backward, with a fake): a compiled
+    training step traces it as one node and gives eager's gradients."""
+    torch._dynamo.reset()
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    gen = torch.Generator().manual_seed(12)
+    leaves = [random_tensor(gen, s).requires_grad_() for s in ((2, 4, 5, 128), (2, 2, 7, 128), (2, 2, 7, 16))]
+
+    def loss(q, k, v):
+        out = rt.attention(q, k, v, causal=True, query_offset=2, kv_lengths=torch.tensor([7, 6]), spec_or_table=spec)
+        return out.square().sum()
+
+    torch.compile(loss, fullgraph=True)(*leaves).backward()
+    compiled = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    loss(*leaves).backward()
+    assert all(torch.equal(c, t.grad) for c, t in zip(compiled, leaves))
+
+
 def test_gradcheck_fails_on_a_wrong_backward(monkeypatch):
     """The gradcheck above can fail: a backward that forgets the softmax's row term is caught."""
     import rotary._torch_attention as module
@@ -397,7 +417,8 @@ def test_whole_model_under_torch_compile_fullgraph(rotary_calls):
 def test_opcheck_schema_fake_and_aot_dispatch():
     """torch.library.opcheck: the schema matches what the ops do (no hidden mutation), the fake
     implementations give the real outputs' shapes, dtypes and strides, and AOT dispatch traces them."""
-    from rotary._torch_attention import _attention_op, _hf_attention_op
+    from rotary._torch_attention import (_attention_backward_op, _attention_op, _hf_attention_backward_op,
+                                         _hf_attention_op)
 
     gen = torch.Generator().manual_seed(11)
     q = random_tensor(gen, (2, 4, 5, 16))
@@ -413,6 +434,10 @@ def test_opcheck_schema_fake_and_aot_dispatch():
         (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, spec._handle, "", 0.1,
                          True, 3, 0, "bhsd", 0, -1, "kernels")),
         (_hf_attention_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2), True, 0, None)),
+        (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, torch.tensor([7, 5]), None, None,
+                                  None, None, "", "", None, True, 0, 2, "bhsd", 0, -1)),
+        (_hf_attention_backward_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2),
+                                     random_tensor(gen, (2, 5, 4, 12)), True, None)),
     ]
     for op, args in cases:
         result = torch.library.opcheck(op, args, test_utils=utils)
