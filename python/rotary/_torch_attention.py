@@ -199,13 +199,15 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
     grads = [(dq.unsqueeze(0), "bshd"), (dk.unsqueeze(0), "bshd"), (dv.unsqueeze(0), "bshd")] if layout == "thd" \
         else [(dq, layout), (dk, layout), (dv, layout)]
     spec_or_table = _handles.lookup(source) if source else None
+    # Each segment's tensors in BHSD, its mask terms and (fused RoPE) its positions; the seq_len of
+    # the rotation is the whole call's (its largest position + 1, as the forward's), not a segment's.
+    parts = []
     for qs, ks, offset, q_pos, k_pos in segments:
         sel_q = (slice(None), qs) if layout == "thd" else (slice(None),)
         sel_k = (slice(None), ks) if layout == "thd" else (slice(None),)
         tq, tk, tv, tg = (_to_bhsd(t[sel], lay).to(compute) for (t, lay), sel in
                           zip(views, (sel_q, sel_k, sel_k, sel_q)))
-        batch, _, q_len, head_dim = tq.shape
-        kv_len = tk.shape[2]
+        batch, q_len, kv_len = tq.shape[0], tq.shape[2], tk.shape[2]
         if layout == "thd":
             offsets = torch.tensor([offset])
             lengths = torch.tensor([kv_len])
@@ -213,28 +215,28 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
             offsets = query_offsets.to(torch.int64) if query_offsets is not None else \
                 torch.full((batch,), query_offset, dtype=torch.int64)
             lengths = kv_lengths.to(torch.int64) if kv_lengths is not None else torch.full((batch,), kv_len)
-        rope = None
+        pq = pk = None
         if spec_or_table is not None:
-            from ._torch_ops import apply_rotary
-
             pq = _rope_positions(q_pos, batch, q_len, offsets)
             pk = _rope_positions(k_pos, batch, kv_len, torch.zeros(batch, dtype=torch.int64))
-            call_seq_len = seq_len if seq_len >= 0 else int(max(pq.max() if pq.numel() else -1,
-                                                                pk.max() if pk.numel() else -1)) + 1
-            rope = (apply_rotary, pq, pk, call_seq_len)
-            options = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset,
-                           seq_len=call_seq_len)
-            tq = apply_rotary(tq, None, pq, spec_or_table, **options)[0]
-            tk = apply_rotary(tk, None, pk, spec_or_table, **options)[0]
-        visible = _visible(batch, q_len, kv_len, causal, window, offsets, lengths, tq.device)
+        parts.append((sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk))
+    call_seq_len = seq_len
+    if spec_or_table is not None and seq_len < 0:
+        call_seq_len = 1 + max([int(p.max()) for part in parts for p in part[8:] if p.numel()] or [-1])
+    from ._torch_ops import apply_rotary
+
+    rope = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset, seq_len=call_seq_len)
+    for sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk in parts:
+        if spec_or_table is not None:
+            tq = apply_rotary(tq, None, pq, spec_or_table, **rope)[0]
+            tk = apply_rotary(tk, None, pk, spec_or_table, **rope)[0]
+        batch, _, q_len, head_dim = tq.shape
+        visible = _visible(batch, q_len, tk.shape[2], causal, window, offsets, lengths, tq.device)
         used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
         gq, gk, gv = _dense_grads(tq, tk, tv, tg, visible, used_scale)
-        if rope is not None:
-            apply_rotary, pq, pk, call_seq_len = rope
-            options = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset,
-                           seq_len=call_seq_len, direction="backward")
-            gq = apply_rotary(gq, None, pq, spec_or_table, **options)[0]
-            gk = apply_rotary(gk, None, pk, spec_or_table, **options)[0]
+        if spec_or_table is not None:
+            gq = apply_rotary(gq, None, pq, spec_or_table, direction="backward", **rope)[0]
+            gk = apply_rotary(gk, None, pk, spec_or_table, direction="backward", **rope)[0]
         for (target, lay), g, sel in zip(grads, (gq, gk, gv), (sel_q, sel_k, sel_k)):
             target[sel].copy_(_from_bhsd(g, lay))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

@@ -129,6 +129,7 @@ def test_gradients_pass_gradcheck_for_every_mask_layout_and_fused_rope():
     rotary's backward rotation."""
     gen = torch.Generator().manual_seed(6)
     spec = rotary.Spec.preset("qwen2.5-7b-yarn")  # attention_scaling 1.1386 inside the rotation
+    phi3 = rotary.Spec.preset("phi-3-mini-128k")  # LongRoPE: the factors depend on the call's seq_len
     cases = {
         "bhsd causal gqa window offsets lengths": (
             lambda q, k, v: rt.attention(q, k, v, causal=True, window=3, query_offsets=torch.tensor([2, 0]),
@@ -148,6 +149,12 @@ def test_gradients_pass_gradcheck_for_every_mask_layout_and_fused_rope():
                                          q_positions=torch.tensor([[7, 8], [100, 101]]),
                                          k_positions=torch.tensor([[5, 6, 7, 8], [98, 99, 100, 101]])),
             (_leaf(gen, 2, 2, 4, 128), _leaf(gen, 2, 4, 2, 128), _leaf(gen, 2, 4, 2, 16))),
+        "thd, fused LongRoPE: one seq_len for the whole call (long factors past 4096)": (
+            lambda q, k, v: rt.attention(q, k, v, layout="thd", causal=True, spec_or_table=phi3,
+                                         cu_seqlens_q=torch.tensor([0, 2, 4]), cu_seqlens_k=torch.tensor([0, 2, 4]),
+                                         q_positions=torch.tensor([10, 11, 5000, 5001]),
+                                         k_positions=torch.tensor([10, 11, 5000, 5001])),
+            (_leaf(gen, 4, 2, 96), _leaf(gen, 4, 1, 96), _leaf(gen, 4, 1, 8))),
         "fused rope, the mask's positions": (
             lambda q, k, v: rt.attention(q, k, v, causal=True, spec_or_table=spec),
             (_leaf(gen, 1, 2, 3, 128), _leaf(gen, 1, 1, 3, 128), _leaf(gen, 1, 1, 3, 8))),
