@@ -544,7 +544,9 @@ def rotary_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
                           "use model.eval() or attention_dropout=0.0")
     for name, what in _REFUSED_KWARGS.items():
         if kwargs.get(name) is not None:
-            raise RotaryError(f"{where}: {name} must be None (got {name} set: {what} is not computed by rotary)")
+            value = kwargs[name]
+            shown = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)
+            raise RotaryError(f"{where}: {name} must be None (got {shown}): {what} is not computed by rotary")
     if kwargs.get("output_attentions"):
         raise RotaryError(f"{where}: output_attentions must be False (got True): rotary's attention never forms "
                           "the attention weights")

@@ -342,8 +342,10 @@ def test_backend_refusals():
     k = v = torch.zeros(1, 2, 4, 8)
     with pytest.raises(rotary.RotaryError, match=r"dropout must be 0 \(got 0.1\)"):
         rt.rotary_attention_forward(module, q, k, v, None, dropout=0.1)
-    with pytest.raises(rotary.RotaryError, match=r"softcap must be None"):
+    with pytest.raises(rotary.RotaryError, match=r"softcap must be None \(got 50.0\)"):
         rt.rotary_attention_forward(module, q, k, v, None, softcap=50.0)
+    with pytest.raises(rotary.RotaryError, match=r"s_aux must be None \(got a tensor of shape \(2,\)\): attention sinks"):
+        rt.rotary_attention_forward(module, q, k, v, None, s_aux=torch.zeros(2))
     with pytest.raises(rotary.RotaryError, match=r"output_attentions must be False"):
         rt.rotary_attention_forward(module, q, k, v, None, output_attentions=True)
     # A block-diagonal (packed-sequence) mask is not one causal range of keys: refused by name.
@@ -490,3 +492,15 @@ def test_training_step_gradients_equal_sdpa(family, rotary_calls):
         assert (p_ours.grad - p_sdpa.grad).abs().max().item() <= 1e-4 * largest + 1e-30, name
         checked += 1
     assert checked >= 10
+
+
+def test_gemma2_soft_capping_is_refused_by_name():
+    """Gemma 2 passes softcap=attn_logit_softcapping (50.0) to its attention function: rotary does
+    not compute soft-capping, so the forward is refused, naming it, instead of ignoring it."""
+    config = small(transformers.Gemma2Config, head_dim=16, sliding_window=4, max_position_embeddings=256,
+                   attn_logit_softcapping=50.0)
+    config._attn_implementation = "rotary"
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM._from_config(copy.deepcopy(config), attn_implementation="rotary").eval()
+    with pytest.raises(rotary.RotaryError, match=r"softcap must be None \(got 50.0\): logit soft-capping"):
+        logits(model, prompt())
