@@ -504,3 +504,12 @@ def test_gemma2_soft_capping_is_refused_by_name():
     model = transformers.Gemma2ForCausalLM._from_config(copy.deepcopy(config), attn_implementation="rotary").eval()
     with pytest.raises(rotary.RotaryError, match=r"softcap must be None \(got 50.0\): logit soft-capping"):
         logits(model, prompt())
+
+
+def test_set_attn_implementation_switches_an_existing_model(rotary_calls):
+    sdpa, ours = pair("qwen3")
+    switched = copy.deepcopy(sdpa)
+    switched.set_attn_implementation("rotary")
+    ids = prompt()
+    assert torch.equal(logits(switched, ids), logits(ours, ids))  # the same backend on the same weights
+    assert rotary_calls["n"] == 2 * ours.config.num_hidden_layers
