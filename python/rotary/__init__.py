@@ -7,6 +7,7 @@ NumPy API (this module):
     q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
     cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
     rotary.convert_weights("hf.safetensors", "meta.safetensors", "config.json", to="interleaved")
+    out = rotary.attention(q, k, v, causal=True, spec_or_table=spec)  # GQA, masks, fused RoPE
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a
@@ -27,6 +28,7 @@ from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
 from ._kv_cache import KvCache
 from ._convert import convert_weights
+from ._attention import attention, attention_scale
 
 __all__ = [
     "RotaryError",
@@ -40,6 +42,8 @@ __all__ = [
     "diagnose",
     "KvCache",
     "convert_weights",
+    "attention",
+    "attention_scale",
     "set_num_threads",
     "num_threads",
     "cpu_targets",

@@ -9,6 +9,11 @@ and float64 through the float64 reference (for gradcheck), any strides. Tensors 
 go through a pure-torch implementation of the same contract (``_apply_torch`` in _torch_ops.py; also
 selectable with backend="torch", which is how it is tested here, on CPU tensors).
 
+Attention: rotary.torch.attention(q, k, v, causal=True, spec_or_table=spec) is the custom op
+``rotary::attention`` (MHA / GQA / MQA, causal / window / padding / varlen masks, fused RoPE; CPU;
+forward only). register_attention() makes attn_implementation="rotary" a transformers attention
+backend (docs/attention.md, "The transformers backend").
+
 Hugging Face drop-in, two lines in a model:
     model.model.rotary_emb = rotary.torch.RotaryEmbedding(
         model.config, dtype=model.model.rotary_emb.inv_freq.dtype)  # model.to(bf16) casts HF's buffer
@@ -32,9 +37,13 @@ from ._torch_hf import (
     unpatch_model,
 )
 from ._torch_ops import apply_rotary
+from ._torch_attention import attention, register_attention, rotary_attention_forward
 
 __all__ = [
     "apply_rotary",
+    "attention",
+    "register_attention",
+    "rotary_attention_forward",
     "apply_rotary_pos_emb",
     "apply_rotary_pos_emb_interleave",
     "apply_multimodal_rotary_pos_emb",

@@ -25,6 +25,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/convert.hpp"
+#include "rotary/attention.hpp"
 #include "rotary/diagnose.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
@@ -401,6 +402,66 @@ PYBIND11_MODULE(_rotary, m) {
         return py::bytes(static_cast<const char*>(view.data),
                          static_cast<size_t>(element_count(view, "values") * dtype_size(view.dtype)));
       });
+
+  // ---- attention (attention.hpp): rotary.attention and rotary.torch.attention ---------------------
+  // Tensors cross as descriptors (no copy); the int64 arrays (offsets, lengths, cu_seqlens,
+  // positions) as (address, count) buffers the caller keeps alive. table None = no fused RoPE.
+  // implementation: "kernels" (rotary::attention), "reference" (the float64 definition) or
+  // "checks" (check_attention_arguments only). Every value is checked in C++.
+  m.def(
+      "attention",
+      [](const py::handle& q, const py::handle& k, const py::handle& v, const py::handle& out,
+         std::optional<double> scale, bool causal, int64_t query_offset, const py::handle& query_offsets, int64_t window,
+         const py::handle& kv_lengths, const py::handle& cu_seqlens_q, const py::handle& cu_seqlens_k,
+         const CosSinTable* table, const py::handle& q_positions, const py::handle& k_positions, int64_t rotary_offset,
+         int64_t seq_len, const std::string& implementation) {
+        if (implementation != "kernels" && implementation != "reference" && implementation != "checks") {
+          fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + implementation + "')");
+        }
+        const TensorView vq = to_view(q, "q"), vk = to_view(k, "k"), vv = to_view(v, "v"), vout = to_view(out, "out");
+        const auto span_of = [](const py::handle& handle) {
+          const auto [data, count] = to_ints(handle);
+          return std::span<const int64_t>(data, static_cast<size_t>(count));
+        };
+        AttentionOptions options;
+        options.scale = scale;
+        options.mask = causal ? Mask::Causal : Mask::None;
+        options.query_offset = query_offset;
+        options.query_offsets = span_of(query_offsets);
+        options.window = window;
+        options.kv_lengths = span_of(kv_lengths);
+        options.cu_seqlens_q = span_of(cu_seqlens_q);
+        options.cu_seqlens_k = span_of(cu_seqlens_k);
+        AttentionRope rope;
+        rope.table = table;
+        rope.q_positions = span_of(q_positions);
+        rope.k_positions = span_of(k_positions);
+        rope.rotary_offset = rotary_offset;
+        rope.seq_len = seq_len;
+        const bool fused = table != nullptr;
+        py::gil_scoped_release release;
+        if (implementation == "checks") {
+          check_attention_arguments(vq, vk, vv, vout, options, fused ? &rope : nullptr);
+        } else if (implementation == "reference") {
+          if (fused) {
+            reference::attention(vq, vk, vv, vout, rope, options);
+          } else {
+            reference::attention(vq, vk, vv, vout, options);
+          }
+        } else if (fused) {
+          rotary::attention(vq, vk, vv, vout, rope, options);
+        } else {
+          rotary::attention(vq, vk, vv, vout, options);
+        }
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("scale").none(true), py::arg("causal"),
+      py::arg("query_offset"), py::arg("query_offsets").none(true), py::arg("window"), py::arg("kv_lengths").none(true),
+      py::arg("cu_seqlens_q").none(true), py::arg("cu_seqlens_k").none(true), py::arg("table").none(true),
+      py::arg("q_positions").none(true), py::arg("k_positions").none(true), py::arg("rotary_offset"),
+      py::arg("seq_len"), py::arg("implementation"));
+  m.def("attention_scale", [](const RopeSpec& spec, int64_t qk_head_dim) { return attention_scale(spec, qk_head_dim); },
+        py::arg("spec"), py::arg("qk_head_dim"));
+  // ---- end attention ------------------------------------------------------------------------------
 
   // ---- apply ------------------------------------------------------------------------------------
   m.def(

@@ -1,0 +1,248 @@
+"""rotary.attention() on NumPy arrays (include/rotary/attention.hpp; docs/attention.md), and the
+call preparation rotary.torch.attention shares with it.
+
+Arrays cross as descriptors (rotary/_views.py: no copy). What crosses as a plain (address, count)
+buffer, the per-sequence values and the positions, is checked by shape here, because the C++ side
+can only check its count; everything else (shapes, strides, dtypes, masks, the table serving the
+call) is checked once in C++ (check_attention_arguments), before anything is written.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from . import _rotary
+from ._rotary import RotaryError
+from ._spec import Spec
+from ._table import Table, check_source, resolve
+from ._views import (
+    check_layout,
+    float_arg,
+    int64_positions,
+    int_arg,
+    ints_descriptor,
+    numpy_view,
+    token_axes,
+    token_positions,
+)
+
+IMPLEMENTATIONS = ("kernels", "reference")
+
+
+class Prepared(NamedTuple):
+    """A call's int64 buffers (C-contiguous, kept alive by the caller for the call) and its table."""
+    query_offsets: Optional[np.ndarray]
+    kv_lengths: Optional[np.ndarray]
+    cu_seqlens_q: Optional[np.ndarray]
+    cu_seqlens_k: Optional[np.ndarray]
+    native_table: object  # _rotary.CosSinTable or None (no fused RoPE)
+    q_positions: Optional[np.ndarray]
+    k_positions: Optional[np.ndarray]
+    seq_len: int  # -1: the call's largest position + 1 (Hugging Face's rule)
+
+
+
+def check_implementation(implementation) -> str:
+    if implementation not in IMPLEMENTATIONS:
+        raise RotaryError(f"implementation must be 'kernels' or 'reference' (got {implementation!r})")
+    return implementation
+
+
+def check_causal(causal) -> bool:
+    if not isinstance(causal, (bool, np.bool_)):
+        raise RotaryError(f"causal must be True or False (got {causal!r})")
+    return bool(causal)
+
+
+def optional_scale(scale) -> Optional[float]:
+    """None (1/sqrt(head_dim)) or a number; C++ checks that it is finite and positive."""
+    return None if scale is None else float_arg("scale", scale)
+
+
+def _sequence_ints(values, name: str) -> Optional[np.ndarray]:
+    """kv_lengths / query offsets / cu_seqlens: 1-D integers (their count is checked in C++)."""
+    if values is None:
+        return None
+    array = int64_positions(values, name)
+    if array.ndim != 1:
+        raise RotaryError(f"{name} must be 1-D (got shape {array.shape})")
+    return array
+
+
+def _k_positions(array: np.ndarray, layout: str, k_shape) -> np.ndarray:
+    """k's per-token positions, by shape like q's (token_positions), for k's own tokens."""
+    axes = token_axes(tuple(k_shape), layout)
+    if axes is None:
+        return np.ascontiguousarray(array, dtype=np.int64)  # k's rank is wrong: C++ names it
+    batch, seq = axes
+    shape = tuple(array.shape)
+    forms = [(seq,), (1, seq)] if layout == "thd" else [(batch, seq), (1, seq), (seq,)]
+    if shape not in forms:
+        what = f"k has {seq} tokens (layout thd)" if layout == "thd" else \
+            f"k has {batch * seq} tokens (batch {batch} x seq {seq}, layout {layout})"
+        raise RotaryError(f"k_positions has shape {shape}; {what}: expected "
+                          f"{' or '.join(str(f) for f in forms)} ([batch, seq]; batch 1 or no batch axis broadcasts)")
+    if layout != "thd" and shape != (batch, seq):
+        array = np.broadcast_to(array.reshape(1, seq), (batch, seq))
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _default_positions(layout: str, shape, cu: Optional[np.ndarray], offsets: Optional[np.ndarray],
+                       offset: int) -> Optional[np.ndarray]:
+    """Positions by the mask's rule: query i of sequence b at offset_b + i, key j at j (THD: counted
+    from each cu_seqlens segment's start). None when the shape or cu_seqlens are wrong: C++ names it."""
+    axes = token_axes(tuple(shape), layout)
+    if axes is None:
+        return None
+    batch, seq = axes
+    if layout == "thd":
+        if cu is None or cu.size < 1 or cu[0] != 0 or cu[-1] != seq or np.any(np.diff(cu) < 0):
+            return None
+        out = np.empty(seq, dtype=np.int64)
+        for n in range(cu.size - 1):
+            start, end = int(cu[n]), int(cu[n + 1])
+            base = offset if offsets is None or offsets.size != cu.size - 1 else int(offsets[n])
+            out[start:end] = np.arange(end - start) + base
+        return out
+    base = np.full((batch, 1), offset, dtype=np.int64)
+    if offsets is not None and offsets.size == batch:
+        base = offsets.reshape(batch, 1)
+    return np.ascontiguousarray(np.arange(seq, dtype=np.int64)[None, :] + base)
+
+
+def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, kv_lengths, cu_seqlens_q,
+            cu_seqlens_k, spec_or_table, q_positions, k_positions, precision, seq_len) -> Prepared:
+    """Checks and converts everything that crosses as a plain buffer; resolves the table."""
+    offsets = _sequence_ints(query_offsets, "query_offsets")
+    lengths = _sequence_ints(kv_lengths, "kv_lengths")
+    cu_q = _sequence_ints(cu_seqlens_q, "cu_seqlens_q")
+    cu_k = _sequence_ints(cu_seqlens_k, "cu_seqlens_k")
+    if spec_or_table is None:
+        for name, value in (("q_positions", q_positions), ("k_positions", k_positions), ("precision", precision),
+                            ("seq_len", seq_len)):
+            if value is not None:
+                raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} without it)")
+        return Prepared(offsets, lengths, cu_q, cu_k, None, None, None, -1)
+    check_source(spec_or_table)
+    named_seq_len = None if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
+    if q_positions is None:
+        q_pos = _default_positions(layout, q_shape, cu_q, offsets, query_offset)
+    else:
+        q_pos = int64_positions(q_positions, "q_positions")
+        axes = token_axes(tuple(q_shape), layout)
+        if axes is not None:
+            q_pos = token_positions(q_pos, "q_positions", layout, axes[0], axes[1], 1)
+    if k_positions is None:
+        k_pos = _default_positions(layout, k_shape, cu_k, None, 0)
+    else:
+        k_pos = _k_positions(int64_positions(k_positions, "k_positions"), layout, k_shape)
+
+    def call_seq_len() -> int:
+        if named_seq_len is not None:
+            return named_seq_len
+        largest = max([int(p.max()) for p in (q_pos, k_pos) if p is not None and p.size] or [-1])
+        return largest + 1
+
+    _, native = resolve(spec_or_table, precision, None, call_seq_len)
+    empty = np.empty(0, dtype=np.int64)
+    return Prepared(offsets, lengths, cu_q, cu_k, native, empty if q_pos is None else q_pos,
+                    empty if k_pos is None else k_pos, -1 if named_seq_len is None else named_seq_len)
+
+
+def output_shape(q_shape, v_shape) -> tuple:
+    """q's shape with v's head dim (out [.., q_heads, d_v]); q's shape when v's rank is wrong."""
+    shape = list(q_shape)
+    if shape and v_shape:
+        shape[-1] = v_shape[-1]
+    return tuple(shape)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: Optional[float] = None,
+              window: int = 0, query_offset: int = 0, query_offsets: Optional[ArrayLike] = None,
+              kv_lengths: Optional[ArrayLike] = None, cu_seqlens_q: Optional[ArrayLike] = None,
+              cu_seqlens_k: Optional[ArrayLike] = None, layout: str = "bhsd",
+              spec_or_table: Union[Spec, Table, None] = None, q_positions: Optional[ArrayLike] = None,
+              k_positions: Optional[ArrayLike] = None, rotary_offset: int = 0, precision: Optional[str] = None,
+              seq_len: Optional[int] = None, out: Optional[np.ndarray] = None,
+              implementation: str = "kernels") -> np.ndarray:
+    """Scaled dot-product attention softmax(scale q kᵀ + mask) v, MHA / GQA / MQA (k and v have
+    kv_heads dividing q's heads), optionally with RoPE fused into the loads.
+
+    q [batch, q_heads, seq_q, d], k [batch, kv_heads, seq_k, d], v [.., d_v] in `layout` (default
+    "bhsd", Hugging Face's; also "bshd", "sbhd", and "thd" [tokens, heads, d] with cu_seqlens_q /
+    cu_seqlens_k, flash-attn's varlen). float32, bfloat16 (ml_dtypes), float16 for the kernels;
+    float64 runs the float64 reference. Any non-negative strides with a unit head-dim stride.
+
+    Mask (by positions within a sequence: query i at offset + i, key j at j):
+      causal:        key j visible only if j <= offset + i (query_offset = 0: top-left, torch's
+                     is_causal; a KV cache passes kv_length - q_len: bottom-right);
+      window:        > 0 limits a query to keys with offset + i - j < window (Mistral, Gemma's
+                     sliding layers; the query's own position counts);
+      query_offset / query_offsets: one offset for all sequences, or one per sequence;
+      kv_lengths:    [batch] visible keys per sequence (keys past it are padding);
+      cu_seqlens_q / cu_seqlens_k: [sequences + 1] segment starts for layout "thd".
+    A query that sees no key gets zeros. scale: None for 1/sqrt(d).
+
+    Fused RoPE: spec_or_table (a rotary.Spec, its shared table of `precision`, or a rotary.Table):
+    q and k are un-rotated, and each is rotated at its position as it is loaded (never written).
+    q_positions [batch, seq_q] / k_positions [batch, seq_k] ([1, seq] and [seq] broadcast; thd:
+    [tokens]); default: the mask's positions (offset + i for queries, j for keys). rotary_offset:
+    where the rotated block starts in the head. seq_len: the frequencies' seq_len (None: the
+    largest position + 1).
+
+    out: a writable array of q's shape with v's head dim and q's dtype; default a new array.
+    implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition).
+
+    >>> q = np.ones((1, 4, 3, 8), np.float32); k = v = np.ones((1, 2, 3, 8), np.float32)
+    >>> rotary.attention(q, k, v, causal=True).shape
+    (1, 4, 3, 8)
+    """
+    check_layout(layout)
+    check_implementation(implementation)
+    causal = check_causal(causal)
+    scale = optional_scale(scale)
+    window = int_arg("window", window)
+    query_offset = int_arg("query_offset", query_offset)
+    rotary_offset = int_arg("rotary_offset", rotary_offset)
+    q_view = numpy_view(q, "q", layout)
+    k_view = numpy_view(k, "k", layout)
+    v_view = numpy_view(v, "v", layout)
+    if spec_or_table is None and rotary_offset != 0:
+        raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
+    prepared = prepare(q.shape, k.shape, layout, query_offset=query_offset, query_offsets=query_offsets,
+                       kv_lengths=kv_lengths, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                       spec_or_table=spec_or_table, q_positions=q_positions, k_positions=k_positions,
+                       precision=precision, seq_len=seq_len)
+    if out is None:
+        out = np.empty(output_shape(q.shape, v.shape), dtype=q.dtype)
+    out_view = numpy_view(out, "out", layout, writable=True)
+    use_reference = implementation == "reference" or np.float64 in (q.dtype, k.dtype, v.dtype, out.dtype)
+    _call(q_view, k_view, v_view, out_view, scale, causal, window, query_offset, prepared, rotary_offset,
+          "reference" if use_reference else "kernels")
+    return out
+
+
+def _call(q_view, k_view, v_view, out_view, scale, causal, window, query_offset, prepared: Prepared, rotary_offset,
+          implementation: str) -> None:
+    p = prepared
+    _rotary.attention(q_view, k_view, v_view, out_view, scale, causal, query_offset,
+                      ints_descriptor(p.query_offsets), window, ints_descriptor(p.kv_lengths),
+                      ints_descriptor(p.cu_seqlens_q), ints_descriptor(p.cu_seqlens_k), p.native_table,
+                      ints_descriptor(p.q_positions), ints_descriptor(p.k_positions), rotary_offset, p.seq_len,
+                      implementation)
+
+
+def attention_scale(spec: Spec, qk_head_dim: Optional[int] = None) -> float:
+    """The softmax scale a model uses with this spec: qk_head_dim^-0.5, times mscale² for
+    DeepSeek's YaRN with mscale_all_dim (attention.hpp attention_scale). qk_head_dim: default the
+    spec's head_dim.
+
+    >>> round(rotary.attention_scale(rotary.Spec.preset("llama-3.1-8b")), 6)   # 128 ** -0.5
+    0.088388
+    """
+    if not isinstance(spec, Spec):
+        raise RotaryError(f"spec must be a rotary.Spec (got {type(spec).__name__})")
+    dim = spec.head_dim if qk_head_dim is None else int_arg("qk_head_dim", qk_head_dim)
+    return _rotary.attention_scale(spec._native, dim)

@@ -1,0 +1,585 @@
+"""rotary.torch.attention (the torch custom op ``rotary::attention``) and the transformers attention
+backend ``attn_implementation="rotary"`` (register_attention). Re-exported by rotary.torch.
+
+Both run include/rotary/attention.hpp's kernels on CPU tensors through the descriptors of
+rotary/_views.py (no copy): float32 / bfloat16 / float16 on the SIMD fast path, float64 on the
+float64 reference. Gradients: the dense attention backward recomputed in torch (float32, float64
+for float64 tensors; O(q_len x kv_len) memory per head), through rotary's backward rotation for
+fused RoPE (docs/python.md, "Attention").
+
+torch.compile: the ops have fake implementations (the output's shape and dtype), so a compiled
+graph keeps them as single nodes (fullgraph=True works); everything that reads values (positions,
+lengths, the transformers mask) runs inside the op, eagerly.
+
+The transformers backend (docs/attention.md, "The transformers backend"): transformers builds a
+boolean mask (its own sdpa_mask, registered for "rotary" too) and calls the attention function with
+rotated q and k (models apply RoPE before their KV cache). The backend reads the mask into rotary's
+terms (per sequence: the visible key range, the causal offset, the module's sliding window), checks
+that those terms reproduce the mask element for element, and refuses with RotaryError when they do
+not; a mask is never dropped.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from . import _handles, _rotary
+from ._attention import check_causal, check_implementation, optional_scale, output_shape, prepare
+from ._rotary import RotaryError
+from ._table import PRECISIONS, check_source
+from ._torch_ops import _DTYPES, eager_tensors
+from ._views import check_layout, int_arg, ints_descriptor
+
+_OP_NAME = "rotary::attention"
+
+
+def _descriptor(tensor: torch.Tensor, name: str, layout: str):
+    dtype = _DTYPES.get(tensor.dtype)
+    if dtype is None:
+        raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
+    return (tensor.data_ptr(), dtype, layout, tuple(tensor.shape), tuple(tensor.stride()))
+
+
+def _host(tensor: Optional[torch.Tensor]) -> Optional[np.ndarray]:
+    return None if tensor is None else tensor.detach().to("cpu").numpy()
+
+
+def _check_cpu(tensors) -> None:
+    for name, tensor in tensors:
+        if tensor is not None and tensor.device.type != "cpu":
+            raise RotaryError(f"{name} must be a CPU tensor: rotary's attention runs on the CPU (got {name} on "
+                              f"{tensor.device})")
+
+
+def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
+         precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) -> None:
+    """Checks the call (Python buffers here, the rest in C++) and writes out."""
+    spec_or_table = _handles.lookup(source) if source else None
+    prepared = prepare(tuple(q.shape), tuple(k.shape), layout, query_offset=query_offset,
+                       query_offsets=_host(query_offsets), kv_lengths=_host(kv_lengths),
+                       cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
+                       spec_or_table=spec_or_table, q_positions=_host(q_positions), k_positions=_host(k_positions),
+                       precision=precision or None, seq_len=None if seq_len < 0 else seq_len)
+    f64 = torch.float64 in (q.dtype, k.dtype, v.dtype, out.dtype)
+    _rotary.attention(_descriptor(q, "q", layout), _descriptor(k, "k", layout), _descriptor(v, "v", layout),
+                      _descriptor(out, "out", layout), scale, causal, query_offset,
+                      ints_descriptor(prepared.query_offsets), window, ints_descriptor(prepared.kv_lengths),
+                      ints_descriptor(prepared.cu_seqlens_q), ints_descriptor(prepared.cu_seqlens_k),
+                      prepared.native_table, ints_descriptor(prepared.q_positions),
+                      ints_descriptor(prepared.k_positions), rotary_offset, prepared.seq_len,
+                      "reference" if f64 or implementation == "reference" else "kernels")
+
+
+# ---- the custom op ----------------------------------------------------------------------------------
+# source: a Spec's or Table's handle, "" = no fused RoPE; precision "" = the default; seq_len -1 =
+# the call's largest position + 1.
+@torch.library.custom_op(_OP_NAME, mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_offsets: Optional[torch.Tensor],
+                  kv_lengths: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                  cu_seqlens_k: Optional[torch.Tensor], q_positions: Optional[torch.Tensor],
+                  k_positions: Optional[torch.Tensor], source: str, precision: str, scale: Optional[float],
+                  causal: bool, window: int, query_offset: int, layout: str, rotary_offset: int, seq_len: int,
+                  implementation: str) -> torch.Tensor:
+    out = torch.empty(output_shape(q.shape, v.shape), dtype=q.dtype, device=q.device)
+    _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
+         precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation)
+    return out
+
+
+@_attention_op.register_fake
+def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision,
+      scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation):
+    return q.new_empty(output_shape(q.shape, v.shape))
+
+
+# ---- backward ---------------------------------------------------------------------------------------
+# The gradient of o = softmax(scale q k^T + mask) v (FlashAttention-2, Dao 2023, Algorithm 2, in its
+# dense form): with P the softmax weights (0 where masked; a row that sees no key has P = 0 and
+# o = 0, so its gradient is 0),
+#   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ = scale dS K,   dK = scale dS^T Q
+# summed over the q heads of each kv head (GQA). P is recomputed in torch from q, k and the mask
+# (O(q_len x kv_len) memory per head: a backward for training-sized sequences, not a kernel), in
+# float32 (float64 for float64 tensors). With fused RoPE the forward is o(R_q q, R_k k): the
+# gradients above are for the rotated q and k, and rotary's backward rotation (the transpose of
+# R, apply_rotary(direction="backward"), same table and seq_len) carries them to q and k.
+def _dense_grads(q, k, v, grad_out, visible, scale):
+    """q [b, h, s_q, d], k [b, g, s_k, d], v [b, g, s_k, d_v], grad_out [b, h, s_q, d_v] (compute
+    dtype), visible bool broadcastable to [b, h, s_q, s_k]: (dq, dk, dv) in the compute dtype."""
+    group = q.shape[1] // k.shape[1]
+    k_rep = k.repeat_interleave(group, dim=1)  # head h reads kv head h // group (repeat_kv)
+    v_rep = v.repeat_interleave(group, dim=1)
+    scores = scale * (q @ k_rep.transpose(-1, -2))
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: 0
+    out = weights @ v_rep
+    dv_rep = weights.transpose(-1, -2) @ grad_out
+    d_weights = grad_out @ v_rep.transpose(-1, -2)
+    d_scores = weights * (d_weights - (grad_out * out).sum(-1, keepdim=True))
+    dq = scale * (d_scores @ k_rep)
+    dk_rep = scale * (d_scores.transpose(-1, -2) @ q)
+    fold = lambda t: t.reshape(t.shape[0], k.shape[1], group, *t.shape[2:]).sum(2)  # noqa: E731
+    return dq, fold(dk_rep), fold(dv_rep)
+
+
+def _to_bhsd(t, layout):
+    return {"bhsd": t, "bshd": t.transpose(1, 2), "sbhd": t.permute(1, 2, 0, 3)}[layout]
+
+
+def _from_bhsd(t, layout):
+    return {"bhsd": t, "bshd": t.transpose(1, 2), "sbhd": t.permute(2, 0, 1, 3)}[layout]
+
+
+def _visible(batch, q_len, kv_len, causal, window, offsets, kv_lengths, device):
+    """attention.hpp's mask, [batch, 1, q_len, kv_len]: key j < kv_length(b); j <= p if causal;
+    p - j < window if window > 0; p = offset_b + i."""
+    i = torch.arange(q_len, device=device).view(1, 1, q_len, 1)
+    j = torch.arange(kv_len, device=device).view(1, 1, 1, kv_len)
+    p = i + offsets.view(batch, 1, 1, 1)
+    visible = j < kv_lengths.view(batch, 1, 1, 1)
+    if causal:
+        visible = visible & (j <= p)
+    if window > 0:
+        visible = visible & (p - j < window)
+    return visible
+
+
+def _attention_setup(ctx, inputs, output):
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision,
+     scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) = inputs
+    ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions)
+    ctx.source = _handles.lookup(source) if source else None  # alive until backward
+    ctx.args = (source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len)
+
+
+def _rope_positions(positions, batch, seq, offsets):
+    """Per-token positions [batch, seq] of one call: given ([batch, seq], [1, seq], [seq]), or the
+    mask's (offset_b + i)."""
+    if positions is not None:
+        return positions.reshape(-1, seq).expand(batch, seq).to(torch.int64)
+    return torch.arange(seq, dtype=torch.int64).view(1, seq) + offsets.view(batch, 1)
+
+
+def _attention_backward(ctx, grad_out):
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions) = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_op(q, k, v, grad_out.contiguous(), query_offsets, kv_lengths, cu_seqlens_q,
+                                        cu_seqlens_k, q_positions, k_positions, *ctx.args)
+    return (dq, dk, dv) + (None,) * 16
+
+
+# The backward runs as an op of its own: it reads values (cu_seqlens, positions, the table), which
+# torch.compile's traced backward graph cannot; as an op with a fake implementation it stays one
+# node there, as the forward does.
+@torch.library.custom_op("rotary::attention_backward", mutates_args=())
+def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
+                           query_offsets: Optional[torch.Tensor], kv_lengths: Optional[torch.Tensor],
+                           cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                           q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor], source: str,
+                           precision: str, scale: Optional[float], causal: bool, window: int, query_offset: int,
+                           layout: str, rotary_offset: int,
+                           seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    compute = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
+    if layout == "thd":
+        segments = []  # (q slice, k slice, offset, q positions, k positions) per cu_seqlens segment
+        cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        for n in range(len(cu_q) - 1):
+            offset = int(query_offsets[n]) if query_offsets is not None else query_offset
+            qs, ks = slice(cu_q[n], cu_q[n + 1]), slice(cu_k[n], cu_k[n + 1])
+            segments.append((qs, ks, offset, None if q_positions is None else q_positions.reshape(-1)[qs],
+                             None if k_positions is None else k_positions.reshape(-1)[ks]))
+        views = [(t.unsqueeze(0), "bshd") for t in (q, k, v, grad_out)]
+    else:
+        segments = [(slice(None), slice(None), None, q_positions, k_positions)]
+        views = [(t, layout) for t in (q, k, v, grad_out)]
+    dq = torch.zeros(q.shape, dtype=compute)
+    dk = torch.zeros(k.shape, dtype=compute)
+    dv = torch.zeros(v.shape, dtype=compute)
+    grads = [(dq.unsqueeze(0), "bshd"), (dk.unsqueeze(0), "bshd"), (dv.unsqueeze(0), "bshd")] if layout == "thd" \
+        else [(dq, layout), (dk, layout), (dv, layout)]
+    spec_or_table = _handles.lookup(source) if source else None
+    # Each segment's tensors in BHSD, its mask terms and (fused RoPE) its positions; the seq_len of
+    # the rotation is the whole call's (its largest position + 1, as the forward's), not a segment's.
+    parts = []
+    for qs, ks, offset, q_pos, k_pos in segments:
+        sel_q = (slice(None), qs) if layout == "thd" else (slice(None),)
+        sel_k = (slice(None), ks) if layout == "thd" else (slice(None),)
+        tq, tk, tv, tg = (_to_bhsd(t[sel], lay).to(compute) for (t, lay), sel in
+                          zip(views, (sel_q, sel_k, sel_k, sel_q)))
+        batch, q_len, kv_len = tq.shape[0], tq.shape[2], tk.shape[2]
+        if layout == "thd":
+            offsets = torch.tensor([offset])
+            lengths = torch.tensor([kv_len])
+        else:
+            offsets = query_offsets.to(torch.int64) if query_offsets is not None else \
+                torch.full((batch,), query_offset, dtype=torch.int64)
+            lengths = kv_lengths.to(torch.int64) if kv_lengths is not None else torch.full((batch,), kv_len)
+        pq = pk = None
+        if spec_or_table is not None:
+            pq = _rope_positions(q_pos, batch, q_len, offsets)
+            pk = _rope_positions(k_pos, batch, kv_len, torch.zeros(batch, dtype=torch.int64))
+        parts.append((sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk))
+    call_seq_len = seq_len
+    if spec_or_table is not None and seq_len < 0:
+        call_seq_len = 1 + max([int(p.max()) for part in parts for p in part[8:] if p.numel()] or [-1])
+    from ._torch_ops import apply_rotary
+
+    rope = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset, seq_len=call_seq_len)
+    for sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk in parts:
+        if spec_or_table is not None:
+            tq = apply_rotary(tq, None, pq, spec_or_table, **rope)[0]
+            tk = apply_rotary(tk, None, pk, spec_or_table, **rope)[0]
+        batch, _, q_len, head_dim = tq.shape
+        visible = _visible(batch, q_len, tk.shape[2], causal, window, offsets, lengths, tq.device)
+        used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
+        gq, gk, gv = _dense_grads(tq, tk, tv, tg, visible, used_scale)
+        if spec_or_table is not None:
+            gq = apply_rotary(gq, None, pq, spec_or_table, direction="backward", **rope)[0]
+            gk = apply_rotary(gk, None, pk, spec_or_table, direction="backward", **rope)[0]
+        for (target, lay), g, sel in zip(grads, (gq, gk, gv), (sel_q, sel_k, sel_k)):
+            target[sel].copy_(_from_bhsd(g, lay))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@_attention_backward_op.register_fake
+def _(q, k, v, grad_out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
+      precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: Optional[float] = None, window: int = 0, query_offset: int = 0,
+              query_offsets: Optional[torch.Tensor] = None, kv_lengths: Optional[torch.Tensor] = None,
+              cu_seqlens_q: Optional[torch.Tensor] = None, cu_seqlens_k: Optional[torch.Tensor] = None,
+              layout: str = "bhsd", spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
+              k_positions: Optional[torch.Tensor] = None, rotary_offset: int = 0, precision: Optional[str] = None,
+              seq_len: Optional[int] = None, out: Optional[torch.Tensor] = None,
+              implementation: str = "kernels") -> torch.Tensor:
+    """rotary.attention for torch CPU tensors: the custom op ``rotary::attention`` (torch.compile
+    keeps it as one node; fake implementation for the shapes). Same arguments and rules as
+    rotary.attention (the NumPy function); the integer arguments (query_offsets, kv_lengths,
+    cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
+    kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
+    dtype to write into (no autograd). Gradients: the dense attention backward recomputed in torch
+    (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE."""
+    check_layout(layout)
+    check_implementation(implementation)
+    causal = check_causal(causal)
+    scale = optional_scale(scale)
+    window = int_arg("window", window)
+    query_offset = int_arg("query_offset", query_offset)
+    rotary_offset = int_arg("rotary_offset", rotary_offset)
+    named_seq_len = -1 if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
+    if precision is not None and precision not in PRECISIONS:
+        raise RotaryError(f"precision must be 'exact' or 'hf' (got {precision!r})")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor):
+            raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
+        if tensor.dtype not in _DTYPES:
+            raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
+    ints = (("query_offsets", query_offsets), ("kv_lengths", kv_lengths), ("cu_seqlens_q", cu_seqlens_q),
+            ("cu_seqlens_k", cu_seqlens_k), ("q_positions", q_positions), ("k_positions", k_positions))
+    for name, tensor in ints:
+        if tensor is not None and (not isinstance(tensor, torch.Tensor) or tensor.is_floating_point()
+                                   or tensor.is_complex() or tensor.dtype == torch.bool):
+            what = type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else f"dtype {tensor.dtype}"
+            raise RotaryError(f"{name} must be an integer torch.Tensor or None (got {what})")
+    if q.device.type != "meta":
+        _check_cpu((("q", q), ("k", k), ("v", v)) + ints)
+    source = ""
+    if spec_or_table is not None:
+        source = check_source(spec_or_table)._handle
+    elif rotary_offset:
+        raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
+    args = (query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision or "",
+            scale, causal, window, query_offset, layout, rotary_offset, named_seq_len, implementation)
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise RotaryError(f"out must be a torch.Tensor (got {type(out).__name__})")
+        want = output_shape(q.shape, v.shape)
+        if tuple(out.shape) != want or out.dtype != q.dtype:
+            raise RotaryError(f"out must have shape {want} and dtype {q.dtype} (got shape {tuple(out.shape)}, "
+                              f"{out.dtype})")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise RotaryError("out= does not record gradients (got q, k or v with requires_grad=True)")
+        _check_cpu((("out", out),))
+        _run(q, k, v, out, *args)
+        torch.autograd.graph.increment_version(out)
+        return out
+    if eager_tensors((q, k, v), tuple(t for _, t in ints)):
+        # Plain eager CPU call that records no gradient: the body without the op's dispatch (same checks, bits).
+        result = torch.empty(output_shape(q.shape, v.shape), dtype=q.dtype)
+        _run(q, k, v, result, *args)
+        return result
+    return _attention_op(q, k, v, *args)
+
+
+# ---- the transformers backend -----------------------------------------------------------------------
+class _RowPlan(NamedTuple):
+    """Batch row b as rotary's terms: keys [key_start, key_end) visible, query i at offset + i in
+    key index space (before key_start is removed); None when no query of the row sees a key."""
+    key_start: int
+    key_end: int
+    offset: int
+
+
+def _boolean_mask(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch.Tensor:
+    """transformers' 4-D mask [batch or 1, heads or 1, q_len, kv_len] as bool [batch, q_len, kv_len]:
+    boolean (True = attend), or additive float with only 0 and a -inf / dtype-minimum "masked" value."""
+    if mask.dim() != 4:
+        raise RotaryError(f"attention_mask must be transformers' 4-D mask [batch, 1, q_len, kv_len] (got shape "
+                          f"{tuple(mask.shape)})")
+    if mask.shape[0] not in (1, batch) or mask.shape[2] != q_len or mask.shape[3] != kv_len:
+        raise RotaryError(f"attention_mask must have shape [{batch}, 1, {q_len}, {kv_len}] for these q, k "
+                          f"(got {tuple(mask.shape)})")
+    if mask.dtype != torch.bool:
+        if not mask.is_floating_point():
+            raise RotaryError(f"attention_mask must be boolean or additive float (got dtype {mask.dtype})")
+        masked = mask <= torch.finfo(mask.dtype).min
+        if not bool(((mask == 0) | masked).all()):
+            raise RotaryError("attention_mask carries additive biases other than 0 and -inf (got values such as "
+                              f"{float(mask[(mask != 0) & ~masked].flatten()[0])}); rotary's attention has no bias "
+                              "term")
+        mask = ~masked
+    if mask.shape[1] != 1:
+        if not bool((mask == mask[:, :1]).all()):
+            raise RotaryError(f"attention_mask differs between heads (got {mask.shape[1]} head masks); rotary "
+                              "masks per sequence, not per head")
+    return mask[:, 0].expand(batch, q_len, kv_len)
+
+
+def _plan_rows(mask: torch.Tensor, causal: bool, window: int) -> list:
+    """Reads each batch row of a bool mask [batch, q, kv] as (key range, causal offset) and checks
+    that rotary's mask with those terms is this mask exactly; RotaryError naming the row otherwise."""
+    batch, q_len, kv_len = mask.shape
+    seen = mask.any(-1)  # [batch, q]
+    first = mask.int().argmax(-1)
+    last = kv_len - 1 - mask.flip(-1).int().argmax(-1)
+    rows_i = torch.arange(q_len).unsqueeze(1)
+    cols_j = torch.arange(kv_len).unsqueeze(0)
+    plans = []
+    for b in range(batch):
+        visible_rows = seen[b].nonzero().flatten()
+        if visible_rows.numel() == 0:
+            plans.append(None)
+            continue
+        key_start = int(first[b][visible_rows].min())
+        key_end = int(last[b][visible_rows].max()) + 1
+        offset = 0
+        if causal:
+            ends = last[b][visible_rows]
+            short = (ends < key_end - 1).nonzero().flatten()
+            if short.numel():
+                row = int(visible_rows[short[0]])
+                offset = int(last[b][row]) - row
+            else:
+                offset = key_end - 1 - int(visible_rows[0])
+        expected = ((cols_j >= key_start) & (cols_j < key_end)).expand(q_len, kv_len)
+        if causal:
+            expected = expected & (cols_j <= rows_i + offset)
+        if window > 0:
+            expected = expected & (rows_i + offset - cols_j < window)
+        if not torch.equal(expected, mask[b]):
+            bad = (expected != mask[b]).nonzero()[0].tolist()
+            kind = "causal" if causal else "non-causal"
+            win = f", sliding window {window}" if window > 0 else ""
+            raise RotaryError(
+                f"attention_mask of batch row {b} is not a {kind}{win} mask over one contiguous range of keys, which "
+                f"is all rotary's attention can express (got mask[{b}, 0, {bad[0]}, {bad[1]}] = "
+                f"{bool(mask[b, bad[0], bad[1]])}, expected {bool(expected[bad[0], bad[1]])}; packed sequences, "
+                "prefix-LM / bidirectional blocks and custom masks are refused, not approximated)")
+        plans.append(_RowPlan(key_start, key_end, offset))
+    return plans
+
+
+_PLAN_CACHE: dict = {}
+
+
+def _mask_plans(mask: torch.Tensor, batch: int, q_len: int, kv_len: int, causal: bool, window: int) -> list:
+    """The row plans of a mask, read once per mask tensor: every layer of one kind receives the same
+    mask object in a forward. Keyed by the tensor's identity and version, with a weak reference,
+    so that a freed tensor whose id is reused never matches."""
+    key = (id(mask), batch, q_len, kv_len, causal, window)
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None:
+        ref, version, plans = hit
+        if ref() is mask and mask._version == version:
+            return plans
+    if len(_PLAN_CACHE) > 16:
+        _PLAN_CACHE.clear()
+    plans = _plan_rows(_boolean_mask(mask, batch, q_len, kv_len), causal, window)
+    _PLAN_CACHE[key] = (weakref.ref(mask), mask._version, plans)
+    return plans
+
+
+def _hf_attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                       causal: bool, window: int, scale: Optional[float]) -> torch.Tensor:
+    """q [b, h, q, d], k / v [b, kv_h, kv, d] (transformers' layout); returns [b, q, h, d_v]."""
+    batch, heads, q_len, _ = q.shape
+    kv_len = k.shape[2]
+    out = torch.empty((batch, q_len, heads, v.shape[-1]), dtype=q.dtype)
+    out_bhsd = out.transpose(1, 2)  # written in place through a strided view: no copy
+    views = [_descriptor(t, name, "bhsd") for t, name in ((q, "q"), (k, "k"), (v, "v"), (out_bhsd, "out"))]
+    f64 = q.dtype == torch.float64
+    implementation = "reference" if f64 else "kernels"
+    if mask is None:
+        # transformers' sdpa_mask returns None only where torch's is_causal (top-left) is exact, or
+        # for one query (which sees every key); for a sliding layer only while the window cannot
+        # cut (kv_len < window). A window that would cut here contradicts the mask: refused.
+        top_left = causal and q_len > 1
+        farthest = (q_len - 1) if top_left else (kv_len - 1)
+        if window and farthest >= window:
+            raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
+                              f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
+                              f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
+                              "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+        _rotary.attention(*views, scale, top_left, 0, None, 0, None, None, None, None, None, None, 0, -1,
+                          implementation)
+        return out
+    plans = _mask_plans(mask, batch, q_len, kv_len, causal, window)
+    if all(p is not None and p.key_start == 0 and p.offset >= 0 for p in plans):
+        lengths = np.array([p.key_end for p in plans], dtype=np.int64)
+        offsets = np.array([p.offset for p in plans], dtype=np.int64)
+        _rotary.attention(*views, scale, causal, 0, ints_descriptor(offsets), window, ints_descriptor(lengths), None,
+                          None, None, None, None, 0, -1, implementation)
+        return out
+    # Left padding (keys before key_start hidden) or queries before every key: one call per row on
+    # views that start at the row's first visible key and query.
+    for b, plan in enumerate(plans):
+        if plan is None:
+            out[b].zero_()
+            continue
+        offset = plan.offset - plan.key_start  # in the sliced key index space
+        first_query = min(max(0, -offset), q_len) if causal else 0
+        out[b, :first_query].zero_()
+        if first_query == q_len:
+            continue
+        sub = lambda t, start, end: t[b:b + 1, :, start:end]  # noqa: E731
+        row_views = [_descriptor(sub(q, first_query, q_len), "q", "bhsd"),
+                     _descriptor(sub(k, plan.key_start, plan.key_end), "k", "bhsd"),
+                     _descriptor(sub(v, plan.key_start, plan.key_end), "v", "bhsd"),
+                     _descriptor(sub(out_bhsd, first_query, q_len), "out", "bhsd")]
+        _rotary.attention(*row_views, scale, causal, offset + first_query, None, window, None, None, None, None, None,
+                          None, 0, -1, implementation)
+    return out
+
+
+@torch.library.custom_op("rotary::hf_attention", mutates_args=())
+def _hf_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
+                     window: int, scale: Optional[float]) -> torch.Tensor:
+    return _hf_attention_impl(q, k, v, mask, causal, window, scale)
+
+
+@_hf_attention_op.register_fake
+def _(q, k, v, mask, causal, window, scale):
+    return q.new_empty((q.shape[0], q.shape[2], q.shape[1], v.shape[-1]))
+
+
+def _hf_attention_setup(ctx, inputs, output):
+    q, k, v, mask, causal, window, scale = inputs
+    ctx.save_for_backward(q, k, v, mask)
+    ctx.args = (causal, scale)
+
+
+def _hf_attention_backward(ctx, grad_out):
+    q, k, v, mask = ctx.saved_tensors
+    causal, scale = ctx.args
+    dq, dk, dv = _hf_attention_backward_op(q, k, v, mask, grad_out.contiguous(), causal, scale)
+    return dq, dk, dv, None, None, None, None
+
+
+@torch.library.custom_op("rotary::hf_attention_backward", mutates_args=())
+def _hf_attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+                              grad_out: torch.Tensor, causal: bool,
+                              scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dense gradient of _dense_grads with the mask the forward computed: the model's mask
+    (the forward checked that rotary's mask equals it), or SDPA's reading of None."""
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    batch, heads, q_len, head_dim = q.shape
+    kv_len = k.shape[2]
+    if mask is not None:
+        visible = _boolean_mask(mask, batch, q_len, kv_len).unsqueeze(1)
+    elif causal and q_len > 1:
+        visible = torch.ones(q_len, kv_len, dtype=torch.bool).tril().view(1, 1, q_len, kv_len)
+    else:
+        visible = torch.ones(1, 1, q_len, kv_len, dtype=torch.bool)
+    used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
+    dq, dk, dv = _dense_grads(q.to(compute), k.to(compute), v.to(compute), grad_out.transpose(1, 2).to(compute),
+                              visible, used_scale)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@_hf_attention_backward_op.register_fake
+def _(q, k, v, mask, grad_out, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+_hf_attention_op.register_autograd(_hf_attention_backward, setup_context=_hf_attention_setup)
+
+# Keyword arguments of transformers' attention functions that change the result and that rotary
+# cannot compute: refused when set, never ignored.
+_REFUSED_KWARGS = {
+    "softcap": "logit soft-capping (Gemma 2's attn_logit_softcapping)",
+    "position_bias": "an additive position bias (T5-style relative attention)",
+    "s_aux": "attention sinks (gpt-oss)",
+    "sinks": "attention sinks",
+    "head_mask": "a head mask",
+}
+
+
+def rotary_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: Optional[torch.Tensor], dropout: float = 0.0,
+                             scaling: Optional[float] = None, is_causal: Optional[bool] = None,
+                             sliding_window: Optional[int] = None, **kwargs):
+    """transformers' attention-function signature (integrations/sdpa_attention.py): q [batch,
+    heads, q_len, d], k / v [batch, kv_heads, kv_len, d] (rotated by the model already), the
+    model's 4-D mask or None; returns (out [batch, q_len, heads, d_v], None)."""
+    where = f"attn_implementation='rotary' ({type(module).__name__})"
+    if dropout:
+        raise RotaryError(f"{where}: dropout must be 0 (got {dropout}); rotary's attention has no dropout; "
+                          "use model.eval() or attention_dropout=0.0")
+    for name, what in _REFUSED_KWARGS.items():
+        if kwargs.get(name) is not None:
+            value = kwargs[name]
+            shown = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)
+            raise RotaryError(f"{where}: {name} must be None (got {shown}): {what} is not computed by rotary")
+    if kwargs.get("output_attentions"):
+        raise RotaryError(f"{where}: output_attentions must be False (got True): rotary's attention never forms "
+                          "the attention weights")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    window = sliding_window if sliding_window is not None else getattr(module, "sliding_window", None)
+    window = int(window) if window else 0
+    if not causal and window:
+        raise RotaryError(f"{where}: a sliding window on non-causal attention (got window {window}, is_causal False) "
+                          "bounds both sides in transformers; rotary's window bounds the past only")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.device.type != "cpu":
+            raise RotaryError(f"{where}: {name} must be a CPU tensor (got {tensor.device})")
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise RotaryError(f"{where}: attention_mask must be a tensor or None (got {type(attention_mask).__name__})")
+    scale = None if scaling is None else float(scaling)
+    if eager_tensors((query, key, value), (attention_mask,)):
+        out = _hf_attention_impl(query, key, value, attention_mask, bool(causal), window, scale)
+    else:
+        out = _hf_attention_op(query, key, value, attention_mask, bool(causal), window, scale)
+    return out, None
+
+
+def register_attention(name: str = "rotary") -> str:
+    """Registers rotary's attention with transformers under `name` (AttentionInterface for the
+    attention function, AttentionMaskInterface with transformers' own sdpa_mask, so that models
+    build the same boolean masks they build for "sdpa"). Then
+    AutoModelForCausalLM.from_config(config, attn_implementation=name) or
+    model.set_attn_implementation(name) runs the model's attention on rotary. Returns name."""
+    if not isinstance(name, str) or not name:
+        raise RotaryError(f"name must be a non-empty string (got {name!r})")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(name, rotary_attention_forward)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
