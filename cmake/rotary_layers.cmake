@@ -34,7 +34,7 @@ set(ROTARY_LAYER_USES_python core cpu analysis attention python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.
-set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor)
+set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor engine_export)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
 set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)

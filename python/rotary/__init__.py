@@ -24,6 +24,7 @@ from ._spec import Frequencies, Spec, presets
 from ._table import Table, table
 from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
+from ._export import export_table
 from ._kv_cache import KvCache
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "apply",
     "apply_cos_sin",
     "diagnose",
+    "export_table",
     "KvCache",
     "set_num_threads",
     "num_threads",

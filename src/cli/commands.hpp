@@ -16,6 +16,7 @@ int run_check(Args& args);
 int run_bench(Args& args);
 int run_report(Args& args);
 int run_diagnose(Args& args);
+int run_export(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -27,5 +28,6 @@ extern const char* const kCheckHelp;
 extern const char* const kBenchHelp;
 extern const char* const kReportHelp;
 extern const char* const kDiagnoseHelp;
+extern const char* const kExportHelp;
 
 }  // namespace rotary::cli

@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  bench     time the kernels against this machine's copy bandwidth, and PyTorch\n"
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "  diagnose  infer what an unknown implementation does from .npy samples; name mismatches with a model\n"
+    "  export    write a model's exact table in an engine's layout (vLLM, FlashInfer, flash-attn, TE, llama.cpp)\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
     "prints the version. A command given neither --preset nor --config uses the default preset,\n"
@@ -53,6 +54,7 @@ const Command kCommands[] = {
     {"bench", rotary::cli::run_bench, &rotary::cli::kBenchHelp},
     {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
+    {"export", rotary::cli::run_export, &rotary::cli::kExportHelp},
 };
 
 }  // namespace
@@ -70,8 +72,9 @@ namespace {
 // "command must be one of ... (got "explian"); did you mean explain?".
 int unknown_command(const std::string& what, const std::string& given, std::ostream& err) {
   const std::optional<std::string> near = nearest(given, command_names());
-  err << "rotary: error: " << what
-      << " must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose (got \"" << given
+  std::string names;
+  for (const std::string& name : command_names()) names += (names.empty() ? "" : ", ") + name;
+  err << "rotary: error: " << what << " must be one of " << names << " (got \"" << given
       << "\")" << (near ? "; did you mean " + *near + "?" : std::string()) << " (see rotary --help)\n";
   return 2;
 }
