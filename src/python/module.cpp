@@ -212,11 +212,15 @@ PYBIND11_MODULE(_rotary, m) {
   // ---- tables -----------------------------------------------------------------------------------
   py::class_<CosSinTable, std::shared_ptr<CosSinTable>>(m, "CosSinTable")
       .def(py::init([](const RopeSpec& spec, const std::string& precision, const std::string& storage, int64_t seq_len,
-                       int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes) {
+                       int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes,
+                       const std::string& cache_dtype) {
              TableOptions options;
              const auto parsed = parse_precision(precision);
-             if (!parsed) fail("precision must be 'exact' or 'hf' (got '" + precision + "')");
+             if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
              options.precision = *parsed;
+             const auto dtype = parse_dtype(cache_dtype);
+             if (!dtype) fail("cache_dtype must be float32, bfloat16 or float16 (got '" + cache_dtype + "')");
+             options.cache_dtype = *dtype;
              if (storage == "stored") {
                options.storage = Storage::Stored;
              } else if (storage == "on_the_fly") {
@@ -231,7 +235,7 @@ PYBIND11_MODULE(_rotary, m) {
              return std::make_shared<CosSinTable>(spec, std::move(options));
            }),
            py::arg("spec"), py::arg("precision"), py::arg("storage"), py::arg("seq_len"), py::arg("fixed_positions"),
-           py::arg("hf_inv_freq"), py::arg("max_bytes"))
+           py::arg("hf_inv_freq"), py::arg("max_bytes"), py::arg("cache_dtype") = "float32")
       .def_property_readonly("spec", &CosSinTable::spec)
       .def_property_readonly("precision", [](const CosSinTable& t) { return std::string(to_string(t.precision())); })
       .def_property_readonly("storage",
@@ -285,7 +289,7 @@ PYBIND11_MODULE(_rotary, m) {
       .def(py::init([](const RopeSpec& spec, const std::string& precision) {
         TableOptions options;
         const auto parsed = parse_precision(precision);
-        if (!parsed) fail("precision must be 'exact' or 'hf' (got '" + precision + "')");
+        if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
         options.precision = *parsed;
         return std::make_shared<RopeCache>(spec, options);
       }))
