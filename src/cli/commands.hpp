@@ -17,6 +17,7 @@ int run_bench(Args& args);
 int run_report(Args& args);
 int run_diagnose(Args& args);
 int run_export(Args& args);
+int run_diverge(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -29,5 +30,6 @@ extern const char* const kBenchHelp;
 extern const char* const kReportHelp;
 extern const char* const kDiagnoseHelp;
 extern const char* const kExportHelp;
+extern const char* const kDivergeHelp;
 
 }  // namespace rotary::cli

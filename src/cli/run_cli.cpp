@@ -31,6 +31,7 @@ constexpr const char* kUsage =
     "  report    write an HTML page of plots (frequencies, angles, similarity, decay, scaling, coverage)\n"
     "  diagnose  infer what an unknown implementation does from .npy samples; name mismatches with a model\n"
     "  export    write a model's exact table in an engine's layout (vLLM, FlashInfer, flash-attn, TE, llama.cpp)\n"
+    "  diverge   each engine's numerics (Hugging Face, ggml, vLLM) against the exact table, by position and pair\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
     "prints the version. A command given neither --preset nor --config uses the default preset,\n"
@@ -55,6 +56,7 @@ const Command kCommands[] = {
     {"report", rotary::cli::run_report, &rotary::cli::kReportHelp},
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
     {"export", rotary::cli::run_export, &rotary::cli::kExportHelp},
+    {"diverge", rotary::cli::run_diverge, &rotary::cli::kDivergeHelp},
 };
 
 }  // namespace

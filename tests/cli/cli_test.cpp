@@ -148,7 +148,7 @@ TEST_P(CliErrors, ExitTwoWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliErrors,
     ::testing::Values(
-        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, export (got \"frobnicate\")"},
+        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, export, diverge (got \"frobnicate\")"},
         ErrorCase{"UnknownPreset", "freqs --preset llama-9", "freqs: --preset must be a built-in preset, see rotary presets (got \"llama-9\")"},
         ErrorCase{"BothSources", "freqs --preset llama-2-7b --config x.json", "give --preset or --config, not both"},
         ErrorCase{"MissingFile", "explain --config /nonexistent/config.json", "/nonexistent/config.json: cannot read file"},
@@ -350,7 +350,7 @@ TEST(Cli, HelpForEveryCommand) {
   const Result usage = run("--help");
   EXPECT_EQ(usage.exit_code, 0);
   const std::vector<std::string> commands = cli::command_names();
-  EXPECT_EQ(commands.size(), 11u);  // presets freqs explain table apply verify-golden check bench report diagnose export
+  EXPECT_EQ(commands.size(), 12u);  // presets freqs explain table apply verify-golden check bench report diagnose export diverge
   for (const std::string& command : commands) {
     SCOPED_TRACE(command);
     const Result r = run(command + " --help");
