@@ -34,6 +34,12 @@ def export_table(spec, format: str, *, max_position: int | None = None, dtype: s
 
     Returns a NumPy array (flash-attn: a tuple (cos, sin), each [seqlen, rotary_dim / 2]). Raises
     rotary.RotaryError naming the argument when the format cannot express the spec.
+
+    >>> cache = rotary.export_table("llama-3.1-8b", "flashinfer", max_position=4)
+    >>> cache.shape, cache.dtype
+    ((4, 128), dtype('float32'))
+    >>> float(cache[1, 0]), float(cache[1, 64])  # cos and sin of pair 0 at position 1
+    (0.5403022766113281, 0.8414709568023682)
     """
     native = _as_spec(spec)._native
     if max_position is not None and (isinstance(max_position, bool) or not isinstance(max_position, int)

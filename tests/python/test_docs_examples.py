@@ -12,8 +12,9 @@ import rotary._kv_cache
 import rotary._spec
 import rotary._table
 import rotary._diagnose
+import rotary._export
 
-MODULES = [rotary._spec, rotary._table, rotary._apply, rotary._diagnose, rotary._kv_cache]
+MODULES = [rotary._spec, rotary._table, rotary._apply, rotary._diagnose, rotary._export, rotary._kv_cache]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -30,7 +31,7 @@ def test_docstring_examples_run(module):
 
 PUBLIC = ["Spec.preset", "Spec.from_hf_config", "Spec.from_json", "Spec.for_layer_type", "Spec.replace",
           "Spec.frequencies", "presets", "Table", "Table.cos_sin", "table", "apply", "apply_cos_sin", "diagnose",
-          "KvCache"]
+          "export_table", "KvCache"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
