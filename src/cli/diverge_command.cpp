@@ -35,7 +35,7 @@ namespace {
 
 std::string bucket_text(const analysis::DivergenceBucket& b) {
   if (b.first == b.last) return std::to_string(b.first);
-  return "[" + std::to_string(b.first) + ", " + std::to_string(b.last) + "]";
+  return format_line("[%lld, %lld]", static_cast<long long>(b.first), static_cast<long long>(b.last));
 }
 
 std::string abs_text(double value) { return value == 0 ? "0" : format_line("%.2e", value); }

@@ -12,7 +12,7 @@ namespace rotary::cli {
 
 const char* const kTableHelp =
     "usage: rotary table [--preset NAME | --config FILE] --positions LIST|FIRST:LAST\n"
-    "                    [--precision exact|hf] [--seq-len N] [--layer-type T] [--json]\n"
+    "                    [--precision exact|hf|ggml|vllm] [--seq-len N] [--layer-type T] [--json]\n"
     "\n"
     "Prints the cos/sin table rows of the given positions: attention_scaling * cos(p * inv_freq)\n"
     "and * sin, as float32, each row rotary_dim values in the layout the spec's style uses\n"
@@ -20,7 +20,8 @@ const char* const kTableHelp =
     "\n"
     "  --positions       a comma-separated list (0,1,4096) or a range FIRST:LAST = [FIRST, LAST)\n"
     "  --precision       exact (default): within 1 float32 ulp of the true value at any position;\n"
-    "                    hf: Hugging Face's float32 numerics (angle fl32(fl32(p) * inv_freq_f32))\n"
+    "                    hf: Hugging Face's float32 numerics (angle fl32(fl32(p) * inv_freq_f32));\n"
+    "                    ggml: llama.cpp's CPU rope; vllm: vLLM's float32 cache (docs/interop.md)\n"
     "  --seq-len N       for dynamic NTK / LongRoPE; default: max(positions) + 1, as one forward\n"
     "                    call of Hugging Face's rotary embedding would see them\n"
     "  --json            {\"name\", \"precision\", \"rotary_dim\", \"style\", \"attention_scaling\",\n"
@@ -40,7 +41,7 @@ int run_table(Args& args) {
   Precision precision = Precision::Exact;
   if (precision_text) {
     const std::optional<Precision> parsed = parse_precision(*precision_text);
-    if (!parsed) throw UsageError(detail::concat("table: --precision must be exact or hf (got \"", *precision_text, "\")"));
+    if (!parsed) throw UsageError(detail::concat("table: --precision must be exact, hf, ggml or vllm (got \"", *precision_text, "\")"));
     precision = *parsed;
   }
   const RopeSpec& spec = select_spec(loaded, layer_type);

@@ -164,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"TableNegativePosition", "table --positions -4", "entries must be in [0, 2147483647] (got -4)"},
         ErrorCase{"TableHugePosition", "table --positions 2147483648", "entries must be in [0, 2147483647] (got 2147483648)"},
         ErrorCase{"TableEmptyRange", "table --positions 5:5", "FIRST < LAST"},
-        ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact or hf (got \"fp16\")"},
+        ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact, hf, ggml or vllm (got \"fp16\")"},
         ErrorCase{"VerifyGoldenNoDir", "verify-golden", "DIR is required"},
         ErrorCase{"BenchBadDtypes", "bench --dtypes float64", "--dtypes must list distinct types from float32, bfloat16, float16 (got \"float64\")"},
         ErrorCase{"VerifyGoldenMissingDir", "verify-golden /nonexistent/golden", "/nonexistent/golden must be a directory"}),
