@@ -42,8 +42,9 @@ set(ROTARY_LAYER_USES_python core cpu analysis attention interop python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
 # is cpu's: it gathers core and cpu, nothing above.
-# encodings: ALiBi slopes and the sinusoidal table, one definition for attention and analysis.
-set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor encodings)
+# encodings: ALiBi slopes and the sinusoidal table, one definition for attention and analysis;
+# engine_export: the engines' table layouts (vLLM, FlashInfer, flash-attn, TE, llama.cpp).
+set(ROTARY_PUBLIC_HEADERS_core error spec hf_config presets frequencies table tensor encodings engine_export)
 set(ROTARY_PUBLIC_HEADERS_cpu apply apply_cos_sin rotary)
 set(ROTARY_PUBLIC_HEADERS_analysis analysis report diagnose)
 set(ROTARY_PUBLIC_HEADERS_attention attention kv_cache)

@@ -423,4 +423,64 @@ CheckReport run_checks(const RopeSpec& spec, int64_t context = 0);
 // for AtLeast (> 1 = passed with that factor to spare; +inf when measured is 0 for AtMost).
 double check_margin(const CheckResult& check);
 
+// ---- engine numerics against the exact table (`rotary diverge`, the report's last plot) -------
+//
+// Each engine's cos/sin (table.hpp: Precision::HFCompat, Ggml, Vllm) against the exact values, by
+// position bucket and by pair: where a long context goes wrong in each engine, and by how much.
+// abs error = |engine value - true value| (the exact table's float64 row, ~1e-15 from the truth);
+// ulps = float32 steps between the engine's value and the correctly rounded float32 (the exact
+// table's value), counted across zero. Buckets are octaves of the position: [0], [1], [2, 3],
+// [4, 7], ... An engine that cannot reproduce the spec (ggml has no dynamic NTK; vLLM's one cache
+// has no LongRoPE) is listed with the reason instead of numbers.
+
+struct DivergenceOptions {
+  // Positions to evaluate; empty = samples_per_bucket positions in each octave of
+  // [0, max_position), evenly spaced and including each octave's ends.
+  std::vector<int64_t> positions;
+  int64_t max_position = 0;  // 0: the spec's max_position_embeddings (131072 if it states none)
+  int64_t samples_per_bucket = 64;
+  // The engines, in order. Vllm's cache is cast to vllm_dtype and built for positions
+  // [0, largest evaluated + 1), "a cache built once to max_position".
+  std::vector<Precision> precisions = {Precision::HFCompat, Precision::Ggml, Precision::Vllm};
+  DType vllm_dtype = DType::F32;
+};
+
+struct DivergenceBucket {
+  int64_t first = 0, last = 0;  // the octave [first, last], positions inclusive
+  int64_t positions = 0;        // evaluated in it
+  double max_abs_error = 0.0;
+  int64_t max_ulps = 0;
+  int64_t worst_position = 0;
+  int64_t worst_pair = 0;
+};
+
+struct DivergencePair {
+  int64_t pair = 0;
+  double wavelength_tokens = 0.0;  // of the exact frequency (+inf: unrotated)
+  double max_abs_error = 0.0;
+  int64_t max_ulps = 0;
+};
+
+struct EngineDivergence {
+  Precision precision = Precision::HFCompat;
+  std::string label;      // "hf", "ggml", "vllm (bfloat16 cache)"
+  bool available = true;  // false: the engine cannot reproduce this spec (reason says why)
+  std::string reason;
+  double max_abs_error = 0.0;
+  int64_t max_ulps = 0;
+  std::vector<DivergenceBucket> buckets;  // non-empty octaves, increasing
+  std::vector<DivergencePair> pairs;      // every pair, worst over all positions
+};
+
+struct Divergence {
+  std::string spec_name;
+  int64_t seq_len = 0;  // the frequencies' seq_len: largest position + 1 (Hugging Face's rule)
+  std::vector<int64_t> positions;  // evaluated, increasing, unique
+  std::vector<EngineDivergence> engines;
+};
+
+// Throws rotary::Error naming the option for positions outside [0, kMaxPosition], an empty or
+// oversized request (more than 100,000 positions), samples_per_bucket < 2, a max_position < 1.
+Divergence engine_divergence(const RopeSpec& spec, const DivergenceOptions& options = {});
+
 }  // namespace rotary::analysis

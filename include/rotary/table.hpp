@@ -14,6 +14,23 @@
 //                        fl32(fl32(p) * inv_freq), cos/sin of that angle, times
 //                        fl32(attention_scaling) in float32. Reproduces a model's training
 //                        numerics, errors and all (positions >= 2^24 round).
+//   Precision::Ggml      llama.cpp's CPU rope (ggml-cpu ops.cpp ggml_rope_cache_init, rope_yarn):
+//                        theta_scale = powf(base, -2/n_dims) and the angle p * theta_scale^i built
+//                        by repeated float32 multiplication pair by pair, divided by the GGUF's
+//                        frequency factors (Llama 3's rope_freqs as convert_hf_to_gguf.py writes
+//                        them, LongRoPE's short or long list by seq_len), YaRN's float32 ramp over
+//                        ggml_rope_yarn_corr_dims (always floored / ceiled) with its mscale folded
+//                        as llama_context does, cosf / sinf times mscale. Schemes llama.cpp has no
+//                        form for (dynamic NTK, NTK-alpha, proportional, M-RoPE, vision, xPos,
+//                        DeepSeek's mscale_all_dim) are refused.
+//   Precision::Vllm      vLLM's cos_sin_cache (RotaryEmbedding._compute_cos_sin_cache): inv_freq
+//                        in float32 as torch computes it (the same chains as HFCompat; linear
+//                        scaling divides the float32 positions instead), t in float32, the outer
+//                        product, cos / sin in float32 times the float32 mscale, then cast to
+//                        TableOptions::cache_dtype; built once for positions [0, fixed_positions)
+//                        (default max_position_embeddings, YaRN: that times the factor, as vLLM):
+//                        a position past it is an error, as it would index past vLLM's cache.
+//                        Dynamic NTK and LongRoPE (vLLM has its own classes) are refused.
 //
 // Storage::Stored keeps the rows calls use, in pages of 256 rows stored when a call first needs
 // a row in them: memory follows the rows used, not the largest position (a call at position 10^6
@@ -38,6 +55,7 @@
 
 #include "rotary/frequencies.hpp"
 #include "rotary/spec.hpp"
+#include "rotary/tensor.hpp"
 
 namespace rotary {
 
@@ -45,11 +63,12 @@ namespace rotary {
 // integer position exactly enough for the exact path's guarantees, and no model is near it.
 inline constexpr int64_t kMaxPosition = (int64_t{1} << 31) - 1;
 
-enum class Precision { Exact, HFCompat };
+enum class Precision { Exact, HFCompat, Ggml, Vllm };
 enum class Storage { Stored, OnTheFly };
 
-std::string_view to_string(Precision precision);  // "exact", "hf"
-std::optional<Precision> parse_precision(std::string_view name);  // "exact", "hf" / "hfcompat"
+std::string_view to_string(Precision precision);  // "exact", "hf", "ggml", "vllm"
+// "exact", "hf" / "hfcompat", "ggml" / "llama.cpp", "vllm".
+std::optional<Precision> parse_precision(std::string_view name);
 
 struct TableOptions {
   Precision precision = Precision::Exact;
@@ -65,9 +84,15 @@ struct TableOptions {
   // Upper bound on the memory of stored rows; growth past it is an error that suggests
   // Storage::OnTheFly. Default 8 GiB.
   int64_t max_bytes = int64_t{8} << 30;
-  // HFCompat only: a model's float32 inv_freq buffer (length rotary_dim / 2), used instead of
-  // Hugging Face's float32 operation chain for the spec's scheme.
+  // HFCompat and Vllm: a model's float32 inv_freq buffer (length rotary_dim / 2), used instead of
+  // the float32 operation chain for the spec's scheme.
   std::vector<float> hf_inv_freq;
+  // Ggml only: a GGUF's rope frequency-factor tensor (rope_freqs.weight, or the LongRoPE set in
+  // use), rotary_dim / 2 finite values > 0, used instead of deriving it from the config (the
+  // converter's float32 frequencies come from torch's pow, 1 ulp from rotary's in ~1% of pairs).
+  std::vector<float> ggml_freq_factors;
+  // Vllm only: the dtype vLLM casts its cache to (the model dtype). F32, BF16 or F16.
+  DType cache_dtype = DType::F32;
 };
 
 class CosSinTable {
@@ -88,7 +113,8 @@ class CosSinTable {
   }
   int64_t num_pairs() const { return num_pairs_; }
   double attention_scaling() const { return attention_scaling_; }
-  // Exact: the double inv_freq (frequencies()); HFCompat: the float32 values, widened.
+  // Exact: the double inv_freq (frequencies()); HFCompat, Vllm: the float32 values, widened;
+  // Ggml: the angle ggml reaches at position 1 for each pair (its float32 chain), widened.
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   // HFCompat: the float32 inv_freq in use. Exact: the doubles rounded to float32.
   const std::vector<float>& inv_freq_f32() const { return inv_freq_f32_; }
@@ -131,6 +157,8 @@ class CosSinTable {
   void check_position(int64_t position, const char* where) const;
   void store_pages(std::span<const PageRange> pages) const;
   void compute_rows(int64_t first, int64_t last, float* out) const;
+  void init_ggml();
+  void init_vllm();
 
   RopeSpec spec_;
   TableOptions options_;
@@ -141,6 +169,9 @@ class CosSinTable {
 
   struct Engine;  // the exact angle machinery (src/core/table.cpp)
   std::unique_ptr<Engine> engine_;
+  // Ggml and Vllm: the engine's parameters (src/core/table.cpp).
+  struct EngineNumerics;
+  std::unique_ptr<EngineNumerics> numerics_;
 
   // Stored rows live in pages found through a directory (src/core/table.cpp), so a row never
   // moves once written and memory follows the pages used. Null for OnTheFly.

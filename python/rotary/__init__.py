@@ -26,6 +26,7 @@ from ._spec import Frequencies, Spec, presets
 from ._table import Table, table
 from ._apply import apply, apply_cos_sin
 from ._diagnose import diagnose
+from ._export import export_table
 from ._kv_cache import KvCache
 from ._convert import convert_weights
 from ._attention import attention, attention_scale
@@ -40,6 +41,7 @@ __all__ = [
     "apply",
     "apply_cos_sin",
     "diagnose",
+    "export_table",
     "KvCache",
     "convert_weights",
     "attention",

@@ -630,6 +630,34 @@ std::string model_section(const ReportModel& model, const ReportOptions& options
                                          std::to_string(ext.num_pairs) +
                                          " pairs reach angles at the target that training never produced.");
 
+  // (7) engine numerics: each engine's largest cos/sin error against the exact table, per octave
+  // of positions up to the target context (engine_divergence; `rotary diverge` has the tables).
+  const Divergence divergence = engine_divergence(spec, {.max_position = context, .samples_per_bucket = 8});
+  Chart engines{.title = "Engine numerics vs exact: " + name, .x_label = "position (start of each octave, tokens)",
+                .y_label = "largest |cos, sin - exact| (absolute)", .log_x = true, .log_y = true};
+  const char* const engine_colors[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7"};
+  std::string unavailable;
+  size_t color = 0;
+  for (const EngineDivergence& e : divergence.engines) {
+    if (!e.available) {
+      unavailable += (unavailable.empty() ? "" : "; ") + e.label + " cannot reproduce this model";
+      continue;
+    }
+    // Engines that coincide (vLLM's float32 cache is Hugging Face's numerics) stay apart by stroke.
+    const Stroke strokes[] = {Stroke::Solid, Stroke::Dashed, Stroke::DashDot};
+    Series series{.label = e.label, .color = engine_colors[color % 4], .mark = Mark::LineAndMarkers,
+                  .stroke = strokes[color % 3]};
+    ++color;
+    for (const DivergenceBucket& b : e.buckets) {
+      if (b.first > 0) series.points.push_back({static_cast<double>(b.first), b.max_abs_error});
+    }
+    engines.series.push_back(std::move(series));
+  }
+  engines.reference_lines = {{0x1p-24, "half a float32 ulp of 1 (exact table)", "#999999"}};
+  out << figure(render_chart(engines), "Where long contexts drift: the float32 angle of each engine loses "
+                                       "precision with the position (ggml also multiplies theta pair by pair). " +
+                                           (unavailable.empty() ? std::string() : unavailable + "."));
+
   out << "</div>\n" << check_table(report) << "</section>\n";
   return out.str();
 }

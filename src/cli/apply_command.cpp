@@ -21,7 +21,7 @@ const char* const kApplyHelp =
     "usage: rotary apply [--preset NAME | --config FILE] --q Q.npy [--k K.npy] --layout L\n"
     "                    --out-q OUT_Q.npy [--out-k OUT_K.npy]\n"
     "                    [--positions POS.npy | --offsets OFFSETS.npy] [--cu-seqlens CU.npy]\n"
-    "                    [--precision exact|hf] [--direction forward|backward]\n"
+    "                    [--precision exact|hf|ggml|vllm] [--direction forward|backward]\n"
     "                    [--rotary-offset N] [--style neox|gptj] [--layer-type T]\n"
     "                    [--reference] [--threads N] [--json]\n"
     "\n"
@@ -39,7 +39,8 @@ const char* const kApplyHelp =
     "  --offsets F       int64 [batch] (thd: [sequences]): position = offset + index in the\n"
     "                    sequence (neither: position = index in the sequence)\n"
     "  --cu-seqlens F    int64 [sequences + 1] token offsets, required for thd\n"
-    "  --precision       exact (default) or hf (Hugging Face's float32 table numerics)\n"
+    "  --precision       exact (default), hf (Hugging Face's float32 table numerics), ggml\n"
+    "                    (llama.cpp's CPU rope) or vllm (vLLM's float32 cache; docs/interop.md)\n"
     "  --direction       forward (default) or backward (the inverse rotation = the gradient)\n"
     "  --rotary-offset   first rotated element of each head (DeepSeek's [nope | rope]: 128)\n"
     "  --style           override the spec's pairing (neox: half-split, gptj: interleaved)\n"
@@ -246,7 +247,7 @@ int run_apply(Args& args) {
   Precision precision = Precision::Exact;
   if (precision_text) {
     const std::optional<Precision> parsed = parse_precision(*precision_text);
-    if (!parsed) throw UsageError(detail::concat("apply: --precision must be exact or hf (got \"", *precision_text, "\")"));
+    if (!parsed) throw UsageError(detail::concat("apply: --precision must be exact, hf, ggml or vllm (got \"", *precision_text, "\")"));
     precision = *parsed;
   }
   ApplyOptions options;

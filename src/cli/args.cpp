@@ -12,6 +12,7 @@
 
 #include "rotary/error.hpp"
 #include "rotary/presets.hpp"
+#include "rotary/table.hpp"
 
 namespace rotary::cli {
 
@@ -246,5 +247,47 @@ std::string format_number(double value, int significant) {
   out << value;
   return out.str();
 }
+
+// A list "0,1,4096" or a range "FIRST:LAST" (LAST exclusive).
+std::vector<int64_t> parse_positions(const std::string& command, const std::string& text) {
+  constexpr int64_t kMaxRows = 1'000'000;
+  auto parse_one = [&](std::string_view item) {
+    int64_t value = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, value);
+    if (item.empty() || ec != std::errc() || ptr != end) {
+      throw UsageError(detail::concat(command + ": --positions must be integers like 0,1,4096 or a range 0:16 (got \"",
+                                      text, "\")"));
+    }
+    if (value < 0 || value > kMaxPosition) {
+      throw UsageError(detail::concat(command + ": --positions entries must be in [0, ", kMaxPosition, "] (got ", value, ")"));
+    }
+    return value;
+  };
+  std::vector<int64_t> positions;
+  if (const size_t colon = text.find(':'); colon != std::string::npos) {
+    const int64_t first = parse_one(std::string_view(text).substr(0, colon));
+    const int64_t last = parse_one(std::string_view(text).substr(colon + 1));
+    if (last <= first || last - first > kMaxRows) {
+      throw UsageError(detail::concat(command + ": --positions FIRST:LAST must have FIRST < LAST and at most ", kMaxRows,
+                                      " rows (got \"", text, "\")"));
+    }
+    for (int64_t p = first; p < last; ++p) positions.push_back(p);
+    return positions;
+  }
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const size_t end = comma == std::string::npos ? text.size() : comma;
+    positions.push_back(parse_one(std::string_view(text).substr(start, end - start)));
+    if (positions.size() > static_cast<size_t>(kMaxRows)) {
+      throw UsageError(detail::concat(command + ": --positions must list at most ", kMaxRows, " positions"));
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return positions;
+}
+
 
 }  // namespace rotary::cli

@@ -106,6 +106,10 @@ inline bool is_stdout(const std::optional<std::string>& path) { return path && *
 // The spec to use: the config's main spec, or --layer-type NAME for per-layer-type configs.
 const RopeSpec& select_spec(const LoadedConfig& loaded, const std::optional<std::string>& layer_type);
 
+// --positions: a comma-separated list (0,1,4096) or a range FIRST:LAST = [FIRST, LAST), each in
+// [0, kMaxPosition], at most 10^6; a UsageError naming `command` and --positions otherwise.
+std::vector<int64_t> parse_positions(const std::string& command, const std::string& text);
+
 // Formats a double compactly for tables: 6 significant digits, "inf" for infinity.
 std::string format_number(double value, int significant = 6);
 

@@ -18,6 +18,8 @@ int run_report(Args& args);
 int run_diagnose(Args& args);
 int run_convert_weights(Args& args);
 int run_attention(Args& args);
+int run_export(Args& args);
+int run_diverge(Args& args);
 
 extern const char* const kPresetsHelp;
 extern const char* const kFreqsHelp;
@@ -31,5 +33,7 @@ extern const char* const kReportHelp;
 extern const char* const kDiagnoseHelp;
 extern const char* const kConvertWeightsHelp;
 extern const char* const kAttentionHelp;
+extern const char* const kExportHelp;
+extern const char* const kDivergeHelp;
 
 }  // namespace rotary::cli

@@ -33,6 +33,8 @@ constexpr const char* kUsage =
     "  attention run random q, k, v through prefill and decode of rotary's attention (RoPE, none,\n"
     "            sinusoidal, learned, ALiBi); compare with the float64 reference; time it\n"
     "  convert-weights  reorder a safetensors checkpoint's q/k rows between interleaved and half-split pairing\n"
+    "  export    write a model's exact table in an engine's layout (vLLM, FlashInfer, flash-attn, TE, llama.cpp)\n"
+    "  diverge   each engine's numerics (Hugging Face, ggml, vLLM) against the exact table, by position and pair\n"
     "\n"
     "rotary help COMMAND (or rotary COMMAND --help) explains a command; rotary -V (--version)\n"
     "prints the version. A command given neither --preset nor --config uses the default preset,\n"
@@ -58,6 +60,8 @@ const Command kCommands[] = {
     {"diagnose", rotary::cli::run_diagnose, &rotary::cli::kDiagnoseHelp},
     {"attention", rotary::cli::run_attention, &rotary::cli::kAttentionHelp},
     {"convert-weights", rotary::cli::run_convert_weights, &rotary::cli::kConvertWeightsHelp},
+    {"export", rotary::cli::run_export, &rotary::cli::kExportHelp},
+    {"diverge", rotary::cli::run_diverge, &rotary::cli::kDivergeHelp},
 };
 
 }  // namespace

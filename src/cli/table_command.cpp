@@ -12,7 +12,7 @@ namespace rotary::cli {
 
 const char* const kTableHelp =
     "usage: rotary table [--preset NAME | --config FILE] --positions LIST|FIRST:LAST\n"
-    "                    [--precision exact|hf] [--seq-len N] [--layer-type T] [--json]\n"
+    "                    [--precision exact|hf|ggml|vllm] [--seq-len N] [--layer-type T] [--json]\n"
     "\n"
     "Prints the cos/sin table rows of the given positions: attention_scaling * cos(p * inv_freq)\n"
     "and * sin, as float32, each row rotary_dim values in the layout the spec's style uses\n"
@@ -20,56 +20,13 @@ const char* const kTableHelp =
     "\n"
     "  --positions       a comma-separated list (0,1,4096) or a range FIRST:LAST = [FIRST, LAST)\n"
     "  --precision       exact (default): within 1 float32 ulp of the true value at any position;\n"
-    "                    hf: Hugging Face's float32 numerics (angle fl32(fl32(p) * inv_freq_f32))\n"
+    "                    hf: Hugging Face's float32 numerics (angle fl32(fl32(p) * inv_freq_f32));\n"
+    "                    ggml: llama.cpp's CPU rope; vllm: vLLM's float32 cache (docs/interop.md)\n"
     "  --seq-len N       for dynamic NTK / LongRoPE; default: max(positions) + 1, as one forward\n"
     "                    call of Hugging Face's rotary embedding would see them\n"
     "  --json            {\"name\", \"precision\", \"rotary_dim\", \"style\", \"attention_scaling\",\n"
     "                    \"positions\", \"cos\": [[...] per position], \"sin\": [[...]]}\n";
 
-namespace {
-
-// A list "0,1,4096" or a range "FIRST:LAST" (LAST exclusive).
-std::vector<int64_t> parse_positions(const std::string& text) {
-  constexpr int64_t kMaxRows = 1'000'000;
-  auto parse_one = [&](std::string_view item) {
-    int64_t value = 0;
-    const char* end = item.data() + item.size();
-    auto [ptr, ec] = std::from_chars(item.data(), end, value);
-    if (item.empty() || ec != std::errc() || ptr != end) {
-      throw UsageError(detail::concat("table: --positions must be integers like 0,1,4096 or a range 0:16 (got \"",
-                                      text, "\")"));
-    }
-    if (value < 0 || value > kMaxPosition) {
-      throw UsageError(detail::concat("table: --positions entries must be in [0, ", kMaxPosition, "] (got ", value, ")"));
-    }
-    return value;
-  };
-  std::vector<int64_t> positions;
-  if (const size_t colon = text.find(':'); colon != std::string::npos) {
-    const int64_t first = parse_one(std::string_view(text).substr(0, colon));
-    const int64_t last = parse_one(std::string_view(text).substr(colon + 1));
-    if (last <= first || last - first > kMaxRows) {
-      throw UsageError(detail::concat("table: --positions FIRST:LAST must have FIRST < LAST and at most ", kMaxRows,
-                                      " rows (got \"", text, "\")"));
-    }
-    for (int64_t p = first; p < last; ++p) positions.push_back(p);
-    return positions;
-  }
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const size_t end = comma == std::string::npos ? text.size() : comma;
-    positions.push_back(parse_one(std::string_view(text).substr(start, end - start)));
-    if (positions.size() > static_cast<size_t>(kMaxRows)) {
-      throw UsageError(detail::concat("table: --positions must list at most ", kMaxRows, " positions"));
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return positions;
-}
-
-}  // namespace
 
 int run_table(Args& args) {
   LoadedConfig loaded = load_config(args);
@@ -80,11 +37,11 @@ int run_table(Args& args) {
   const bool as_json = args.has_switch("--json");
   args.finish();
   if (!positions_text) throw UsageError("table: --positions is required (a list 0,1,4096 or a range 0:16)");
-  const std::vector<int64_t> positions = parse_positions(*positions_text);
+  const std::vector<int64_t> positions = parse_positions("table", *positions_text);
   Precision precision = Precision::Exact;
   if (precision_text) {
     const std::optional<Precision> parsed = parse_precision(*precision_text);
-    if (!parsed) throw UsageError(detail::concat("table: --precision must be exact or hf (got \"", *precision_text, "\")"));
+    if (!parsed) throw UsageError(detail::concat("table: --precision must be exact, hf, ggml or vllm (got \"", *precision_text, "\")"));
     precision = *parsed;
   }
   const RopeSpec& spec = select_spec(loaded, layer_type);

@@ -117,12 +117,20 @@ std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t bytes) {
 }  // namespace
 
 std::string_view to_string(Precision precision) {
-  return precision == Precision::Exact ? "exact" : "hf";
+  switch (precision) {
+    case Precision::Exact: return "exact";
+    case Precision::HFCompat: return "hf";
+    case Precision::Ggml: return "ggml";
+    case Precision::Vllm: return "vllm";
+  }
+  return "unknown";
 }
 
 std::optional<Precision> parse_precision(std::string_view name) {
   if (name == "exact") return Precision::Exact;
   if (name == "hf" || name == "hfcompat" || name == "hf-compat") return Precision::HFCompat;
+  if (name == "ggml" || name == "llama.cpp" || name == "llama-cpp") return Precision::Ggml;
+  if (name == "vllm") return Precision::Vllm;
   return std::nullopt;
 }
 
@@ -337,6 +345,94 @@ struct CosSinTable::PageRange {
   int64_t first = 0, last = 0;
 };
 
+// ---- engine numerics (Precision::Ggml, Precision::Vllm) --------------------------------------
+
+// llama.cpp's parameters for a spec, and vLLM's. Every value is the float32 the engine holds.
+struct CosSinTable::EngineNumerics {
+  // ggml (ggml-cpu ops.cpp ggml_compute_forward_rope_flt / ggml_rope_cache_init / rope_yarn,
+  // llama.cpp 0.25.3 in llama-cpp-python 0.3.36).
+  float theta_scale = 1.0f;  // powf(freq_base, -2.0f / n_dims)
+  float freq_scale = 1.0f;   // 1 / rope scaling factor (linear, YaRN)
+  float ext_factor = 0.0f;   // 1 for YaRN (llama_context: yarn_ext_factor), else 0
+  float attn_factor = 1.0f;  // cparams.yarn_attn_factor, before rope_yarn's own mscale
+  float corr_dims[2] = {0.0f, 0.0f};
+  std::vector<float> freq_factors;  // rope_freqs / rope_factors_{short,long}; empty: none
+  // vLLM: linear scaling divides the float32 positions (LinearScalingRotaryEmbedding).
+  float position_divisor = 1.0f;
+  DType cache_dtype = DType::F32;
+};
+
+namespace {
+
+// ggml's ggml_rope_yarn_corr_dim / ggml_rope_yarn_corr_dims (ggml.c), float32 as there.
+float ggml_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return static_cast<float>(n_dims) *
+         std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * static_cast<float>(std::numbers::pi))) /
+         (2 * std::log(base));
+}
+
+// ggml's rope_yarn_ramp and rope_yarn (ops.cpp): one pair's cos and sin, as ggml-cpu is built for
+// x86-64 with FMA (GGML_FMA, -mfma): GCC contracts the blend a*b + c*d into fma(a, b, c*d) and
+// 1 + 0.1*log(..) into fma(0.1, log(..), 1), so those two are fused here too (checked bit for bit
+// against ggml itself, tests/core/engine_numerics_test.cpp; without them the YaRN ramp's pairs
+// differ by an ulp).
+void ggml_rope_yarn(float theta_extrap, float freq_scale, const float corr_dims[2], int64_t i0, float ext_factor,
+                    float mscale, float* cos_theta, float* sin_theta) {
+  const float theta_interp = freq_scale * theta_extrap;
+  float theta = theta_interp;
+  if (ext_factor != 0.0f) {
+    const float y = (static_cast<float>(static_cast<int>(i0) / 2) - corr_dims[0]) / std::max(0.001f, corr_dims[1] - corr_dims[0]);
+    const float ramp = 1 - std::min(1.0f, std::max(0.0f, y));
+    const float ramp_mix = ramp * ext_factor;
+    theta = std::fma(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
+    mscale *= std::fma(0.1f, std::log(1.0f / freq_scale), 1.0f);
+  }
+  *cos_theta = std::cos(theta) * mscale;
+  *sin_theta = std::sin(theta) * mscale;
+}
+
+// Llama 3's rope_freqs as llama.cpp's converter writes them (conversion/llama.py
+// generate_extra_tensors): float32 default frequencies, the bands and the smooth factor in Python
+// float64, each factor stored as float32.
+std::vector<float> llama3_gguf_factors(const RopeSpec& spec) {
+  RopeSpec unscaled = spec;
+  unscaled.scaling = Scaling{};
+  const std::vector<float> freqs = detail::hf_inv_freq_f32(unscaled, 0);
+  const Scaling& s = spec.scaling;
+  const double factor = *s.factor;
+  const double old_context = static_cast<double>(spec.original_context());
+  const double low_wavelength = old_context / s.low_freq_factor;
+  const double high_wavelength = old_context / s.high_freq_factor;
+  std::vector<float> factors;
+  for (const float freq : freqs) {
+    const double wavelength = 2 * std::numbers::pi / static_cast<double>(freq);
+    if (wavelength < high_wavelength) {
+      factors.push_back(1.0f);
+    } else if (wavelength > low_wavelength) {
+      factors.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (old_context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      factors.push_back(static_cast<float>(1 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+[[noreturn]] void refuse_scheme(const RopeSpec& spec, Precision precision, std::string_view what) {
+  throw Error(detail::concat("CosSinTable: precision ", to_string(precision), " cannot reproduce spec ", spec.name, ": ",
+                             what));
+}
+
+void check_engine_geometry(const RopeSpec& spec, Precision precision) {
+  if (spec.xpos) refuse_scheme(spec, precision, "xPos is not part of its rope");
+  if (spec.axes == PositionAxes::Vision2D) refuse_scheme(spec, precision, "axes vision2d has another frequency layout there");
+  if (spec.axes == PositionAxes::MRope && precision == Precision::Ggml) {
+    refuse_scheme(spec, precision, "axes mrope (ggml_rope_multi) is not modelled");
+  }
+}
+
+}  // namespace
+
 // ---- the table -------------------------------------------------------------------------------
 
 CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spec), options_(std::move(options)) {
@@ -357,12 +453,26 @@ CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spe
   const Frequencies freqs = frequencies(spec_, options_.seq_len);
   attention_scaling_ = freqs.attention_scaling;
 
-  if (options_.precision == Precision::Exact) {
+  if (options_.cache_dtype != DType::F32 && options_.precision != Precision::Vllm) {
+    throw Error(detail::concat("CosSinTable: cache_dtype is for Precision::Vllm only (got ", to_string(options_.cache_dtype),
+                               " with precision ", to_string(options_.precision), ")"));
+  }
+  if (!options_.ggml_freq_factors.empty() && options_.precision != Precision::Ggml) {
+    throw Error(detail::concat("CosSinTable: ggml_freq_factors is for Precision::Ggml only (got precision ",
+                               to_string(options_.precision), ")"));
+  }
+  if (options_.precision == Precision::Exact || options_.precision == Precision::Ggml) {
     if (!options_.hf_inv_freq.empty()) {
-      throw Error("CosSinTable: hf_inv_freq is for Precision::HFCompat only (got a buffer with Precision::Exact)");
+      throw Error(detail::concat("CosSinTable: hf_inv_freq is for Precision::HFCompat and Vllm only (got a buffer with "
+                                 "precision ",
+                                 to_string(options_.precision), ")"));
     }
+  }
+  if (options_.precision == Precision::Exact) {
     inv_freq_ = freqs.inv_freq;
     engine_ = std::make_unique<Engine>(num_pairs_, detail::inv_freq_extended(spec_, options_.seq_len));
+  } else if (options_.precision == Precision::Ggml) {
+    init_ggml();
   } else {
     if (!options_.hf_inv_freq.empty()) {
       if (static_cast<int64_t>(options_.hf_inv_freq.size()) != num_pairs_) {
@@ -376,10 +486,15 @@ CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spe
         }
       }
       inv_freq_f32_ = options_.hf_inv_freq;
+    } else if (options_.precision == Precision::Vllm && spec_.scaling.type == ScalingType::Linear) {
+      RopeSpec unscaled = spec_;  // vLLM divides the positions, not inv_freq
+      unscaled.scaling = Scaling{};
+      inv_freq_f32_ = detail::hf_inv_freq_f32(unscaled, 0);
     } else {
       inv_freq_f32_ = detail::hf_inv_freq_f32(spec_, options_.seq_len);
     }
     inv_freq_.assign(inv_freq_f32_.begin(), inv_freq_f32_.end());
+    if (options_.precision == Precision::Vllm) init_vllm();
   }
   if (inv_freq_f32_.empty()) {
     for (double v : inv_freq_) inv_freq_f32_.push_back(static_cast<float>(v));
@@ -393,6 +508,127 @@ CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spe
 }
 
 CosSinTable::~CosSinTable() = default;
+
+// llama.cpp's parameters for the spec (see EngineNumerics): which GGUF keys and tensors the
+// converter writes for each scheme, and what llama_context derives from them.
+void CosSinTable::init_ggml() {
+  const RopeSpec& spec = spec_;
+  check_engine_geometry(spec, Precision::Ggml);
+  auto n = std::make_unique<EngineNumerics>();
+  const Scaling& s = spec.scaling;
+  const float base = static_cast<float>(spec.theta_base);
+  const int n_dims = static_cast<int>(spec.rotary_dim);
+  n->theta_scale = std::pow(base, -2.0f / static_cast<float>(n_dims));
+  switch (s.type) {
+    case ScalingType::Default: break;
+    case ScalingType::Linear: n->freq_scale = 1.0f / static_cast<float>(*s.factor); break;
+    case ScalingType::Llama3: n->freq_factors = llama3_gguf_factors(spec); break;
+    case ScalingType::LongRope: {
+      // llama_model::get_rope_factors: long past n_ctx_orig_yarn; the converter's attn factor.
+      const bool use_long = options_.seq_len > spec.original_context();
+      for (const double f : use_long ? s.long_factor : s.short_factor) n->freq_factors.push_back(static_cast<float>(f));
+      const double scale = static_cast<double>(spec.max_position_embeddings) / static_cast<double>(spec.original_context());
+      n->attn_factor =
+          scale > 1.0 ? static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(spec.original_context()))))
+                      : 1.0f;
+      break;
+    }
+    case ScalingType::Yarn: {
+      if (s.mscale && s.mscale_all_dim && *s.mscale != 0 && *s.mscale_all_dim != 0) {
+        refuse_scheme(spec, Precision::Ggml, "YaRN with mscale and mscale_all_dim (llama.cpp's DeepSeek path) is not modelled");
+      }
+      n->freq_scale = 1.0f / static_cast<float>(spec.resolved_factor());
+      n->ext_factor = 1.0f;
+      const int n_ctx_orig = static_cast<int>(spec.original_context());
+      const float start = std::floor(ggml_corr_dim(n_dims, n_ctx_orig, static_cast<float>(s.beta_fast), base));
+      const float end = std::ceil(ggml_corr_dim(n_dims, n_ctx_orig, static_cast<float>(s.beta_slow), base));
+      n->corr_dims[0] = std::max(0.0f, start);
+      n->corr_dims[1] = std::min(static_cast<float>(n_dims - 1), end);
+      // llama_context: yarn_attn_factor = get_mscale(factor, 1), then divided by the mscale that
+      // rope_yarn multiplies in again (an explicit attention_factor is not read there).
+      const float factor = 1.0f / n->freq_scale;
+      const float get_mscale = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * std::log(factor) + 1.0f;
+      n->attn_factor = get_mscale;
+      n->attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+      n->attn_factor *= 1.0f;  // hparams.rope_attn_factor (not written for YaRN)
+      break;
+    }
+    case ScalingType::Dynamic: refuse_scheme(spec, Precision::Ggml, "llama.cpp has no dynamic NTK scaling");
+    case ScalingType::NtkAlpha: refuse_scheme(spec, Precision::Ggml, "rope_type ntk_alpha has no llama.cpp form here");
+    case ScalingType::Proportional: refuse_scheme(spec, Precision::Ggml, "rope_type proportional is not modelled");
+  }
+  if (!options_.ggml_freq_factors.empty()) {
+    if (s.type != ScalingType::Llama3 && s.type != ScalingType::LongRope) {
+      throw Error(detail::concat("CosSinTable: ggml_freq_factors is for rope_type llama3 or longrope (spec ", spec.name,
+                                 " has rope_type ", to_string(s.type), ")"));
+    }
+    if (static_cast<int64_t>(options_.ggml_freq_factors.size()) != num_pairs_) {
+      throw Error(detail::concat("CosSinTable: ggml_freq_factors must have rotary_dim/2 = ", num_pairs_, " values (got ",
+                                 options_.ggml_freq_factors.size(), ")"));
+    }
+    for (size_t i = 0; i < options_.ggml_freq_factors.size(); ++i) {
+      const float v = options_.ggml_freq_factors[i];
+      if (!std::isfinite(v) || !(v > 0.0f)) {
+        throw Error(detail::concat("CosSinTable: ggml_freq_factors[", i, "] must be finite and > 0 (got ", v, ")"));
+      }
+    }
+    n->freq_factors = options_.ggml_freq_factors;
+  }
+  numerics_ = std::move(n);
+  // The frequencies ggml reaches: its angle at position 1, pair by pair (scaling as it applies).
+  inv_freq_f32_.resize(static_cast<size_t>(num_pairs_));
+  float theta = 1.0f;
+  for (int64_t i = 0; i < num_pairs_; ++i) {
+    const float ff = numerics_->freq_factors.empty() ? 1.0f : numerics_->freq_factors[i];
+    const float extrap = theta / ff;
+    float angle = numerics_->freq_scale * extrap;
+    if (numerics_->ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - numerics_->corr_dims[0]) /
+                      std::max(0.001f, numerics_->corr_dims[1] - numerics_->corr_dims[0]);
+      const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * numerics_->ext_factor;
+      angle = std::fma(angle, 1 - ramp_mix, extrap * ramp_mix);
+    }
+    inv_freq_f32_[i] = angle;
+    theta *= numerics_->theta_scale;
+  }
+  inv_freq_.assign(inv_freq_f32_.begin(), inv_freq_f32_.end());
+  float mscale = numerics_->attn_factor;
+  if (numerics_->ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / numerics_->freq_scale), 1.0f);
+  attention_scaling_ = mscale;
+}
+
+// vLLM's cache: which schemes its classes build one static cache for, and its length.
+void CosSinTable::init_vllm() {
+  const RopeSpec& spec = spec_;
+  check_engine_geometry(spec, Precision::Vllm);
+  const ScalingType type = spec.scaling.type;
+  if (type == ScalingType::Dynamic || type == ScalingType::LongRope) {
+    refuse_scheme(spec, Precision::Vllm,
+                  detail::concat("rope_type ", to_string(type), " changes with the sequence length, and vLLM builds "
+                                 "its own classes for it, not one cos_sin_cache"));
+  }
+  if (type == ScalingType::Proportional) refuse_scheme(spec, Precision::Vllm, "rope_type proportional is not modelled");
+  if (options_.cache_dtype == DType::F64) {
+    throw Error("CosSinTable: cache_dtype must be float32, bfloat16 or float16 for Precision::Vllm (got float64)");
+  }
+  auto n = std::make_unique<EngineNumerics>();
+  n->cache_dtype = options_.cache_dtype;
+  if (type == ScalingType::Linear) n->position_divisor = static_cast<float>(*spec.scaling.factor);
+  numerics_ = std::move(n);
+  if (options_.fixed_positions == 0) {
+    // vLLM's length: max_position_embeddings; YaRN: original context x factor
+    // (YaRNScalingRotaryEmbedding._compute_cos_sin_cache).
+    int64_t rows = spec.max_position_embeddings;
+    if (type == ScalingType::Yarn) {
+      rows = static_cast<int64_t>(std::ceil(static_cast<double>(spec.original_context()) * spec.resolved_factor()));
+    }
+    if (rows <= 0 || rows > kMaxPosition + 1) {
+      throw Error(detail::concat("CosSinTable: fixed_positions must be given for Precision::Vllm: spec ", spec.name,
+                                 " states no usable max_position_embeddings (got ", rows, ")"));
+    }
+    options_.fixed_positions = rows;
+  }
+}
 
 int64_t CosSinTable::max_position() const {
   return options_.fixed_positions > 0 ? options_.fixed_positions - 1 : kMaxPosition;
@@ -416,16 +652,44 @@ void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
     engine_->rows_f32(first, last, attention_scaling_, out);
     return;
   }
-  // HFCompat: transformers' float32 path.
+  if (options_.precision == Precision::Ggml) {
+    // ggml_rope_cache_init: theta starts at the float position and is multiplied by theta_scale
+    // once per pair; each pair's angle is divided by its frequency factor, then rope_yarn.
+    const EngineNumerics& n = *numerics_;
+    for (int64_t position = first; position < last; ++position) {
+      float* co = out + (position - first) * 2 * num_pairs_;
+      float* so = co + num_pairs_;
+      float theta = static_cast<float>(position);
+      for (int64_t pair = 0; pair < num_pairs_; ++pair) {
+        const float ff = n.freq_factors.empty() ? 1.0f : n.freq_factors[pair];
+        ggml_rope_yarn(theta / ff, n.freq_scale, n.corr_dims, 2 * pair, n.ext_factor, n.attn_factor, &co[pair], &so[pair]);
+        theta *= n.theta_scale;
+      }
+    }
+    return;
+  }
+  // HFCompat: transformers' float32 path. Vllm: the same, with vLLM's positions (linear scaling
+  // divides them) and the cast of its cache to the model dtype.
   const float scaling = static_cast<float>(attention_scaling_);
+  const bool vllm = options_.precision == Precision::Vllm;
+  const float divisor = vllm ? numerics_->position_divisor : 1.0f;
+  const DType cache_dtype = vllm ? numerics_->cache_dtype : DType::F32;
+  auto cast = [cache_dtype](float v) {
+    switch (cache_dtype) {
+      case DType::BF16: return bf16_to_float(float_to_bf16(v));
+      case DType::F16: return f16_to_float(float_to_f16(v));
+      default: return v;
+    }
+  };
   for (int64_t position = first; position < last; ++position) {
     float* co = out + (position - first) * 2 * num_pairs_;
     float* so = co + num_pairs_;
-    const float p = static_cast<float>(position);  // rounds for p >= 2^24, as torch's .float()
+    float p = static_cast<float>(position);  // rounds for p >= 2^24, as torch's .float()
+    if (divisor != 1.0f) p = p / divisor;
     for (int64_t pair = 0; pair < num_pairs_; ++pair) {
       const float angle = p * inv_freq_f32_[pair];
-      co[pair] = static_cast<float>(std::cos(static_cast<double>(angle))) * scaling;
-      so[pair] = static_cast<float>(std::sin(static_cast<double>(angle))) * scaling;
+      co[pair] = cast(static_cast<float>(std::cos(static_cast<double>(angle))) * scaling);
+      so[pair] = cast(static_cast<float>(std::sin(static_cast<double>(angle))) * scaling);
     }
   }
 }

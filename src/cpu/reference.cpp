@@ -140,11 +140,11 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     }
     return s;
   };
-  // A stored table whose rows are read (float32 values; HFCompat's row_f64 widens them) stores
+  // A stored table whose rows are read (float32 values; every precision but Exact widens them in row_f64) stores
   // the rows of this call here, once, before anything is written: growth can fail (past
   // TableOptions::max_bytes), and a call that throws must leave the outputs as they were.
   const bool reads_stored_rows = table.storage() == Storage::Stored &&
-                                 (values == TableValues::TableFloat32 || table.precision() == Precision::HFCompat);
+                                 (values == TableValues::TableFloat32 || table.precision() != Precision::Exact);
   if (reads_stored_rows) {
     const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
     std::vector<int64_t> missing;

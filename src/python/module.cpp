@@ -27,6 +27,7 @@
 #include "rotary/convert.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/diagnose.hpp"
+#include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "rotary/hf_config.hpp"
@@ -269,11 +270,15 @@ PYBIND11_MODULE(_rotary, m) {
   // ---- tables -----------------------------------------------------------------------------------
   py::class_<CosSinTable, std::shared_ptr<CosSinTable>>(m, "CosSinTable")
       .def(py::init([](const RopeSpec& spec, const std::string& precision, const std::string& storage, int64_t seq_len,
-                       int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes) {
+                       int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes,
+                       const std::string& cache_dtype) {
              TableOptions options;
              const auto parsed = parse_precision(precision);
-             if (!parsed) fail("precision must be 'exact' or 'hf' (got '" + precision + "')");
+             if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
              options.precision = *parsed;
+             const auto dtype = parse_dtype(cache_dtype);
+             if (!dtype) fail("cache_dtype must be float32, bfloat16 or float16 (got '" + cache_dtype + "')");
+             options.cache_dtype = *dtype;
              if (storage == "stored") {
                options.storage = Storage::Stored;
              } else if (storage == "on_the_fly") {
@@ -288,7 +293,7 @@ PYBIND11_MODULE(_rotary, m) {
              return std::make_shared<CosSinTable>(spec, std::move(options));
            }),
            py::arg("spec"), py::arg("precision"), py::arg("storage"), py::arg("seq_len"), py::arg("fixed_positions"),
-           py::arg("hf_inv_freq"), py::arg("max_bytes"))
+           py::arg("hf_inv_freq"), py::arg("max_bytes"), py::arg("cache_dtype") = "float32")
       .def_property_readonly("spec", &CosSinTable::spec)
       .def_property_readonly("precision", [](const CosSinTable& t) { return std::string(to_string(t.precision())); })
       .def_property_readonly("storage",
@@ -342,7 +347,7 @@ PYBIND11_MODULE(_rotary, m) {
       .def(py::init([](const RopeSpec& spec, const std::string& precision) {
         TableOptions options;
         const auto parsed = parse_precision(precision);
-        if (!parsed) fail("precision must be 'exact' or 'hf' (got '" + precision + "')");
+        if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
         options.precision = *parsed;
         return std::make_shared<RopeCache>(spec, options);
       }))
@@ -674,6 +679,40 @@ PYBIND11_MODULE(_rotary, m) {
     return out;
   }, py::arg("x_address"), py::arg("y_address"), py::arg("num_values"), py::arg("positions_address"),
      py::arg("num_rows"), py::arg("head_dim"), py::arg("storage_epsilon"), py::arg("target").none(true));
+  // ---- engine export (rotary.export_table, python/rotary/_export.py; engine_export.hpp) -------
+  // Returns (tensor_name, dtype name, shape, bytes); the Python side makes the NumPy array.
+  m.def("export_table", [](const RopeSpec& spec, const std::string& format, int64_t max_position,
+                           const std::string& dtype, const std::string& factor_set) {
+    ExportOptions options;
+    const std::optional<ExportFormat> parsed = parse_export_format(format);
+    if (!parsed) {
+      std::string names;
+      for (const std::string_view name : export_format_names()) names += (names.empty() ? "" : ", ") + std::string(name);
+      fail("export_table: format must be one of " + names + " (got '" + format + "')");
+    }
+    options.format = *parsed;
+    options.max_position = max_position;
+    if (!dtype.empty()) {
+      const std::optional<DType> d = parse_dtype(dtype);
+      if (!d) fail("export_table: dtype must be float32, bfloat16 or float16 (got '" + dtype + "')");
+      options.dtype = d;
+    }
+    if (factor_set == "short") {
+      options.factor_set = LongRopeFactorSet::Short;
+    } else if (factor_set == "long") {
+      options.factor_set = LongRopeFactorSet::Long;
+    } else if (!factor_set.empty()) {
+      fail("export_table: factor_set must be 'short' or 'long' (got '" + factor_set + "')");
+    }
+    ExportedArray a;
+    {
+      py::gil_scoped_release release;
+      a = export_table(spec, options);
+    }
+    return py::make_tuple(a.tensor_name, std::string(to_string(a.dtype)), a.shape,
+                          py::bytes(reinterpret_cast<const char*>(a.bytes.data()), a.bytes.size()));
+  }, py::arg("spec"), py::arg("format"), py::arg("max_position"), py::arg("dtype"), py::arg("factor_set"));
+
   m.def("render_report", [](const std::vector<RopeSpec>& specs, const std::string& title) {
     std::vector<analysis::ReportModel> models;
     for (const auto& spec : specs) models.push_back(analysis::ReportModel{spec.name, spec.name, spec, 0});

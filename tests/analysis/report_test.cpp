@@ -73,9 +73,11 @@ void expect_well_formed_and_self_contained(const std::string& html) {
 TEST(Report, DefaultPresetHasEveryPlotAndTheCheckTable) {
   const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, {});
   expect_well_formed_and_self_contained(html);
-  EXPECT_EQ(count_report_plots(html), 8);  // inv_freq, wavelength, turns, heatmap, bound, scores, scaling, coverage
+  // inv_freq, wavelength, turns, heatmap, bound, scores, scaling, coverage, engine numerics
+  EXPECT_EQ(count_report_plots(html), 9);
   for (const char* title : {"inv_freq per pair", "Wavelength per pair", "Turns per pair", "Similarity",
-                            "Long-term decay bound", "Score vs distance", "Per-pair scaling", "Extrapolation coverage"}) {
+                            "Long-term decay bound", "Score vs distance", "Per-pair scaling", "Extrapolation coverage",
+                            "Engine numerics vs exact"}) {
     EXPECT_THAT(html, HasSubstr(title));
   }
   EXPECT_THAT(html, HasSubstr("wavelength 2 pi / theta_i (tokens)"));
@@ -101,7 +103,7 @@ TEST(Report, CompareOverlaysEveryModelInOnePlotEach) {
   for (const std::string& name : names) models.push_back(preset_model(name));
   const std::string html = render_report(models, {});
   expect_well_formed_and_self_contained(html);
-  EXPECT_EQ(count_report_plots(html), 4 + 3 * 8);
+  EXPECT_EQ(count_report_plots(html), 4 + 3 * 9);
   const size_t compare = html.find("<h2>Side by side</h2>");
   ASSERT_NE(compare, std::string::npos);
   const std::vector<std::string> plots = svgs(html.substr(compare));
@@ -123,7 +125,7 @@ TEST(Report, CompareOverlaysEveryModelInOnePlotEach) {
 TEST(Report, LogAxesUseOneTickStyleAndContextLinesDifferFromSeries) {
   const std::string html = render_report({preset_model(std::string(kDefaultPreset))}, {});
   const std::vector<std::string> plots = svgs(html);
-  ASSERT_EQ(plots.size(), 8u);
+  ASSERT_EQ(plots.size(), 9u);
   // inv_freq spans 1 .. 1e-7: every tick a power of ten with a superscript, no "0.01" beside "1e-3".
   const std::string& inv = plots[0];
   EXPECT_THAT(inv, HasSubstr(">10<tspan dy=\"-5\" font-size=\"8\">-3</tspan>"));
@@ -137,6 +139,11 @@ TEST(Report, LogAxesUseOneTickStyleAndContextLinesDifferFromSeries) {
   // The turns plot has a line per position and the one-turn reference.
   EXPECT_EQ(count(plots[2], "<polyline"), 5);
   EXPECT_THAT(plots[2], HasSubstr(">one full turn</text>"));
+  // The engine numerics: a line per engine (hf, ggml, vllm) and the float32 reference, dotted.
+  EXPECT_EQ(count(plots[8], "<polyline"), 3);
+  EXPECT_THAT(plots[8], HasSubstr(">vllm (float32 cache)</text>"));
+  EXPECT_THAT(plots[8], HasSubstr("stroke-dasharray=\"10 3 2 3\""));  // vllm over hf, which it equals here
+  EXPECT_THAT(plots[8], HasSubstr("stroke=\"#999999\" stroke-width=\"1.4\" stroke-dasharray=\"2 3\""));
 }
 
 TEST(Report, HeatmapColoursSpanTheScoresPresentAndShowTheirRange) {

@@ -148,7 +148,7 @@ TEST_P(CliErrors, ExitTwoWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliErrors,
     ::testing::Values(
-        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, attention, convert-weights (got \"frobnicate\")"},
+        ErrorCase{"UnknownCommand", "frobnicate", "command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, report, diagnose, attention, convert-weights, export, diverge (got \"frobnicate\")"},
         ErrorCase{"UnknownPreset", "freqs --preset llama-9", "freqs: --preset must be a built-in preset, see rotary presets (got \"llama-9\")"},
         ErrorCase{"BothSources", "freqs --preset llama-2-7b --config x.json", "give --preset or --config, not both"},
         ErrorCase{"MissingFile", "explain --config /nonexistent/config.json", "/nonexistent/config.json: cannot read file"},
@@ -164,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"TableNegativePosition", "table --positions -4", "entries must be in [0, 2147483647] (got -4)"},
         ErrorCase{"TableHugePosition", "table --positions 2147483648", "entries must be in [0, 2147483647] (got 2147483648)"},
         ErrorCase{"TableEmptyRange", "table --positions 5:5", "FIRST < LAST"},
-        ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact or hf (got \"fp16\")"},
+        ErrorCase{"TableBadPrecision", "table --positions 1 --precision fp16", "--precision must be exact, hf, ggml or vllm (got \"fp16\")"},
         ErrorCase{"VerifyGoldenNoDir", "verify-golden", "DIR is required"},
         ErrorCase{"BenchBadDtypes", "bench --dtypes float64", "--dtypes must list distinct types from float32, bfloat16, float16 (got \"float64\")"},
         ErrorCase{"VerifyGoldenMissingDir", "verify-golden /nonexistent/golden", "/nonexistent/golden must be a directory"}),
@@ -350,8 +350,8 @@ TEST(Cli, HelpForEveryCommand) {
   const Result usage = run("--help");
   EXPECT_EQ(usage.exit_code, 0);
   const std::vector<std::string> commands = cli::command_names();
-  EXPECT_EQ(commands.size(), 12u);  // presets freqs explain table apply verify-golden check bench report diagnose attention
-                                    // convert-weights
+  EXPECT_EQ(commands.size(), 14u);  // presets freqs explain table apply verify-golden check bench report diagnose attention
+                                    // convert-weights export diverge
   for (const std::string& command : commands) {
     SCOPED_TRACE(command);
     const Result r = run(command + " --help");

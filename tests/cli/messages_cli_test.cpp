@@ -86,12 +86,12 @@ TEST(CliMessages, AnUnknownCommandSuggestsTheNearestCommand) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "rotary: error: command must be one of presets, freqs, explain, table, apply, verify-golden, check, bench, "
-            "report, diagnose, attention, convert-weights (got \"explian\"); did you mean explain? (see rotary --help)\n");
+            "report, diagnose, attention, convert-weights, export, diverge (got \"explian\"); did you mean explain? (see rotary --help)\n");
 }
 
 TEST(CliMessages, HelpCommandPrintsThatCommandsUsage) {
   for (const char* command : {"presets", "freqs", "explain", "table", "apply", "verify-golden", "check", "bench",
-                              "report"}) {
+                              "report", "diagnose", "export", "diverge"}) {
     SCOPED_TRACE(command);
     const Result r = run(std::string("help ") + command);
     EXPECT_EQ(r.exit_code, 0) << r.err;

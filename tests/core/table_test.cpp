@@ -413,7 +413,7 @@ TEST(Table, RejectsBadOptions) {
   EXPECT_THAT([] { CosSinTable(llama2_spec(), {.precision = Precision::HFCompat, .hf_inv_freq = {1.0f, 0.5f}}); },
               ThrowsMessage<Error>(HasSubstr("hf_inv_freq must have rotary_dim/2 = 64 values (got 2)")));
   EXPECT_THAT([] { CosSinTable(llama2_spec(), {.hf_inv_freq = std::vector<float>(64, 1.0f)}); },
-              ThrowsMessage<Error>(HasSubstr("hf_inv_freq is for Precision::HFCompat only")));
+              ThrowsMessage<Error>(HasSubstr("hf_inv_freq is for Precision::HFCompat and Vllm only")));
 }
 
 TEST(Table, HfCompatRoundsPositionsPast2To24LikeTorch) {

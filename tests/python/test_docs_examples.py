@@ -14,8 +14,9 @@ import rotary._spec
 import rotary._table
 import rotary._diagnose
 import rotary._convert
+import rotary._export
 
-MODULES = [rotary._spec, rotary._table, rotary._apply, rotary._diagnose, rotary._kv_cache, rotary._convert, rotary._attention]
+MODULES = [rotary._spec, rotary._table, rotary._apply, rotary._diagnose, rotary._export, rotary._kv_cache, rotary._convert, rotary._attention]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -32,7 +33,7 @@ def test_docstring_examples_run(module):
 
 PUBLIC = ["Spec.preset", "Spec.from_hf_config", "Spec.from_json", "Spec.for_layer_type", "Spec.replace",
           "Spec.frequencies", "presets", "Table", "Table.cos_sin", "table", "apply", "apply_cos_sin", "diagnose",
-          "KvCache", "convert_weights", "attention", "attention_scale"]
+          "export_table", "KvCache", "convert_weights", "attention", "attention_scale"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
