@@ -360,7 +360,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
-      const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      // A chunk of a split item sees only its own keys (the merge adds the chunks up).
+      range.first = std::max(range.first, item.key_first);
+      range.last = std::min(range.last, item.key_last);
+      if (range.first > range.last) range.first = range.last;
       ranges[static_cast<size_t>(r)] = range;
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
@@ -467,6 +471,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       AccumulateRows(t, rows, t.s.data(), s_stride, 1, dv_pad);
     }
 
+    // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge.
+    if (item.partial_row >= 0) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto row = static_cast<size_t>(item.partial_row + r);
+        call.partial_m[row] = t.m[static_cast<size_t>(r)];
+        call.partial_l[row] = t.l[static_cast<size_t>(r)];
+        std::copy_n(t.o.begin() + r * dv_pad, dv, call.partial_o + row * static_cast<size_t>(dv));
+      }
+      continue;
+    }
     // out = o / l, zeros for a row without visible keys.
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;

@@ -38,6 +38,7 @@
 #include "rotary/tensor.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
+#include "src/attention/plan.hpp"
 
 namespace rotary {
 namespace {
@@ -472,9 +473,13 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
           for (int64_t e = 0; e < c.v_dim; ++e) vbar[static_cast<size_t>(e)] = std::max(vbar[static_cast<size_t>(e)], std::abs(v.at(tb, k0 + j, g, e)));
         }
         const int64_t n = last - first;
+        // docs/attention.md, "Error analysis"; the split over keys (flash-decoding) adds one
+        // exp per chunk to each weight (106u) and a rescale and a sum per chunk to l and o
+        // (at most one chunk per tile): counted always, split or not.
         const double E = static_cast<double>(c.qk_dim + 6) * kU * max_a;
-        const double eta = E + 110 * kU;
-        const double acc = static_cast<double>(n + 2 * (n / 64 + 2) + 4) * kU;
+        const double eta = E + (110 + 106) * kU;
+        const int64_t tiles = n / 64 + 2;
+        const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * kU;
         for (int64_t e = 0; e < c.v_dim; ++e) {
           const double fast = out.at(tb, q0 + i, h, e), want = ref.at(tb, q0 + i, h, e);
           double tolerance = vbar[static_cast<size_t>(e)] * (2 * eta * (1 + 2 * eta) + 2 * acc);
@@ -702,6 +707,73 @@ TEST(AttentionCpu, BitwiseIdenticalForOneAndTwoThreads) {
   attention(q.view, k.view, v.view, one.view, {.mask = Mask::Causal});
   set_num_threads(2);
   attention(q.view, k.view, v.view, two.view, {.mask = Mask::Causal});
+  EXPECT_EQ(std::memcmp(one.storage.data(), two.storage.data(), one.storage.size() * sizeof(double)), 0);
+}
+
+// Decode split over keys (flash-decoding, plan.hpp key_split): one query against long caches,
+// cut into chunks merged at the end. Lengths at the chunk boundaries (a chunk of one key, of a
+// whole tile, exactly full), with windows and per-sequence kv_lengths, against the float64
+// reference; and bitwise the same for one and two threads.
+TEST(AttentionCpu, DecodeSplitOverKeysMatchesReferenceAtChunkBoundaries) {
+  using attention_internal::key_split;
+  SavedThreadCount saved;
+  set_num_threads(2);
+  std::vector<int64_t> lengths;
+  for (const int64_t keys : {1024, 4096, 8192, 40000}) {
+    const int64_t chunk = key_split(2, keys).chunk_keys;
+    ASSERT_GT(chunk, 0) << keys;
+    lengths.insert(lengths.end(), {keys, keys + 1, keys - 1, 2 * chunk + 1, 2 * chunk - 1, chunk + 64});
+  }
+  lengths.push_back(attention_internal::kMinChunkKeys + 1);  // the shortest split
+  Rng rng(77);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t keys = lengths[i];
+    ASSERT_GT(key_split(2, keys).chunks, 1) << keys;  // the case runs the split path
+    Case c;
+    c.dtype = std::array<DType, 3>{DType::F32, DType::BF16, DType::F16}[i % 3];
+    c.layout = i % 2 == 0 ? Layout::BSHD : Layout::BHSD;
+    c.q_seq = 1;
+    c.k_seq = keys;
+    c.kv_heads = 2;
+    c.group = 4;
+    c.qk_dim = c.v_dim = i % 4 == 3 ? 72 : 128;
+    c.options.mask = Mask::Causal;
+    c.options.query_offset = keys - 1;
+    if (i % 5 == 4 && keys > 600) c.options.window = rng.uniform(600, keys);  // still split: > 512 keys
+    if (i % 7 == 6) {
+      c.rope = true;
+      c.rotary_dim = c.qk_dim;
+    }
+    SCOPED_TRACE(describe(c));
+    const Outcome outcome = run_case(c, 100 + i);
+    EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+  }
+  // Two sequences of different visible lengths (the split follows the longer block's range).
+  Case c;
+  c.batch = 2;
+  c.q_seq = 1;
+  c.k_seq = 5000;
+  c.kv_heads = 1;
+  c.group = 8;
+  c.qk_dim = c.v_dim = 64;
+  c.kv_lengths = {5000, 1700};
+  c.query_offsets = {4999, 1699};
+  c.options.mask = Mask::Causal;
+  const Outcome outcome = run_case(c, 9);
+  EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+
+  // Thread counts: the chunks are a function of the shapes only.
+  const int64_t keys = 9000;
+  Tensor q = make(DType::BF16, Layout::BSHD, 1, 1, 8, 128);
+  Tensor k = make(DType::BF16, Layout::BSHD, 1, keys, 2, 128), v = k;
+  v = make(DType::BF16, Layout::BSHD, 1, keys, 2, 128);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor one = make(DType::BF16, Layout::BSHD, 1, 1, 8, 128), two = one;
+  two = make(DType::BF16, Layout::BSHD, 1, 1, 8, 128);
+  set_num_threads(1);
+  attention(q.view, k.view, v.view, one.view, {.mask = Mask::Causal, .query_offset = keys - 1});
+  set_num_threads(2);
+  attention(q.view, k.view, v.view, two.view, {.mask = Mask::Causal, .query_offset = keys - 1});
   EXPECT_EQ(std::memcmp(one.storage.data(), two.storage.data(), one.storage.size() * sizeof(double)), 0);
 }
 
