@@ -29,7 +29,9 @@ set(ROTARY_LAYER_USES_golden core cpu golden)
 # Attention's kernels are Highway kernels beside the rotation's, sharing its internal loads,
 # stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
 set(ROTARY_LAYER_USES_attention core cpu attention hwy)
-set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden cli)
+# cli uses attention: `rotary bench` times rotary::attention (its attn_* cases), and the
+# `rotary attention` command runs it; the library is public, the command one more client.
+set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden attention cli)
 set(ROTARY_LAYER_USES_python core cpu analysis attention python)
 
 # The layer that defines each public header (include/rotary/<name>.hpp). rotary.hpp, the umbrella,
