@@ -5,6 +5,8 @@
 //                    table, Exact, Stored)
 //   BM_Prefill       causal self-attention over 1,024 or 4,096 tokens (state.range(2))
 //   BM_PrefillFused  the same with RoPE fused
+//   BM_DecodeSplitAB the decode split over keys against the same call unsplit, in alternation
+//                    (caches of 4,096 and 32,768 tokens)
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads / stream threads).
@@ -13,6 +15,7 @@
 // GFLOPs = 4 * q_heads * head_dim * (visible query-key pairs) per call (2 for q.k, 2 for p.v).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "src/attention/plan.hpp"  // split_over_keys: the A/B of the decode split
 
 namespace {
 
@@ -117,6 +121,40 @@ void BM_DecodeFused(benchmark::State& state) { run(state, 1, true); }
 void BM_Prefill(benchmark::State& state) { run(state, state.range(2), false); }
 void BM_PrefillFused(benchmark::State& state) { run(state, state.range(2), true); }
 
+// The decode split over keys (flash-decoding, src/attention/plan.hpp key_split) against the same
+// call unsplit, timed in alternation within each iteration (this machine is shared: two runs
+// minutes apart see different loads). Counters: split_us and unsplit_us per call, and
+// KV GB/s of each. Arguments: dtype, threads, cache tokens.
+void BM_DecodeSplitAB(benchmark::State& state) {
+  const DType dtype = dtype_arg(state);
+  rotary::set_num_threads(static_cast<int>(state.range(1)));
+  const int64_t kv_tokens = state.range(2);
+  Buffers b(dtype, 1, kv_tokens);
+  const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - 1};
+  using Clock = std::chrono::steady_clock;
+  double split_s = 0, unsplit_s = 0;
+  const auto timed = [&](bool split) {
+    rotary::attention_internal::split_over_keys = split;
+    const auto start = Clock::now();
+    rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, options);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  timed(true), timed(false);  // warm-up
+  for (auto _ : state) {
+    split_s += timed(true);
+    unsplit_s += timed(false);
+    benchmark::ClobberMemory();
+  }
+  rotary::attention_internal::split_over_keys = true;
+  const auto n = static_cast<double>(state.iterations());
+  const double kv_bytes = static_cast<double>(b.k.bytes() + b.v.bytes());
+  state.counters["split_us"] = split_s / n * 1e6;
+  state.counters["unsplit_us"] = unsplit_s / n * 1e6;
+  state.counters["split_GBps"] = kv_bytes / (split_s / n) / 1e9;
+  state.counters["unsplit_GBps"] = kv_bytes / (unsplit_s / n) / 1e9;
+  state.SetLabel(rotary::current_cpu_target());
+}
+
 void BM_CopyKv(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(2 * kCacheTokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype_arg(state)));
   const int threads = static_cast<int>(state.range(1));
@@ -147,6 +185,7 @@ void PrefillArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CopyKv)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeFused)->Apply(DecodeArgs)->UseRealTime();
+BENCHMARK(BM_DecodeSplitAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{0, 1}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 

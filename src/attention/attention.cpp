@@ -27,6 +27,8 @@ void attend(const Call& call, int64_t begin, int64_t end) {
   throw Error("attention: internal: no kernel for this dtype");
 }
 
+std::atomic<bool> split_over_keys{true};
+
 namespace {
 
 // A query block whose keys are cut into chunks (key_split): its chunks' partial rows start at
@@ -63,7 +65,9 @@ Items make_items(const Plan& plan) {
     const KeyRange head = visible_keys(plan, s.query_offset, s.num_keys);
     const KeyRange tail = visible_keys(plan, s.query_offset + s.num_queries - 1, s.num_keys);
     const int64_t keys_first = head.first, keys_last = std::max(head.last, tail.last);
-    const KeySplit split = blocks == 1 ? key_split(unsplit_items, keys_last - keys_first) : KeySplit{};
+    const KeySplit split =
+        blocks == 1 && split_over_keys.load(std::memory_order_relaxed) ? key_split(unsplit_items, keys_last - keys_first)
+                                                                        : KeySplit{};
     for (int64_t g = 0; g < plan.num_kv_heads; ++g) {
       if (split.chunks > 1) {
         const int64_t rows = plan.group * s.num_queries;

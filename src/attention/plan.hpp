@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -73,6 +74,10 @@ constexpr int64_t kBusyItems = 32;
 constexpr int64_t kLongChunkKeys = 4096;
 constexpr int64_t kMinChunkKeys = 512;
 constexpr int64_t kSplitKeyAlign = 64;  // chunk lengths are whole key tiles (kernels.hpp kKeyBlock)
+
+// On unless a benchmark turns it off to time the same call unsplit (bench/attention_bench.cpp,
+// BM_DecodeSplitAB). Not an option of the library: results differ only within the error bound.
+extern std::atomic<bool> split_over_keys;
 
 struct KeySplit {
   int64_t chunk_keys = 0;  // keys per chunk (the last may be shorter); 0 = not split
