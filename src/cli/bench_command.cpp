@@ -404,13 +404,14 @@ int run_bench(Args& args) {
   bench::Closing closing;
   closing.cpu_model = cpu_model;
   closing.cpu_flags = cpu_flags;
-  closing.torch_note = bench::run_torch_peer({.python = options.torch_python,
-                                              .peers_dir = options.peers_dir,
-                                              .threads = options.threads,
-                                              .dtypes = options.dtypes,
-                                              .repetitions = options.repetitions,
-                                              .quick = options.quick,
-                                              .progress = full_text},
+  const bench::PeerOptions peer_options{.python = options.torch_python,
+                                        .peers_dir = options.peers_dir,
+                                        .threads = options.threads,
+                                        .dtypes = options.dtypes,
+                                        .repetitions = options.repetitions,
+                                        .quick = options.quick,
+                                        .progress = full_text};
+  closing.torch_note = bench::run_torch_peer(peer_options,
                                              workloads, spec, args.out(), [&](bench::Row row) {
                                                floors.compare(row);
                                                // Another process: only its own spread is known.
@@ -422,14 +423,7 @@ int run_bench(Args& args) {
   // decode against OUR copy floors, prefill against OUR FMA peak.
   if (!attention_cases.empty() && closing.torch_note.find("skipped") == std::string::npos) {
     const std::string attention_note = bench::run_torch_attention_peer(
-        {.python = options.torch_python,
-         .peers_dir = options.peers_dir,
-         .threads = options.threads,
-         .dtypes = options.dtypes,
-         .repetitions = options.repetitions,
-         .quick = options.quick,
-         .progress = full_text},
-        attention_cases, args.out(), [&](bench::Row row, double flops) {
+        peer_options, attention_cases, args.out(), [&](bench::Row row, double flops) {
           if (row.baseline == "copy") floors.compare(row);
           peaks.compare(row, flops);
           bench::judge_noise(row, std::nan(""));

@@ -116,11 +116,18 @@ class TempDir {
   std::string path_;
 };
 
-// The script's "results" as rows; bytes follow the same rule as ours.
-std::vector<Row> read_torch_rows(const json::Value& root, const Workload& workload, const std::string& target) {
+// Each of a peer script's "results" as a row with what both scripts report (name torch_<method>,
+// dtype, threads, layout, median_ms, min_ms, repetitions, target), the dtype parsed for the
+// caller's byte count; results in a dtype rotary does not bench are left out. Throws on a result
+// without method, dtype, threads or median_ms.
+struct TorchResult {
+  Row row;
+  DType dtype = DType::F32;
+};
+std::vector<TorchResult> read_torch_results(const json::Value& root, const std::string& target) {
   const json::Value* results = root.find("results");
   if (results == nullptr || !results->is_array()) throw Error("its JSON has no \"results\" list");
-  std::vector<Row> rows;
+  std::vector<TorchResult> parsed;
   for (const json::Value& item : results->as_array()) {
     const json::Value* method = item.find("method");
     const json::Value* dtype = item.find("dtype");
@@ -137,25 +144,51 @@ std::vector<Row> read_torch_rows(const json::Value& root, const Workload& worklo
     if (!parsed_dtype) continue;  // a dtype rotary does not bench
     Row row;
     row.name = "torch_" + method->as_string();
-    row.workload = workload.name;
     row.dtype = dtype->as_string();
     row.threads = static_cast<int>(threads->as_int64());
     row.in_place = false;
     row.layout = layout != nullptr && layout->is_string() ? layout->as_string() : "-";
+    row.median_ms = median->as_double();
+    row.min_ms = minimum != nullptr && minimum->is_number() ? minimum->as_double() : row.median_ms;
+    row.target = target;
+    row.repetitions = reps != nullptr && reps->is_integer() ? static_cast<int>(reps->as_int64()) : 0;
+    parsed.push_back({std::move(row), *parsed_dtype});
+  }
+  return parsed;
+}
+
+// The RoPE script's results as rows; bytes follow the same rule as ours.
+std::vector<Row> read_torch_rows(const json::Value& root, const Workload& workload, const std::string& target) {
+  std::vector<Row> rows;
+  for (TorchResult& result : read_torch_results(root, target)) {
+    Row& row = result.row;
+    row.workload = workload.name;
     row.shape = detail::concat("q [", workload.torch_batch, ",", workload.torch_tokens, ",", workload.torch_heads_q,
                                ",128] k [", workload.torch_batch, ",", workload.torch_tokens, ",8,128], ",
                                workload.torch_tokens == 1
                                    ? std::string("pos 0 (the script's arange)")
                                    : detail::concat("pos 0..", workload.torch_tokens - 1));
-    row.bytes = workload.elements() * dtype_size(*parsed_dtype) * 2;
-    row.median_ms = median->as_double();
-    row.min_ms = minimum != nullptr && minimum->is_number() ? minimum->as_double() : row.median_ms;
+    row.bytes = workload.elements() * dtype_size(result.dtype) * 2;
     row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
-    row.target = target;
-    row.repetitions = reps != nullptr && reps->is_integer() ? static_cast<int>(reps->as_int64()) : 0;
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+// The rows' target ("torch:<cpu_capability>") from a script's "meta"; sets `version` (for the
+// closing note) when the script gave its torch version.
+std::string read_torch_meta(const json::Value& root, std::string& version) {
+  std::string target = "torch";
+  if (const json::Value* meta = root.find("meta"); meta != nullptr) {
+    const json::Value* torch_version = meta->find("torch_version");
+    const json::Value* capability = meta->find("cpu_capability");
+    const std::string capability_name = capability != nullptr && capability->is_string() ? capability->as_string() : "?";
+    target += ":" + capability_name;
+    if (torch_version != nullptr && torch_version->is_string()) {
+      version = detail::concat("torch ", torch_version->as_string(), " (cpu_capability ", capability_name, ")");
+    }
+  }
+  return target;
 }
 
 // A Python that imports torch (--torch, else ./.venv/bin/python, else python3) into `python`;
@@ -238,18 +271,7 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     std::vector<Row> rows;
     try {
       const json::Value root = json::parse_file(json_path);
-      std::string target = "torch";
-      if (const json::Value* meta = root.find("meta"); meta != nullptr) {
-        const json::Value* torch_version = meta->find("torch_version");
-        const json::Value* capability = meta->find("cpu_capability");
-        const std::string capability_name =
-            capability != nullptr && capability->is_string() ? capability->as_string() : "?";
-        target += ":" + capability_name;
-        if (torch_version != nullptr && torch_version->is_string()) {
-          version = detail::concat("torch ", torch_version->as_string(), " (cpu_capability ", capability_name, ")");
-        }
-      }
-      rows = read_torch_rows(root, workload, target);
+      rows = read_torch_rows(root, workload, read_torch_meta(root, version));
     } catch (const std::exception& e) {
       return detail::concat("torch: could not read the results of ", script, " on ", workload.name, ": ", e.what(),
                             " (its remaining PyTorch rows skipped)");
@@ -304,53 +326,20 @@ std::string run_torch_attention_peer(const PeerOptions& options, const std::vect
     }
     try {
       const json::Value root = json::parse_file(json_path);
-      std::string target = "torch";
-      if (const json::Value* meta = root.find("meta"); meta != nullptr) {
-        const json::Value* torch_version = meta->find("torch_version");
-        const json::Value* capability = meta->find("cpu_capability");
-        const std::string capability_name =
-            capability != nullptr && capability->is_string() ? capability->as_string() : "?";
-        target += ":" + capability_name;
-        if (torch_version != nullptr && torch_version->is_string()) {
-          version = detail::concat("torch ", torch_version->as_string(), " (cpu_capability ", capability_name, ")");
-        }
-      }
-      const json::Value* results = root.find("results");
-      if (results == nullptr || !results->is_array()) throw Error("its JSON has no \"results\" list");
-      for (const json::Value& item : results->as_array()) {
-        const json::Value* method = item.find("method");
-        const json::Value* dtype = item.find("dtype");
-        const json::Value* threads = item.find("threads");
-        const json::Value* median = item.find("median_ms");
-        const json::Value* minimum = item.find("min_ms");
-        const json::Value* reps = item.find("reps");
-        if (method == nullptr || !method->is_string() || dtype == nullptr || !dtype->is_string() ||
-            threads == nullptr || !threads->is_integer() || median == nullptr || !median->is_number()) {
-          throw Error(detail::concat("a result lacks method, dtype, threads or median_ms (got ", item.describe(), ")"));
-        }
-        const std::optional<DType> parsed_dtype = parse_dtype(dtype->as_string());
-        if (!parsed_dtype) continue;
-        Row row;
-        row.name = "torch_" + method->as_string();
+      for (TorchResult& result : read_torch_results(root, read_torch_meta(root, version))) {
+        Row& row = result.row;
         row.workload = c.name;
-        row.dtype = dtype->as_string();
-        row.threads = static_cast<int>(threads->as_int64());
-        row.layout = "bhsd";
         row.shape = c.prefill ? detail::concat(c.shape.substr(0, c.shape.find(", fused")),
                                                ", eager rotate_half RoPE then SDPA(is_causal, enable_gqa)")
                               : detail::concat(c.shape, ", eager RoPE of q then SDPA(enable_gqa)");
-        row.median_ms = median->as_double();
-        row.min_ms = minimum != nullptr && minimum->is_number() ? minimum->as_double() : row.median_ms;
-        row.target = target;
-        row.repetitions = reps != nullptr && reps->is_integer() ? static_cast<int>(reps->as_int64()) : 0;
         if (c.prefill) {
-          row.bytes = (2 * c.queries * kQHeads + 2 * c.keys * kKvHeads) * kHeadDim * dtype_size(*parsed_dtype);
+          row.bytes = (2 * c.queries * kQHeads + 2 * c.keys * kKvHeads) * kHeadDim * dtype_size(result.dtype);
           row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
           row.baseline = "fma_peak";
           row.baseline_gb_per_s = std::nan("");
           row.ratio_to_copy = std::nan("");
         } else {
-          row.bytes = c.kv_bytes(*parsed_dtype);
+          row.bytes = c.kv_bytes(result.dtype);
           row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
           row.baseline = "copy";
         }
