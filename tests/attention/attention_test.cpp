@@ -38,6 +38,7 @@
 #include "rotary/tensor.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
+#include "src/attention/bf16_dot.hpp"
 #include "src/attention/plan.hpp"
 
 namespace rotary {
@@ -476,7 +477,10 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
         // docs/attention.md, "Error analysis"; the split over keys (flash-decoding) adds one
         // exp per chunk to each weight (106u) and a rescale and a sum per chunk to l and o
         // (at most one chunk per tile): counted always, split or not.
-        const double E = static_cast<double>(c.qk_dim + 6) * kU * max_a;
+        // (+ the absolute term of vdpbf16ps's flushing of subnormals, bf16_dot.hpp: negligible
+        // for these inputs, counted for every bf16 call.)
+        const double E = static_cast<double>(c.qk_dim + 6) * kU * max_a +
+                         (c.dtype == DType::BF16 ? static_cast<double>(2 * c.qk_dim + 1) * 0x1p-126 : 0.0);
         const double eta = E + (110 + 106) * kU;
         const int64_t tiles = n / 64 + 2;
         const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * kU;
@@ -771,6 +775,53 @@ TEST(AttentionCpu, DecodeSplitOverKeysMatchesReferenceAtChunkBoundaries) {
   // Thread counts: the chunks are a function of the shapes only.
   ASSERT_GT(key_split(2, 9000).chunks, 1);
   EXPECT_TRUE(same_bits_for_one_and_two_threads(1, 9000, 2, 4, 128, {.mask = Mask::Causal, .query_offset = 8999}, 78));
+}
+
+// The bf16 decode's scores through vdpbf16ps (bf16_dot.hpp) where the CPU has AVX512_BF16, and
+// the float32 fallback always: both against the float64 reference on decode-form items (rows <
+// one vector), head dims around the 32-element steps of the instruction (masked tails), GQA
+// groups, windows, kv_lengths and padded strides. Where the CPU has it, the path must have run
+// (attention_internal::bf16_dot_items), and never with the switch off.
+TEST(AttentionCpu, Bf16DotScoresMatchReferenceAndTheFallback) {
+  Rng rng(31);
+  const bool has = attention_internal::cpu_has_avx512_bf16();
+  int64_t dot_items = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    Case c;
+    c.dtype = DType::BF16;
+    c.layout = std::array<Layout, 3>{Layout::BSHD, Layout::BHSD, Layout::SBHD}[static_cast<size_t>(trial % 3)];
+    c.batch = rng.uniform(1, 2);
+    c.group = std::array<int64_t, 4>{1, 2, 4, 8}[static_cast<size_t>(trial % 4)];
+    c.q_seq = c.group <= 4 ? rng.uniform(1, 2) : 1;  // rows = group x queries < 16 lanes
+    c.k_seq = rng.uniform(1, 300);
+    c.kv_heads = rng.uniform(1, 2);
+    c.qk_dim = std::array<int64_t, 8>{1, 7, 31, 32, 33, 64, 100, 128}[static_cast<size_t>(trial % 8)];
+    c.v_dim = c.qk_dim;
+    if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+    c.options.mask = Mask::Causal;
+    c.options.query_offset = c.k_seq - c.q_seq;
+    if (rng.percent(30)) c.options.window = rng.uniform(1, 200);
+    if (rng.percent(30)) {
+      for (int64_t b = 0; b < c.batch; ++b) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(c));
+    for (const bool dot : {true, false}) {
+      attention_internal::use_avx512_bf16 = dot;
+      const int64_t before = attention_internal::bf16_dot_items.load();
+      const Outcome outcome = run_case(c, 500 + static_cast<uint64_t>(trial));
+      EXPECT_EQ(outcome.failures, 0) << (dot ? "vdpbf16ps: " : "fallback: ") << outcome.first_failure;
+      const int64_t used = attention_internal::bf16_dot_items.load() - before;
+      if (dot) dot_items += used;
+      if (!dot) EXPECT_EQ(used, 0);  // the fallback really is the fallback
+    }
+    attention_internal::use_avx512_bf16 = true;
+  }
+  attention_internal::use_avx512_bf16 = true;
+  if (has) {
+    EXPECT_GT(dot_items, 0) << "the vdpbf16ps path never ran";
+  } else {
+    std::printf("[ note ] this CPU has no AVX512_BF16: the fallback alone ran\n");
+  }
 }
 
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above
