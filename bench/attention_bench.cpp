@@ -5,6 +5,9 @@
 //                    table, Exact, Stored)
 //   BM_Prefill       causal self-attention over 1,024 or 4,096 tokens (state.range(2))
 //   BM_PrefillFused  the same with RoPE fused
+//   BM_DecodeSplitAB the decode split over keys against the same call unsplit, in alternation
+//                    (caches of 4,096 and 32,768 tokens)
+//   BM_DecodeBf16DotAB  bf16 decode with vdpbf16ps scores against the float32 path, likewise
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads / stream threads).
@@ -13,6 +16,8 @@
 // GFLOPs = 4 * q_heads * head_dim * (visible query-key pairs) per call (2 for q.k, 2 for p.v).
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -24,6 +29,8 @@
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "src/attention/bf16_dot.hpp"  // use_avx512_bf16: the A/B of the bf16 scores
+#include "src/attention/plan.hpp"      // split_over_keys: the A/B of the decode split
 
 namespace {
 
@@ -117,6 +124,45 @@ void BM_DecodeFused(benchmark::State& state) { run(state, 1, true); }
 void BM_Prefill(benchmark::State& state) { run(state, state.range(2), false); }
 void BM_PrefillFused(benchmark::State& state) { run(state, state.range(2), true); }
 
+// A decode step with an internal switch on against the same call with it off, timed in
+// alternation within each iteration (this machine is shared: two runs minutes apart see
+// different loads). Counters: on_us and off_us per call, and the KV GB/s of each. Arguments:
+// dtype, threads, cache tokens. The switches:
+//   BM_DecodeSplitAB    the split over keys (flash-decoding, src/attention/plan.hpp key_split)
+//   BM_DecodeBf16DotAB  the bf16 scores through vdpbf16ps (src/attention/bf16_dot.hpp; off: the
+//                       float32 path; the same on a CPU without AVX512_BF16)
+void decode_ab(benchmark::State& state, std::atomic<bool>& knob) {
+  const DType dtype = dtype_arg(state);
+  rotary::set_num_threads(static_cast<int>(state.range(1)));
+  const int64_t kv_tokens = state.range(2);
+  Buffers b(dtype, 1, kv_tokens);
+  const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - 1};
+  using Clock = std::chrono::steady_clock;
+  double on_s = 0, off_s = 0;
+  const auto timed = [&](bool on) {
+    knob = on;
+    const auto start = Clock::now();
+    rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, options);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  timed(true), timed(false);  // warm-up
+  for (auto _ : state) {
+    on_s += timed(true);
+    off_s += timed(false);
+    benchmark::ClobberMemory();
+  }
+  knob = true;
+  const auto n = static_cast<double>(state.iterations());
+  const double kv_bytes = static_cast<double>(b.k.bytes() + b.v.bytes());
+  state.counters["on_us"] = on_s / n * 1e6;
+  state.counters["off_us"] = off_s / n * 1e6;
+  state.counters["on_GBps"] = kv_bytes / (on_s / n) / 1e9;
+  state.counters["off_GBps"] = kv_bytes / (off_s / n) / 1e9;
+  state.SetLabel(rotary::current_cpu_target());
+}
+void BM_DecodeSplitAB(benchmark::State& state) { decode_ab(state, rotary::attention_internal::split_over_keys); }
+void BM_DecodeBf16DotAB(benchmark::State& state) { decode_ab(state, rotary::attention_internal::use_avx512_bf16); }
+
 void BM_CopyKv(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(2 * kCacheTokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype_arg(state)));
   const int threads = static_cast<int>(state.range(1));
@@ -147,6 +193,8 @@ void PrefillArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CopyKv)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeFused)->Apply(DecodeArgs)->UseRealTime();
+BENCHMARK(BM_DecodeSplitAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{0, 1}, {1, 2}, {4096, 32768}})->UseRealTime();
+BENCHMARK(BM_DecodeBf16DotAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 

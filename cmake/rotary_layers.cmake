@@ -36,7 +36,8 @@ set(ROTARY_LAYER_USES_attention core cpu attention hwy)
 # the engine-table exports of the same issue can build tables with cpu.
 set(ROTARY_LAYER_USES_interop core cpu interop)
 # cli uses attention: `rotary attention` runs prefill and decode (the KV cache, the other
-# encodings) against the float64 reference (src/cli/attention_command.cpp).
+# encodings) against the float64 reference (src/cli/attention_command.cpp), and `rotary bench`
+# times rotary::attention (its attn_* cases).
 set(ROTARY_LAYER_USES_cli core cpu bandwidth analysis golden attention interop cli)
 set(ROTARY_LAYER_USES_python core cpu analysis attention interop python)
 

@@ -31,6 +31,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "src/attention/bf16_dot.hpp"
 #include "src/attention/kernels.hpp"
 // The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
 #include "src/cpu/rotate_kernels-inl.h"
@@ -399,6 +400,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     t.from.assign(static_cast<size_t>(max_rows_pad), 0.0f);
     t.position.assign(static_cast<size_t>(max_rows_pad), 0);
   }
+  // bf16 storage without fused RoPE, on an AVX-512 target of a CPU with AVX512_BF16: the decode
+  // form takes its scores from K as stored with vdpbf16ps (bf16_dot.hpp), and K is not widened.
+  bool bf16_dot = false;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kType == DType::BF16) {
+    // Not with an absolute table: q and k are then no longer the stored bf16 values.
+    bf16_dot = call.q_rope == nullptr && call.k_rope == nullptr && call.q_add == nullptr && call.k_add == nullptr &&
+               use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
+  }
+#endif
 
   for (int64_t item_index = begin; item_index < end; ++item_index) {
     const Item& item = call.items[item_index];
@@ -409,6 +420,8 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     // Items of at least a vector of rows compute scores with SIMD over rows (no reductions);
     // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
     const bool transposed = rows >= N;
+    const bool dot_scores = bf16_dot && !transposed;
+    if (dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
     int64_t first_key = seq.num_keys, last_key = 0;
     for (int64_t r = rows; r < rows_pad; ++r) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
@@ -421,7 +434,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
-      const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      // A chunk of a split item sees only its own keys (the merge adds the chunks up).
+      range.first = std::max(range.first, item.key_first);
+      range.last = std::min(range.last, item.key_last);
+      if (range.first > range.last) range.first = range.last;
       ranges[static_cast<size_t>(r)] = range;
       if (t.alibi) {
         t.neg_slope[static_cast<size_t>(r)] = -call.alibi_slopes[head];
@@ -465,12 +482,14 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
           PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
         }
-        float* k_row = t.k.data() + j * dq_pad;
-        LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
-        if (call.k_rope != nullptr) {
-          RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
+        if (!dot_scores) {
+          float* k_row = t.k.data() + j * dq_pad;
+          LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
+          if (call.k_rope != nullptr) {
+            RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
+          }
+          if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], dq);
         }
-        if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], dq);
         LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
                        t.v.data() + j * dv_pad);
       }
@@ -486,8 +505,18 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         if (j0 >= j1) continue;
         const float* q_row = t.q.data() + r * dq_pad;
         float* s = t.s.data() + r * s_stride;
-        // Scores, four keys at a time (each q vector loaded once for four K rows).
         int64_t j = j0;
+        if (dot_scores) {  // q and K as stored (bf16), scale applied to each finished dot product
+          const int64_t head = item.kv_head * plan.group + r / item.q_count;
+          const int64_t query = item.q_first + r % item.q_count;
+          const auto* q_bits = static_cast<const uint16_t*>(call.q) + seq.q_base + query * plan.q.stride_seq +
+                               head * plan.q.stride_heads;
+          const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + (tile + j0) * plan.k.stride_seq +
+                               item.kv_head * plan.k.stride_heads;
+          scores_bf16_dot(q_bits, k_bits, plan.k.stride_seq, j1 - j0, dq, call.scale, s + j0);
+          j = j1;
+        }
+        // Scores, four keys at a time (each q vector loaded once for four K rows).
         for (; j + 4 <= j1; j += 4) {
           const float* k0 = t.k.data() + j * dq_pad;
           VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
@@ -537,6 +566,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       AccumulateRows(t, rows, t.s.data(), s_stride, 1, dv_pad);
     }
 
+    // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge.
+    if (item.partial_row >= 0) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto row = static_cast<size_t>(item.partial_row + r);
+        call.partial_m[row] = t.m[static_cast<size_t>(r)];
+        call.partial_l[row] = t.l[static_cast<size_t>(r)];
+        std::copy_n(t.o.begin() + r * dv_pad, dv, call.partial_o + row * static_cast<size_t>(dv));
+      }
+      continue;
+    }
     // out = o / l, zeros for a row without visible keys.
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;

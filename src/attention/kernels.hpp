@@ -13,12 +13,20 @@
 namespace rotary::attention_internal {
 
 // One unit of work: queries [q_first, q_first + q_count) of one sequence, for all q heads of one
-// kv head (the group shares every K and V tile it loads).
+// kv head (the group shares every K and V tile it loads), over the keys [key_first, key_last)
+// (every key unless the item is one chunk of a split over keys, plan.hpp key_split).
+//   partial_row < 0: the item writes its normalised result to out.
+//   partial_row >= 0: a chunk; it writes its rows' m, l and unnormalised o (Call::partial_*) at
+//   rows partial_row, partial_row + 1, ... (row r = its r-th (head, query) row), and
+//   attention.cpp merges the chunks in their order.
 struct Item {
   int64_t sequence = 0;
   int64_t kv_head = 0;
   int64_t q_first = 0;
   int64_t q_count = 0;
+  int64_t key_first = 0;
+  int64_t key_last = INT64_MAX;
+  int64_t partial_row = -1;
 };
 
 // Keys per K / V tile, and the number of (head, query) rows an item aims for.
@@ -48,6 +56,11 @@ struct Call {
   const float* const* k_add = nullptr;
   // ALiBi (null without): per q head its slope; the score of a key at distance t gets -slope * t.
   const float* alibi_slopes = nullptr;
+  // The chunks' results (items with partial_row >= 0): per partial row, m and l (float32, the
+  // scores' units: scale folded in) and o, v_dim floats at partial_o + row * v_dim.
+  float* partial_m = nullptr;
+  float* partial_l = nullptr;
+  float* partial_o = nullptr;
 };
 
 // Runs items [begin, end) with the current target's kernels for the call's dtype.

@@ -3,6 +3,8 @@
 // fast path (attention.cpp, attention_kernels*) walk it and need not look at layouts again.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -58,6 +60,48 @@ inline KeyRange visible_keys(const Plan& plan, int64_t position, int64_t num_key
   }
   if (range.first > range.last) range.first = range.last;
   return range;
+}
+
+// Flash-decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"; vLLM's paged
+// attention v2 and llama.cpp's split-K decode do the same): the keys of one item are cut into
+// chunks that run as separate items, each giving (m, l, unnormalised o), merged at the end in
+// chunk order. A decode step has only (sequences x kv heads) items — 8 for one Llama-3-8B
+// sequence — each a long serial walk over its keys; chunks let more threads share a kv head and
+// keep each item's loads short. The cut is a function of the call's shapes only, never of the
+// thread count, so results stay bitwise identical for any number of threads.
+//   kBusyItems       items a call should have; fewer unsplit items are cut into enough chunks
+//                    (a fixed number, above the thread counts this library is run with).
+//   kLongChunkKeys   a longer visible range is cut into chunks of at most this many keys.
+//   kMinChunkKeys    no chunk shorter: below it the merge and the item's set-up cost more than
+//                    the extra parallelism gives.
+constexpr int64_t kBusyItems = 32;
+constexpr int64_t kLongChunkKeys = 4096;
+constexpr int64_t kMinChunkKeys = 512;
+constexpr int64_t kSplitKeyAlign = 64;  // chunk lengths are whole key tiles (kernels.hpp kKeyBlock)
+
+// On unless a benchmark turns it off to time the same call unsplit (bench/attention_bench.cpp,
+// BM_DecodeSplitAB). Not an option of the library: results differ only within the error bound.
+extern std::atomic<bool> split_over_keys;
+
+struct KeySplit {
+  int64_t chunk_keys = 0;  // keys per chunk (the last may be shorter); 0 = not split
+  int64_t chunks = 1;
+};
+// How the `keys` visible keys of one item (the union of its rows' ranges) are cut, when the call
+// has `unsplit_items` items in all and the item is its sequence's only query block (prefill
+// items, many per kv head, are never cut).
+inline KeySplit key_split(int64_t unsplit_items, int64_t keys) {
+  if (unsplit_items <= 0 || keys <= kMinChunkKeys) return {};
+  const int64_t for_threads = (kBusyItems + unsplit_items - 1) / unsplit_items;
+  const int64_t for_length = (keys + kLongChunkKeys - 1) / kLongChunkKeys;
+  const int64_t wanted = std::max(for_threads, for_length);
+  if (wanted <= 1) return {};
+  int64_t chunk_keys = (keys + wanted - 1) / wanted;
+  chunk_keys = (chunk_keys + kSplitKeyAlign - 1) / kSplitKeyAlign * kSplitKeyAlign;
+  chunk_keys = std::max(chunk_keys, kMinChunkKeys);
+  const int64_t chunks = (keys + chunk_keys - 1) / chunk_keys;
+  if (chunks <= 1) return {};
+  return {chunk_keys, chunks};
 }
 
 }  // namespace rotary::attention_internal

@@ -29,9 +29,12 @@
 #include <cmath>
 #include <iostream>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "bench_attention.hpp"
 #include "bench_measure.hpp"
 #include "bench_output.hpp"
 #include "bench_peer.hpp"
@@ -87,6 +90,17 @@ const char* const kBenchHelp =
     "                (a large model's decode step: 40 query heads)\n"
     "  varlen        thd, 8 packed sequences of 128..2560 tokens (8192 in all), cu_seqlens,\n"
     "                positions from 0 in each sequence\n"
+    "  attn_decode   rotary::attention, bhsd, 32 q / 8 kv heads: 1 query at position 4095 against a\n"
+    "                4096-token cache of rotated keys; bytes = K + V read; ratio = GB/s / the copy\n"
+    "                floor of the dtype and threads, timed in alternation\n"
+    "  attn_decode_32k  the same against a 32768-token cache\n"
+    "  attn_prefill  causal self-attention over 4096 tokens with RoPE fused into the loads, and\n"
+    "                attn_prefill_unfused (rotary::apply, then attention), timed in alternation;\n"
+    "                GFLOP/s (4 x 32 x 128 per visible query-key pair) / the FMA peak\n"
+    "  fma_peak      float32 FMA GFLOP/s of 16 independent chains per thread (with attn_*)\n"
+    "  torch_sdpa    PyTorch (torch_attention_bench.py) on the attn_* shapes: eager rotate_half\n"
+    "                RoPE, then scaled_dot_product_attention(is_causal, enable_gqa)\n"
+    "                (attention only in the full bench or named by --cases)\n"
     "  torch_<formulation>  PyTorch eager baselines from the project's torch_rope_bench.py on\n"
     "                the prefill, prefill_long and decode shapes (bshd; its decode positions are\n"
     "                all 0): torch_hf (Hugging Face's gather + rotate_half), torch_hf_apply (cos/sin\n"
@@ -96,6 +110,7 @@ const char* const kBenchHelp =
     "  --json            a JSON list of rows: {case, workload, dtype, threads, in_place, layout,\n"
     "                    shape, bytes, median_ms, min_ms, gb_per_s, ratio_to_copy, baseline,\n"
     "                    baseline_gb_per_s, target, repetitions, calls_per_repetition, core_ghz,\n"
+    "                    gflop_per_s, peak_gflop_per_s, ratio_to_peak, cpu_model, cpu_flags,\n"
     "                    unreliable}: unreliable is null or why the row is not to be trusted;\n"
     "                    core_ghz is the core's effective clock just before the row was timed\n"
     "                    (null for PyTorch rows); notes\n"
@@ -108,8 +123,9 @@ const char* const kBenchHelp =
     "  --threads LIST    thread counts, comma-separated (default 1,2): set_num_threads for the\n"
     "                    kernels, std::threads for the streams, torch.set_num_threads for PyTorch\n"
     "  --dtypes LIST     storage types, from float32, bfloat16, float16 (default float32,bfloat16)\n"
-    "  --cases LIST      comma-separated, from prefill, prefill_long, decode, varlen, copy\n"
-    "                    (default: all but prefill_long with --quick)\n"
+    "  --cases LIST      comma-separated, from prefill, prefill_long, decode, varlen, copy,\n"
+    "                    attn_decode, attn_decode_32k, attn_prefill (default: all; with --quick\n"
+    "                    all but prefill_long and the attn_* cases)\n"
     "  --repetitions N   timed repetitions per row (default 15; 5 with --quick; prefill_long and\n"
     "                    PyTorch on it use at most 5 and 2)\n"
     "  --target NAME     force a SIMD target (AVX3, AVX2, SSE4, ...: one of the targets compiled\n"
@@ -138,6 +154,7 @@ struct BenchOptions {
   std::vector<int> threads{1, 2};
   std::vector<DType> dtypes{DType::F32, DType::BF16};
   std::vector<std::string> workloads;  // kernel cases, in bench::kWorkloadNames order
+  std::vector<std::string> attention;  // attention cases, in bench::kAttentionCaseNames order
   int repetitions = kDefaultRepetitions;
   std::optional<std::string> target;  // canonical name (bench::resolve_target)
   std::optional<std::string> torch_python;
@@ -186,7 +203,13 @@ std::vector<DType> parse_dtypes(const std::string& text) {
   return dtypes;
 }
 
-std::vector<std::string> parse_cases(const std::string& text) {
+bool is_attention_case(const std::string& name) {
+  return std::find(bench::kAttentionCaseNames.begin(), bench::kAttentionCaseNames.end(), name) !=
+         bench::kAttentionCaseNames.end();
+}
+
+// The kernel and attention cases --cases names, each list in its run order.
+std::pair<std::vector<std::string>, std::vector<std::string>> parse_cases(const std::string& text) {
   std::vector<std::string> chosen;
   bool any = false;
   for (const std::string& item : split_list(text)) {
@@ -194,20 +217,24 @@ std::vector<std::string> parse_cases(const std::string& text) {
       any = true;  // the streams are always measured
       continue;
     }
-    if (std::find(bench::kWorkloadNames.begin(), bench::kWorkloadNames.end(), item) == bench::kWorkloadNames.end()) {
+    if (std::find(bench::kWorkloadNames.begin(), bench::kWorkloadNames.end(), item) == bench::kWorkloadNames.end() &&
+        !is_attention_case(item)) {
       throw UsageError(detail::concat(
-          "bench: --cases entries must be prefill, prefill_long, decode, varlen or copy (got \"", item, "\" in \"",
-          text, "\")"));
+          "bench: --cases entries must be prefill, prefill_long, decode, varlen, attn_decode, attn_decode_32k,"
+          " attn_prefill or copy (got \"", item, "\" in \"", text, "\")"));
     }
     any = true;
     if (std::find(chosen.begin(), chosen.end(), item) == chosen.end()) chosen.push_back(item);
   }
   if (!any) throw UsageError(detail::concat("bench: --cases must name at least one case (got \"", text, "\")"));
-  std::vector<std::string> ordered;  // run in a fixed order whatever the list's order
+  std::vector<std::string> ordered, attention;  // run in a fixed order whatever the list's order
   for (const std::string& name : bench::kWorkloadNames) {
     if (std::find(chosen.begin(), chosen.end(), name) != chosen.end()) ordered.push_back(name);
   }
-  return ordered;
+  for (const std::string& name : bench::kAttentionCaseNames) {
+    if (std::find(chosen.begin(), chosen.end(), name) != chosen.end()) attention.push_back(name);
+  }
+  return {ordered, attention};
 }
 
 BenchOptions parse_options(Args& args) {
@@ -225,11 +252,13 @@ BenchOptions parse_options(Args& args) {
   if (threads_text) options.threads = parse_threads(*threads_text);
   if (dtypes_text) options.dtypes = parse_dtypes(*dtypes_text);
   if (cases_text) {
-    options.workloads = parse_cases(*cases_text);
+    std::tie(options.workloads, options.attention) = parse_cases(*cases_text);
   } else {
     for (const std::string& name : bench::kWorkloadNames) {
       if (!(options.quick && name == "prefill_long")) options.workloads.push_back(name);
     }
+    // Attention takes minutes (a 4,096-token prefill is 1-3 s a call): the full bench only.
+    if (!options.quick) options.attention = bench::kAttentionCaseNames;
   }
   options.repetitions = repetitions_arg ? static_cast<int>(*repetitions_arg)
                                         : (options.quick ? kQuickRepetitions : kDefaultRepetitions);
@@ -265,6 +294,11 @@ int run_bench(Args& args) {
     workloads.push_back(bench::make_workload(name));
     max_position = std::max(max_position, workloads.back().max_position);
   }
+  std::vector<bench::AttentionCase> attention_cases;
+  for (const std::string& name : options.attention) {
+    attention_cases.push_back(bench::make_attention_case(name));
+    if (attention_cases.back().prefill) max_position = std::max(max_position, attention_cases.back().keys - 1);
+  }
   // The preset gives the frequencies; the workloads' head counts are the bench's own (the decode
   // case has 40 q heads), so the spec's head counts, which apply() checks tensors against, go.
   RopeSpec spec = preset(kDefaultPreset).spec;
@@ -279,18 +313,27 @@ int run_bench(Args& args) {
   // The full text table is printed as it is measured, with progress on stderr; --quick prints
   // its short table at the end, --json its list.
   const bool full_text = !options.as_json && !options.quick;
+  const std::string cpu_model = bench::cpu_model_name();
+  const std::string cpu_flags = bench::cpu_simd_flags();
   if (full_text) {
     bench::print_preamble(args.out(), {.preset = spec.name,
                                        .table_rows = table.size(),
                                        .table_ms = table_ms,
                                        .target = target,
                                        .repetitions = options.repetitions,
-                                       .long_repetitions_cap = kLongRepetitionsCap});
+                                       .long_repetitions_cap = kLongRepetitionsCap,
+                                       .cpu_model = cpu_model,
+                                       .cpu_flags = cpu_flags});
   }
   // Rows this process times: 7 stream rows per dtype and thread count (copy and copy_inplace in
-  // two patterns and the faster, memcpy), 2 kernel rows per workload, dtype and thread count.
+  // two patterns and the faster, memcpy), 2 kernel rows per workload, dtype and thread count;
+  // with attention, one fma_peak row per thread count, and per dtype and thread count one row
+  // per decode case and two (fused, unfused) for the prefill.
+  size_t attention_rows_per_config = 0;
+  for (const bench::AttentionCase& c : attention_cases) attention_rows_per_config += c.prefill ? 2 : 1;
   const size_t own_rows_expected =
-      options.dtypes.size() * options.threads.size() * (7 + 2 * workloads.size());
+      options.dtypes.size() * options.threads.size() * (7 + 2 * workloads.size() + attention_rows_per_config) +
+      (attention_cases.empty() ? 0 : options.threads.size());
   size_t own_rows_done = 0;
   std::vector<bench::Row> rows;
   const bool progress_in_place = &args.err() == &std::cerr && ::isatty(STDERR_FILENO) == 1;
@@ -344,21 +387,52 @@ int run_bench(Args& args) {
     }
   }
 
+  // 4b. Attention: the FMA peak first (the prefill rows' ceiling), then the cases.
+  bench::FmaPeaks peaks;
+  if (!attention_cases.empty()) {
+    bench::measure_fma_peaks(context, options.threads, std::min(options.repetitions, 5), peaks);
+    for (const bench::AttentionCase& c : attention_cases) {
+      const int repetitions =
+          c.prefill ? std::min(options.repetitions, bench::kAttentionPrefillRepetitionsCap) : options.repetitions;
+      for (DType dtype : options.dtypes) {
+        bench::measure_attention(context, c, dtype, options.threads, repetitions, table, stream_bytes(dtype), peaks);
+      }
+    }
+  }
+
   // 5. PyTorch, side by side, in another process: its ratio_to_copy divides by OUR floors.
   bench::Closing closing;
-  closing.torch_note = bench::run_torch_peer({.python = options.torch_python,
-                                              .peers_dir = options.peers_dir,
-                                              .threads = options.threads,
-                                              .dtypes = options.dtypes,
-                                              .repetitions = options.repetitions,
-                                              .quick = options.quick,
-                                              .progress = full_text},
+  closing.cpu_model = cpu_model;
+  closing.cpu_flags = cpu_flags;
+  const bench::PeerOptions peer_options{.python = options.torch_python,
+                                        .peers_dir = options.peers_dir,
+                                        .threads = options.threads,
+                                        .dtypes = options.dtypes,
+                                        .repetitions = options.repetitions,
+                                        .quick = options.quick,
+                                        .progress = full_text};
+  closing.torch_note = bench::run_torch_peer(peer_options,
                                              workloads, spec, args.out(), [&](bench::Row row) {
                                                floors.compare(row);
                                                // Another process: only its own spread is known.
                                                bench::judge_noise(row, std::nan(""));
                                                keep_row(std::move(row));
                                              });
+
+  // PyTorch's attention (eager RoPE + scaled_dot_product_attention) on the attention cases:
+  // decode against OUR copy floors, prefill against OUR FMA peak.
+  if (!attention_cases.empty() && closing.torch_note.find("skipped") == std::string::npos) {
+    const std::string attention_note = bench::run_torch_attention_peer(
+        peer_options, attention_cases, args.out(), [&](bench::Row row, double flops) {
+          if (row.baseline == "copy") floors.compare(row);
+          peaks.compare(row, flops);
+          bench::judge_noise(row, std::nan(""));
+          keep_row(std::move(row));
+        });
+    if (!attention_note.empty()) {
+      closing.torch_note += (closing.torch_note.empty() ? "" : "\n") + attention_note;
+    }
+  }
 
   // 6. How quiet the machine was, and the output.
   const bench::CpuSnapshot finished = bench::cpu_snapshot();

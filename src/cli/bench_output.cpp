@@ -2,6 +2,7 @@
 #include "bench_output.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "args.hpp"
 #include "core/json.hpp"
@@ -12,6 +13,9 @@ namespace rotary::cli::bench {
 void print_preamble(std::ostream& out, const Preamble& p) {
   out << format_line("# rotary bench: %s table (exact, stored, %lld rows, built in %.1f ms before timing); target %s\n",
                      p.preset.c_str(), static_cast<long long>(p.table_rows), p.table_ms, p.target.c_str());
+  if (!p.cpu_model.empty()) {
+    out << format_line("# cpu: %s; SIMD flags: %s\n", p.cpu_model.c_str(), p.cpu_flags.c_str());
+  }
   out << format_line(
       "# median of %d repetitions after 1 warm-up (calls < 2 ms repeated within a repetition, time per call);"
       " prefill_long at most %d\n",
@@ -33,6 +37,11 @@ void print_row(std::ostream& out, const Row& row) {
                      row.dtype.c_str(), row.threads, row.in_place ? "yes" : "no", row.layout.c_str(), row.median_ms,
                      row.gb_per_s, row.baseline_gb_per_s, row.ratio_to_copy, row.target.c_str(), row.repetitions,
                      row.core_ghz, row.unreliable.empty() ? "" : "!", row.shape.c_str());
+  if (!std::isnan(row.gflop_per_s)) {  // compute-bound rows: their GFLOP/s against the FMA peak
+    out << format_line("%-17s   %.1f GFLOP/s = %.3f x the FMA peak of %d thread%s (%.1f GFLOP/s)\n", "",
+                       row.gflop_per_s, row.ratio_to_peak, row.threads, row.threads == 1 ? "" : "s",
+                       row.peak_gflop_per_s);
+  }
 }
 
 void judge_noise(Row& row, double other_cpu_percent) {
@@ -140,6 +149,11 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
     writer.key("repetitions").value(row.repetitions);
     writer.key("calls_per_repetition").value(row.calls_per_repetition);
     writer.key("core_ghz").value(row.core_ghz);  // null when NaN
+    writer.key("gflop_per_s").value(row.gflop_per_s);
+    writer.key("peak_gflop_per_s").value(row.peak_gflop_per_s);
+    writer.key("ratio_to_peak").value(row.ratio_to_peak);
+    writer.key("cpu_model").value(closing.cpu_model);
+    writer.key("cpu_flags").value(closing.cpu_flags);
     if (row.unreliable.empty()) {
       writer.key("unreliable").null();
     } else {

@@ -38,6 +38,12 @@ struct Row {
   // The core's effective clock just before the row was timed (add_chain_ghz), NaN (null) where
   // not measured (PyTorch rows): the rows bound by arithmetic move with it.
   double core_ghz = std::nan("");
+  // Compute-bound rows (attention; PyTorch's attention; the fma_peak rows themselves): float32
+  // GFLOP/s of the call, the FMA peak of the same thread count measured in this run, and their
+  // ratio. NaN (null in JSON) for the other rows.
+  double gflop_per_s = std::nan("");
+  double peak_gflop_per_s = std::nan("");
+  double ratio_to_peak = std::nan("");
   // Why the machine's noise made this row unreliable ("spread 23%", "other processes 12% CPU"),
   // empty when it did not: the text table marks such a row with "!", JSON gives the reason.
   std::string unreliable;
@@ -59,6 +65,8 @@ struct Preamble {
   std::string target;
   int repetitions = 0;
   int long_repetitions_cap = 0;
+  std::string cpu_model;
+  std::string cpu_flags;
 };
 void print_preamble(std::ostream& out, const Preamble& preamble);
 
@@ -68,13 +76,16 @@ void print_row(std::ostream& out, const Row& row);
 // What people should know after the rows: the PyTorch peer's note, how much CPU other processes
 // took, the core's clock at the start and the end.
 struct Closing {
+  std::string cpu_model;  // /proc/cpuinfo's model name, and its SIMD flags (bench_probe.hpp)
+  std::string cpu_flags;
   std::string torch_note;
   std::string contention;
   std::string core_clock;
   double total_s = 0.0;
 };
 // Text: the notes as "#" lines and the row count. JSON: every row as one JSON list on `out` (one
-// document), the notes people need (PyTorch skipped, a busy machine, the clock) on `err`.
+// document; each row also names the CPU: cpu_model, cpu_flags), the notes people need (PyTorch
+// skipped, a busy machine, the clock) on `err`.
 void print_closing_text(std::ostream& out, const Closing& closing, const std::vector<Row>& rows);
 
 // `rotary bench --quick` for people: a few rows (each kernel case out of place at the largest

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "args.hpp"
+#include "bench_attention.hpp"
 #include "bench_timing.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
@@ -68,7 +70,7 @@ struct FoundScript {
   std::string looked_in;  // for the message when path is empty
 };
 
-FoundScript find_peer_script(const std::optional<std::string>& peers_dir) {
+FoundScript find_peer_script(const std::optional<std::string>& peers_dir, const char* script_name = kPeerScript) {
   namespace fs = std::filesystem;
   std::vector<fs::path> directories;
   std::string looked_in;
@@ -89,7 +91,7 @@ FoundScript find_peer_script(const std::optional<std::string>& peers_dir) {
   }
   for (const fs::path& directory : directories) {
     std::error_code error;
-    const fs::path script = directory / kPeerScript;
+    const fs::path script = directory / script_name;
     if (fs::is_regular_file(script, error)) return {fs::absolute(script, error).lexically_normal().string(), looked_in};
   }
   return {std::nullopt, looked_in};
@@ -114,11 +116,18 @@ class TempDir {
   std::string path_;
 };
 
-// The script's "results" as rows; bytes follow the same rule as ours.
-std::vector<Row> read_torch_rows(const json::Value& root, const Workload& workload, const std::string& target) {
+// Each of a peer script's "results" as a row with what both scripts report (name torch_<method>,
+// dtype, threads, layout, median_ms, min_ms, repetitions, target), the dtype parsed for the
+// caller's byte count; results in a dtype rotary does not bench are left out. Throws on a result
+// without method, dtype, threads or median_ms.
+struct TorchResult {
+  Row row;
+  DType dtype = DType::F32;
+};
+std::vector<TorchResult> read_torch_results(const json::Value& root, const std::string& target) {
   const json::Value* results = root.find("results");
   if (results == nullptr || !results->is_array()) throw Error("its JSON has no \"results\" list");
-  std::vector<Row> rows;
+  std::vector<TorchResult> parsed;
   for (const json::Value& item : results->as_array()) {
     const json::Value* method = item.find("method");
     const json::Value* dtype = item.find("dtype");
@@ -135,25 +144,76 @@ std::vector<Row> read_torch_rows(const json::Value& root, const Workload& worklo
     if (!parsed_dtype) continue;  // a dtype rotary does not bench
     Row row;
     row.name = "torch_" + method->as_string();
-    row.workload = workload.name;
     row.dtype = dtype->as_string();
     row.threads = static_cast<int>(threads->as_int64());
     row.in_place = false;
     row.layout = layout != nullptr && layout->is_string() ? layout->as_string() : "-";
+    row.median_ms = median->as_double();
+    row.min_ms = minimum != nullptr && minimum->is_number() ? minimum->as_double() : row.median_ms;
+    row.target = target;
+    row.repetitions = reps != nullptr && reps->is_integer() ? static_cast<int>(reps->as_int64()) : 0;
+    parsed.push_back({std::move(row), *parsed_dtype});
+  }
+  return parsed;
+}
+
+// The RoPE script's results as rows; bytes follow the same rule as ours.
+std::vector<Row> read_torch_rows(const json::Value& root, const Workload& workload, const std::string& target) {
+  std::vector<Row> rows;
+  for (TorchResult& result : read_torch_results(root, target)) {
+    Row& row = result.row;
+    row.workload = workload.name;
     row.shape = detail::concat("q [", workload.torch_batch, ",", workload.torch_tokens, ",", workload.torch_heads_q,
                                ",128] k [", workload.torch_batch, ",", workload.torch_tokens, ",8,128], ",
                                workload.torch_tokens == 1
                                    ? std::string("pos 0 (the script's arange)")
                                    : detail::concat("pos 0..", workload.torch_tokens - 1));
-    row.bytes = workload.elements() * dtype_size(*parsed_dtype) * 2;
-    row.median_ms = median->as_double();
-    row.min_ms = minimum != nullptr && minimum->is_number() ? minimum->as_double() : row.median_ms;
+    row.bytes = workload.elements() * dtype_size(result.dtype) * 2;
     row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
-    row.target = target;
-    row.repetitions = reps != nullptr && reps->is_integer() ? static_cast<int>(reps->as_int64()) : 0;
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+// The rows' target ("torch:<cpu_capability>") from a script's "meta"; sets `version` (for the
+// closing note) when the script gave its torch version.
+std::string read_torch_meta(const json::Value& root, std::string& version) {
+  std::string target = "torch";
+  if (const json::Value* meta = root.find("meta"); meta != nullptr) {
+    const json::Value* torch_version = meta->find("torch_version");
+    const json::Value* capability = meta->find("cpu_capability");
+    const std::string capability_name = capability != nullptr && capability->is_string() ? capability->as_string() : "?";
+    target += ":" + capability_name;
+    if (torch_version != nullptr && torch_version->is_string()) {
+      version = detail::concat("torch ", torch_version->as_string(), " (cpu_capability ", capability_name, ")");
+    }
+  }
+  return target;
+}
+
+// A Python that imports torch (--torch, else ./.venv/bin/python, else python3) into `python`;
+// returns "" when found, else the line saying why the PyTorch rows are skipped.
+std::string find_torch_python(const PeerOptions& options, std::string& python) {
+  if (options.python && *options.python == "none") return "torch: skipped (--torch none)";
+  const auto imports_torch = [](const std::string& candidate) {
+    return run_process({candidate, "-c", "import torch"}, "/dev/null", "/dev/null") == 0;
+  };
+  if (options.python) {
+    if (!imports_torch(*options.python)) {
+      return detail::concat("torch: ", *options.python, " cannot import torch (PyTorch rows skipped)");
+    }
+    python = *options.python;
+    return "";
+  }
+  std::error_code error;
+  if (std::filesystem::exists(".venv/bin/python", error) && imports_torch(".venv/bin/python")) {
+    python = ".venv/bin/python";
+  } else if (imports_torch("python3")) {
+    python = "python3";
+  } else {
+    return "torch: not installed (PyTorch rows skipped)";
+  }
+  return "";
 }
 
 }  // namespace
@@ -163,26 +223,8 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
   if (std::none_of(workloads.begin(), workloads.end(), [](const Workload& w) { return w.torch_tokens > 0; })) {
     return "";  // nothing the script can run (varlen, or the streams alone)
   }
-  if (options.python && *options.python == "none") return "torch: skipped (--torch none)";
-  const auto imports_torch = [](const std::string& python) {
-    return run_process({python, "-c", "import torch"}, "/dev/null", "/dev/null") == 0;
-  };
   std::string python;
-  if (options.python) {
-    if (!imports_torch(*options.python)) {
-      return detail::concat("torch: ", *options.python, " cannot import torch (PyTorch rows skipped)");
-    }
-    python = *options.python;
-  } else {
-    std::error_code error;
-    if (std::filesystem::exists(".venv/bin/python", error) && imports_torch(".venv/bin/python")) {
-      python = ".venv/bin/python";
-    } else if (imports_torch("python3")) {
-      python = "python3";
-    } else {
-      return "torch: not installed (PyTorch rows skipped)";
-    }
-  }
+  if (std::string note = find_torch_python(options, python); !note.empty()) return note;
   const FoundScript found = find_peer_script(options.peers_dir);
   if (!found.path) {
     return detail::concat("torch: ", kPeerScript, " not found in ", found.looked_in, " (PyTorch rows skipped)");
@@ -229,23 +271,84 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     std::vector<Row> rows;
     try {
       const json::Value root = json::parse_file(json_path);
-      std::string target = "torch";
-      if (const json::Value* meta = root.find("meta"); meta != nullptr) {
-        const json::Value* torch_version = meta->find("torch_version");
-        const json::Value* capability = meta->find("cpu_capability");
-        const std::string capability_name =
-            capability != nullptr && capability->is_string() ? capability->as_string() : "?";
-        target += ":" + capability_name;
-        if (torch_version != nullptr && torch_version->is_string()) {
-          version = detail::concat("torch ", torch_version->as_string(), " (cpu_capability ", capability_name, ")");
-        }
-      }
-      rows = read_torch_rows(root, workload, target);
+      rows = read_torch_rows(root, workload, read_torch_meta(root, version));
     } catch (const std::exception& e) {
       return detail::concat("torch: could not read the results of ", script, " on ", workload.name, ": ", e.what(),
                             " (its remaining PyTorch rows skipped)");
     }
     for (Row& row : rows) add_row(std::move(row));
+  }
+  return detail::concat("torch: ", version, " via ", python, " ", script);
+}
+
+std::string run_torch_attention_peer(const PeerOptions& options, const std::vector<AttentionCase>& cases,
+                                     std::ostream& progress, const std::function<void(Row, double)>& add_row) {
+  if (cases.empty()) return "";
+  std::string python;
+  if (std::string note = find_torch_python(options, python); !note.empty()) return note;
+  const FoundScript found = find_peer_script(options.peers_dir, kAttentionPeerScript);
+  if (!found.path) {
+    return detail::concat("torch: ", kAttentionPeerScript, " not found in ", found.looked_in,
+                          " (PyTorch attention rows skipped)");
+  }
+  const std::string& script = *found.path;
+  const TempDir temp;
+  if (temp.path().empty()) return "torch: could not create a temporary directory (PyTorch attention rows skipped)";
+  std::string version = "torch";
+  for (const AttentionCase& c : cases) {
+    int repetitions = options.repetitions;
+    if (options.quick) repetitions = std::min(repetitions, kTorchQuickRepetitionsCap);
+    if (c.prefill) repetitions = std::min(repetitions, kAttentionPrefillRepetitionsCap);
+    if (options.progress) {
+      progress << format_line("# torch: running %s on %s (%d repetitions)...\n", kAttentionPeerScript, c.name.c_str(),
+                              repetitions);
+    }
+    const std::string json_path = temp.path() + "/" + c.name + ".json";
+    const std::string stdout_path = temp.path() + "/" + c.name + ".out";
+    const std::string stderr_path = temp.path() + "/" + c.name + ".err";
+    std::vector<std::string> argv = {python, script,
+                                     "--case", c.prefill ? "prefill" : "decode",
+                                     "--tokens", std::to_string(c.keys),
+                                     "--heads-q", std::to_string(kQHeads),
+                                     "--heads-kv", std::to_string(kKvHeads),
+                                     "--head-dim", std::to_string(kHeadDim),
+                                     "--reps", std::to_string(repetitions),
+                                     "--warmup", "1",
+                                     "--json", json_path,
+                                     "--threads"};
+    for (int t : options.threads) argv.push_back(std::to_string(t));
+    argv.push_back("--dtypes");
+    for (DType dtype : options.dtypes) argv.emplace_back(to_string(dtype));
+    const int exit_code = run_process(argv, stdout_path, stderr_path);
+    if (exit_code != 0) {
+      return detail::concat("torch: ", script, " failed on ", c.name, " (exit ", exit_code, "): ",
+                            last_line(stderr_path), " (its remaining PyTorch attention rows skipped)");
+    }
+    try {
+      const json::Value root = json::parse_file(json_path);
+      for (TorchResult& result : read_torch_results(root, read_torch_meta(root, version))) {
+        Row& row = result.row;
+        row.workload = c.name;
+        row.shape = c.prefill ? detail::concat(c.shape.substr(0, c.shape.find(", fused")),
+                                               ", eager rotate_half RoPE then SDPA(is_causal, enable_gqa)")
+                              : detail::concat(c.shape, ", eager RoPE of q then SDPA(enable_gqa)");
+        if (c.prefill) {
+          row.bytes = (2 * c.queries * kQHeads + 2 * c.keys * kKvHeads) * kHeadDim * dtype_size(result.dtype);
+          row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
+          row.baseline = "fma_peak";
+          row.baseline_gb_per_s = std::nan("");
+          row.ratio_to_copy = std::nan("");
+        } else {
+          row.bytes = c.kv_bytes(result.dtype);
+          row.gb_per_s = gb_per_s(row.bytes, row.median_ms);
+          row.baseline = "copy";
+        }
+        add_row(std::move(row), c.flops());
+      }
+    } catch (const std::exception& e) {
+      return detail::concat("torch: could not read the results of ", script, " on ", c.name, ": ", e.what(),
+                            " (its remaining PyTorch attention rows skipped)");
+    }
   }
   return detail::concat("torch: ", version, " via ", python, " ", script);
 }

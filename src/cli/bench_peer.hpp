@@ -41,4 +41,16 @@ struct PeerOptions {
 std::string run_torch_peer(const PeerOptions& options, const std::vector<Workload>& workloads, const RopeSpec& spec,
                            std::ostream& progress, const std::function<void(Row)>& add_row);
 
+// The attention peer: torch_attention_bench.py, found the same way, run once per attention
+// case (bench_attention.hpp) with the same dtypes and thread counts: eager RoPE (Hugging Face's
+// rotate_half) then scaled_dot_product_attention(is_causal=True, enable_gqa=True) for the
+// prefill, RoPE of the query then scaled_dot_product_attention(enable_gqa=True) over the cache for
+// decode. Each row goes to add_row with the case's flops (decode rows: baseline "copy", for the
+// caller's floors; prefill rows: "fma_peak"). Never throws; returns a line for people as
+// run_torch_peer does.
+constexpr const char* kAttentionPeerScript = "torch_attention_bench.py";
+struct AttentionCase;
+std::string run_torch_attention_peer(const PeerOptions& options, const std::vector<AttentionCase>& cases,
+                                     std::ostream& progress, const std::function<void(Row, double)>& add_row);
+
 }  // namespace rotary::cli::bench

@@ -9,6 +9,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -69,6 +73,50 @@ CpuSnapshot cpu_snapshot() {
                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
   }
   return snapshot;
+}
+
+namespace {
+
+// The value of the first "<key>\t: value" line of /proc/cpuinfo, or "" where there is none.
+std::string cpuinfo_field(const std::string& key) {
+  std::FILE* file = std::fopen("/proc/cpuinfo", "r");
+  if (file == nullptr) return "";
+  std::string value;
+  std::string line;
+  char buffer[8192];
+  while (std::fgets(buffer, sizeof buffer, file) != nullptr) {
+    line = buffer;
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    value = line.substr(colon + 1);
+    break;
+  }
+  std::fclose(file);
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) value.erase(value.begin());
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.pop_back();
+  return value;
+}
+
+}  // namespace
+
+std::string cpu_model_name() {
+  const std::string model = cpuinfo_field("model name");
+  return model.empty() ? "unknown" : model;
+}
+
+std::string cpu_simd_flags() {
+  std::string line = cpuinfo_field("flags");
+  if (line.empty()) line = cpuinfo_field("Features");  // Arm
+  std::istringstream words(line);
+  const std::set<std::string> present{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+  std::string chosen;
+  for (const char* flag : {"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+                           "avx512_vnni", "amx_bf16", "asimd", "sve"}) {
+    if (present.count(flag) == 0) continue;
+    chosen.append(chosen.empty() ? 0 : 1, ' ').append(flag);
+  }
+  return chosen;
 }
 
 std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after) {

@@ -34,6 +34,14 @@ class SettingsGuard {
   bool forced_ = false;
 };
 
+// ---- the CPU ------------------------------------------------------------------------------------
+
+// /proc/cpuinfo's "model name" of the first CPU ("unknown" where there is none), and the flags
+// among its "flags" that decide which kernels run (sse4_2 avx2 fma avx512f avx512bw avx512vl
+// avx512_bf16 avx512_fp16 avx512_vnni amx_bf16, and Arm's asimd sve), in that order, space-separated.
+std::string cpu_model_name();
+std::string cpu_simd_flags();
+
 // ---- how quiet the machine was -----------------------------------------------------------------
 
 // CPU time of every process (from /proc/stat) and of this one and its children (getrusage), so

@@ -39,6 +39,8 @@
 #include "rotary/tensor.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
+#include "src/attention/bf16_dot.hpp"
+#include "src/attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
 
 namespace rotary {
@@ -448,10 +450,16 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
           for (int64_t e = 0; e < c.v_dim; ++e) vbar[static_cast<size_t>(e)] = std::max(vbar[static_cast<size_t>(e)], std::abs(v.at(tb, k0 + j, g, e)));
         }
         const int64_t n = last - first;
-        // ALiBi: one more rounding of the score (u A) and the bias's own (3u |b|): docs/attention.md.
-        const double E = static_cast<double>(c.qk_dim + 6 + (c.alibi ? 1 : 0)) * kU * max_a + 3 * kU * max_bias;
-        const double eta = E + 110 * kU;
-        const double acc = static_cast<double>(n + 2 * (n / 64 + 2) + 4) * kU;
+        // docs/attention.md, "Error analysis". ALiBi: one more rounding of the score (u A) and the
+        // bias's own (3u |b|). The split over keys (flash-decoding) adds one exp per chunk to each
+        // weight (106u) and a rescale and a sum per chunk to l and o (at most one chunk per tile):
+        // counted always, split or not. (+ the absolute term of vdpbf16ps's flushing of
+        // subnormals, bf16_dot.hpp: negligible for these inputs, counted for every bf16 call.)
+        const double E = static_cast<double>(c.qk_dim + 6 + (c.alibi ? 1 : 0)) * kU * max_a + 3 * kU * max_bias +
+                         (c.dtype == DType::BF16 ? static_cast<double>(2 * c.qk_dim + 1) * 0x1p-126 : 0.0);
+        const double eta = E + (110 + 106) * kU;
+        const int64_t tiles = n / 64 + 2;
+        const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * kU;
         for (int64_t e = 0; e < c.v_dim; ++e) {
           const double fast = out.at(tb, q0 + i, h, e), want = ref.at(tb, q0 + i, h, e);
           double tolerance = vbar[static_cast<size_t>(e)] * (2 * eta * (1 + 2 * eta) + 2 * acc);
@@ -708,22 +716,140 @@ TEST(AttentionCpu, GqaEqualsMhaWithRepeatedKvHeads) {
   }
 }
 
+// Whether bf16 attention of random q [1, q_seq, kv_heads * group, dim] and k, v [1, k_seq,
+// kv_heads, dim] gives the same bits on one thread and on two.
+bool same_bits_for_one_and_two_threads(int64_t q_seq, int64_t k_seq, int64_t kv_heads, int64_t group, int64_t dim,
+                                       const AttentionOptions& options, uint64_t seed) {
+  SavedThreadCount saved;
+  Rng rng(seed);
+  Tensor q = make(DType::BF16, Layout::BSHD, 1, q_seq, kv_heads * group, dim);
+  Tensor k = make(DType::BF16, Layout::BSHD, 1, k_seq, kv_heads, dim), v = k;
+  v = make(DType::BF16, Layout::BSHD, 1, k_seq, kv_heads, dim);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor one = make(DType::BF16, Layout::BSHD, 1, q_seq, kv_heads * group, dim), two = one;
+  two = make(DType::BF16, Layout::BSHD, 1, q_seq, kv_heads * group, dim);
+  set_num_threads(1);
+  attention(q.view, k.view, v.view, one.view, options);
+  set_num_threads(2);
+  attention(q.view, k.view, v.view, two.view, options);
+  return std::memcmp(one.storage.data(), two.storage.data(), one.storage.size() * sizeof(double)) == 0;
+}
+
 // Results do not depend on the thread count (items are computed independently).
 TEST(AttentionCpu, BitwiseIdenticalForOneAndTwoThreads) {
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(256, 256, 2, 4, 64, {.mask = Mask::Causal}, 9));
+}
+
+// Decode split over keys (flash-decoding, plan.hpp key_split): one query against long caches,
+// cut into chunks merged at the end. Lengths at the chunk boundaries (a chunk of one key, of a
+// whole tile, exactly full), with windows and per-sequence kv_lengths, against the float64
+// reference; and bitwise the same for one and two threads.
+TEST(AttentionCpu, DecodeSplitOverKeysMatchesReferenceAtChunkBoundaries) {
+  using attention_internal::key_split;
   SavedThreadCount saved;
-  Rng rng(9);
-  const int64_t seq = 256, kv_heads = 2, group = 4, dim = 64;
-  Tensor q = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
-  Tensor k = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
-  v = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim);
-  q.fill(rng), k.fill(rng), v.fill(rng);
-  Tensor one = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim), two = one;
-  two = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
-  set_num_threads(1);
-  attention(q.view, k.view, v.view, one.view, {.mask = Mask::Causal});
   set_num_threads(2);
-  attention(q.view, k.view, v.view, two.view, {.mask = Mask::Causal});
-  EXPECT_EQ(std::memcmp(one.storage.data(), two.storage.data(), one.storage.size() * sizeof(double)), 0);
+  std::vector<int64_t> lengths;
+  for (const int64_t keys : {1024, 4096, 8192, 40000}) {
+    const int64_t chunk = key_split(2, keys).chunk_keys;
+    ASSERT_GT(chunk, 0) << keys;
+    lengths.insert(lengths.end(), {keys, keys + 1, keys - 1, 2 * chunk + 1, 2 * chunk - 1, chunk + 64});
+  }
+  lengths.push_back(attention_internal::kMinChunkKeys + 1);  // the shortest split
+  Rng rng(77);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t keys = lengths[i];
+    ASSERT_GT(key_split(2, keys).chunks, 1) << keys;  // the case runs the split path
+    Case c;
+    c.dtype = std::array<DType, 3>{DType::F32, DType::BF16, DType::F16}[i % 3];
+    c.layout = i % 2 == 0 ? Layout::BSHD : Layout::BHSD;
+    c.q_seq = 1;
+    c.k_seq = keys;
+    c.kv_heads = 2;
+    c.group = 4;
+    c.qk_dim = c.v_dim = i % 4 == 3 ? 72 : 128;
+    c.options.mask = Mask::Causal;
+    c.options.query_offset = keys - 1;
+    if (i % 5 == 4 && keys > 600) c.options.window = rng.uniform(600, keys);  // still split: > 512 keys
+    if (i % 7 == 6) {
+      c.rope = true;
+      c.rotary_dim = c.qk_dim;
+    } else if (i % 7 == 2) {
+      c.alibi = true;  // the bias of a chunk's keys is taken at their absolute positions
+    } else if (i % 7 == 4) {
+      c.absolute = true;  // the table's rows of a chunk's keys, and never through vdpbf16ps
+    }
+    SCOPED_TRACE(describe(c));
+    const Outcome outcome = run_case(c, 100 + i);
+    EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+  }
+  // Two sequences of different visible lengths (the split follows the longer block's range).
+  Case c;
+  c.batch = 2;
+  c.q_seq = 1;
+  c.k_seq = 5000;
+  c.kv_heads = 1;
+  c.group = 8;
+  c.qk_dim = c.v_dim = 64;
+  c.kv_lengths = {5000, 1700};
+  c.query_offsets = {4999, 1699};
+  c.options.mask = Mask::Causal;
+  const Outcome outcome = run_case(c, 9);
+  EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+
+  // Thread counts: the chunks are a function of the shapes only.
+  ASSERT_GT(key_split(2, 9000).chunks, 1);
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(1, 9000, 2, 4, 128, {.mask = Mask::Causal, .query_offset = 8999}, 78));
+}
+
+// The bf16 decode's scores through vdpbf16ps (bf16_dot.hpp) where the CPU has AVX512_BF16, and
+// the float32 fallback always: both against the float64 reference on decode-form items (rows <
+// one vector), head dims around the 32-element steps of the instruction (masked tails), GQA
+// groups, windows, kv_lengths and padded strides. Where the CPU has it, the path must have run
+// (attention_internal::bf16_dot_items), and never with the switch off.
+TEST(AttentionCpu, Bf16DotScoresMatchReferenceAndTheFallback) {
+  Rng rng(31);
+  const bool has = attention_internal::cpu_has_avx512_bf16();
+  int64_t dot_items = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    Case c;
+    c.dtype = DType::BF16;
+    c.layout = std::array<Layout, 3>{Layout::BSHD, Layout::BHSD, Layout::SBHD}[static_cast<size_t>(trial % 3)];
+    c.batch = rng.uniform(1, 2);
+    c.group = std::array<int64_t, 4>{1, 2, 4, 8}[static_cast<size_t>(trial % 4)];
+    c.q_seq = c.group <= 4 ? rng.uniform(1, 2) : 1;  // rows = group x queries < 16 lanes
+    c.k_seq = rng.uniform(1, 300);
+    c.kv_heads = rng.uniform(1, 2);
+    c.qk_dim = std::array<int64_t, 8>{1, 7, 31, 32, 33, 64, 100, 128}[static_cast<size_t>(trial % 8)];
+    c.v_dim = c.qk_dim;
+    if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+    c.options.mask = Mask::Causal;
+    c.options.query_offset = c.k_seq - c.q_seq;
+    if (rng.percent(30)) c.options.window = rng.uniform(1, 200);
+    if (rng.percent(30)) {
+      for (int64_t b = 0; b < c.batch; ++b) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
+    }
+    // ALiBi's bias goes on the dot products' scores; an absolute table changes q and k, so those
+    // calls must not take the stored-bf16 path at all.
+    c.alibi = trial % 5 == 1;
+    c.absolute = trial % 5 == 3;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(c));
+    for (const bool dot : {true, false}) {
+      attention_internal::use_avx512_bf16 = dot;
+      const int64_t before = attention_internal::bf16_dot_items.load();
+      const Outcome outcome = run_case(c, 500 + static_cast<uint64_t>(trial));
+      EXPECT_EQ(outcome.failures, 0) << (dot ? "vdpbf16ps: " : "fallback: ") << outcome.first_failure;
+      const int64_t used = attention_internal::bf16_dot_items.load() - before;
+      if (dot) dot_items += used;
+      if (!dot || c.absolute) EXPECT_EQ(used, 0);  // the fallback really is the fallback
+    }
+    attention_internal::use_avx512_bf16 = true;
+  }
+  attention_internal::use_avx512_bf16 = true;
+  if (has) {
+    EXPECT_GT(dot_items, 0) << "the vdpbf16ps path never ran";
+  } else {
+    std::printf("[ note ] this CPU has no AVX512_BF16: the fallback alone ran\n");
+  }
 }
 
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above

@@ -423,6 +423,7 @@ TEST(Cli, BenchQuickPrintsAShortTableAndATakeaway) {
   EXPECT_THAT(r.out, HasSubstr("x this machine's copy bandwidth (float32, 1 thread)\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("PyTorch code")));  // the torch comparison only when torch ran
   EXPECT_THAT(r.err, Not(HasSubstr("rows, ")));        // no progress lines for the short form
+  EXPECT_THAT(r.out, Not(HasSubstr("attn_")));         // attention: the full bench or --cases only
 }
 
 // The full bench shows its progress on stderr and has a "!" column for rows the machine's noise
@@ -536,6 +537,53 @@ TEST(CliBenchPeer, RunsTheProjectsOwnScriptFromAnyDirectory) {
     EXPECT_EQ(row.find("baseline")->as_string(), "copy");  // our floor, not torch's copy
     EXPECT_GT(row.find("ratio_to_copy")->as_double(), 0.0);
   }
+}
+
+// The attention cases (src/cli/bench_attention.hpp) on the smallest run that still has every
+// kind of row: the FMA peak, the decode against the copy floor timed in alternation, and the
+// PyTorch peer (a stand-in Python: its one row comes back as torch_copy on attn_decode). Each
+// row names the CPU. (attn_prefill takes seconds a call and is left to `rotary bench` itself.)
+TEST(CliBenchAttention, JsonRowsCarryTheirFloorPeakAndCpu) {
+  const ScratchDir dir("rotary_bench_attention");
+  const std::string python = write_fake_python(dir, "python", true);
+  const Result r = run("bench --json --cases attn_decode --dtypes float32 --threads 1 --repetitions 1 --torch " + python);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string script = read_all(dir / "peer_script_path");
+  ASSERT_FALSE(script.empty()) << "the attention peer did not run: " << r.err;
+  EXPECT_THAT(script, HasSubstr("torch_attention_bench.py"));
+  const json::Value rows = json::parse(r.out, "bench --json");
+  std::map<std::string, int> cases;
+  double peak = 0.0;
+  for (const json::Value& row : rows.as_array()) {
+    const std::string name = row.find("case")->as_string();
+    ++cases[name];
+    EXPECT_FALSE(row.find("cpu_model")->as_string().empty()) << name;
+    EXPECT_TRUE(row.find("cpu_flags")->is_string()) << name;
+    if (name == "fma_peak") {
+      peak = row.find("gflop_per_s")->as_double();
+      EXPECT_GT(peak, 0.1);
+      EXPECT_EQ(row.find("ratio_to_peak")->as_double(), 1.0);
+    }
+    if (name == "attn_decode" || (name == "torch_copy" && row.find("workload")->as_string() == "attn_decode")) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(row.find("workload")->as_string(), "attn_decode");
+      if (name == "attn_decode") EXPECT_EQ(row.find("layout")->as_string(), "bhsd");  // torch rows: the script's
+      EXPECT_EQ(row.find("bytes")->as_int64(), 2 * 4096 * 8 * 128 * 4);                  // K + V read
+      EXPECT_EQ(row.find("baseline")->as_string(), "copy");
+      const double gb = row.find("gb_per_s")->as_double();
+      EXPECT_NEAR(gb, 2.0 * 4096 * 8 * 128 * 4 / (row.find("median_ms")->as_double() * 1e-3) / 1e9, 1e-9 * gb);
+      const double ratio = row.find("ratio_to_copy")->as_double();
+      EXPECT_NEAR(ratio, gb / row.find("baseline_gb_per_s")->as_double(), 1e-9 * ratio);
+      const double gflop = row.find("gflop_per_s")->as_double();
+      EXPECT_NEAR(gflop, 4.0 * 32 * 128 * 4096 / (row.find("median_ms")->as_double() * 1e-3) / 1e9, 1e-9 * gflop);
+      EXPECT_NEAR(row.find("ratio_to_peak")->as_double(), gflop / peak, 1e-9 * gflop / peak);
+    }
+  }
+  EXPECT_EQ(cases["fma_peak"], 1);
+  EXPECT_EQ(cases["attn_decode"], 1);  // out of place only: attention has no in-place form
+  EXPECT_EQ(cases["copy"], 1);         // the floor it is compared with
+  EXPECT_EQ(cases["attn_prefill"], 0);
+  EXPECT_EQ(cases["torch_copy"], 1);   // the stand-in's row, read back through the attention peer
 }
 
 // --peers-dir first, then $ROTARY_PEERS_DIR; a directory named without the script is reported,

@@ -1,0 +1,68 @@
+// src/attention/bf16_dot.cpp: bf16_dot.hpp, with AVX512_BF16 intrinsics behind a function target
+// attribute; elsewhere (non-x86 or compilers without the intrinsics) a stub that is never called.
+#include "src/attention/bf16_dot.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ROTARY_HAVE_BF16_DOT 1
+#endif
+
+namespace rotary::attention_internal {
+
+std::atomic<bool> use_avx512_bf16{true};
+std::atomic<int64_t> bf16_dot_items{0};
+
+#ifdef ROTARY_HAVE_BF16_DOT
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+namespace {
+
+// 32 bf16 values from `p`, the first `count` of them (the rest zero: they add nothing).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512bh load_bf16(const uint16_t* p, int64_t count) {
+  if (count >= 32) return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+  const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << count) - 1);
+  return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, p));
+}
+
+}  // namespace
+
+// Four keys per pass over q (each q vector loaded once for four K rows), one accumulator each;
+// q's vectors (head_dim 128: four) are reloaded from L1 per key group.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16_dot(
+    const uint16_t* q, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim, float scale, float* s) {
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const uint16_t* k0 = k + j * k_stride;
+    for (int64_t e = 0; e < dim; e += 32) {
+      const __m512bh qv = load_bf16(q + e, dim - e);
+      a0 = _mm512_dpbf16_ps(a0, qv, load_bf16(k0 + e, dim - e));
+      a1 = _mm512_dpbf16_ps(a1, qv, load_bf16(k0 + k_stride + e, dim - e));
+      a2 = _mm512_dpbf16_ps(a2, qv, load_bf16(k0 + 2 * k_stride + e, dim - e));
+      a3 = _mm512_dpbf16_ps(a3, qv, load_bf16(k0 + 3 * k_stride + e, dim - e));
+    }
+    s[j] = scale * _mm512_reduce_add_ps(a0);
+    s[j + 1] = scale * _mm512_reduce_add_ps(a1);
+    s[j + 2] = scale * _mm512_reduce_add_ps(a2);
+    s[j + 3] = scale * _mm512_reduce_add_ps(a3);
+  }
+  for (; j < keys; ++j) {
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t e = 0; e < dim; e += 32) a = _mm512_dpbf16_ps(a, load_bf16(q + e, dim - e), load_bf16(k + j * k_stride + e, dim - e));
+    s[j] = scale * _mm512_reduce_add_ps(a);
+  }
+}
+
+#else
+
+bool cpu_has_avx512_bf16() { return false; }
+void scores_bf16_dot(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float, float*) {}
+
+#endif
+
+}  // namespace rotary::attention_internal
