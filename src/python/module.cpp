@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rotary/analysis.hpp"
@@ -133,6 +134,335 @@ py::dict hf_config_dict(const HfRopeConfig& config) {
   out["warnings"] = config.warnings;
   out["model_type"] = config.model_type;
   return out;
+}
+
+
+// ---- rotary.torch's eager call (python/rotary/_torch_ops.py, apply_rotary) ---------------------------
+// A plain eager CPU call of rotary.torch.apply_rotary read straight from the torch tensors, in one
+// binding call: the Python side of a decode step shrinks to a few attribute reads (issue 21: the
+// call's preparation in Python cost 4-5x the kernel). Still no torch C++ API: a tensor is read
+// through its Python attributes (data_ptr(), shape, stride(), dtype, is_cpu, requires_grad) with
+// CPython calls, and torch's own functions (empty_like, empty, _increment_version, ...) are
+// handed over once, by python/rotary/_torch_ops.py, at import.
+//
+// The contract of the slow path is kept by declining rather than deciding: whatever is not the
+// common case (a tensor subclass, a functorch wrapper, another device, positions of another dtype
+// or shape, offsets, THD, M-RoPE, gradients to record, arguments of another type) returns None and
+// the caller runs the full path, which gives its own errors; so does a call that check_apply_arguments
+// refuses, before any byte is written (apply.hpp), so that every error keeps the slow path's words.
+struct TorchObjects {
+  PyObject* tensor_type = nullptr;   // torch.Tensor
+  PyObject* dtypes[4] = {};          // torch.float32, bfloat16, float16, float64 (DType order below)
+  PyObject* int64 = nullptr;         // torch.int64
+  PyObject* empty_like = nullptr;    // torch.empty_like
+  PyObject* empty = nullptr;         // torch.empty (shape, dtype=): non-contiguous q's fresh output
+  PyObject* increment_version = nullptr;  // torch._C._increment_version(tuple of tensors)
+  PyObject* is_wrapped = nullptr;         // torch._C._functorch.is_functorch_wrapped_tensor
+  PyObject* is_grad_enabled = nullptr;    // torch.is_grad_enabled
+  PyObject* names[8] = {};                // interned attribute names
+};
+constexpr DType kTorchDTypes[4] = {DType::F32, DType::BF16, DType::F16, DType::F64};
+enum TorchName { kDataPtr, kShape, kStride, kDtype, kIsCpu, kRequiresGrad, kDtypeKw, kNumNames };
+
+TorchObjects* torch_objects = nullptr;  // set once by register_torch; never freed (lives to exit)
+
+// A torch tensor as read: rank <= 4.
+struct TorchTensor {
+  void* data = nullptr;
+  int rank = 0;
+  int64_t shape[4] = {};
+  int64_t strides[4] = {};
+  PyObject* dtype = nullptr;  // borrowed from torch's dtype singletons
+  bool requires_grad = false;
+};
+
+// Reads a tuple of ints (torch.Size, stride()) into `out`; false if it is not one of <= 4 ints.
+bool read_ints(PyObject* tuple, int64_t* out, int& count) {
+  if (tuple == nullptr || !PyTuple_Check(tuple)) return false;
+  const Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+  if (n > 4) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (value == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    out[i] = value;
+  }
+  count = static_cast<int>(n);
+  return true;
+}
+
+bool attribute_is_true(PyObject* object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object, name);
+  if (value == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool result = value == Py_True;
+  Py_DECREF(value);
+  return result;
+}
+
+// A plain CPU torch.Tensor (no subclass, no functorch wrapper) of rank <= 4, or false.
+bool read_torch_tensor(PyObject* object, TorchTensor& t) {
+  const TorchObjects& o = *torch_objects;
+  if (object == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(object)) != o.tensor_type) return false;
+  if (!attribute_is_true(object, o.names[kIsCpu])) return false;
+  PyObject* wrapped = PyObject_CallOneArg(o.is_wrapped, object);
+  if (wrapped == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool is_wrapped = wrapped != Py_False;
+  Py_DECREF(wrapped);
+  if (is_wrapped) return false;
+  PyObject* dtype = PyObject_GetAttr(object, o.names[kDtype]);
+  if (dtype == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  t.dtype = dtype;  // torch.dtype objects are immortal singletons: the reference is not kept
+  Py_DECREF(dtype);
+  PyObject* shape = PyObject_GetAttr(object, o.names[kShape]);
+  int shape_rank = -1;
+  const bool shape_ok = read_ints(shape, t.shape, shape_rank);
+  Py_XDECREF(shape);
+  PyObject* strides = PyObject_CallMethodNoArgs(object, o.names[kStride]);
+  int stride_rank = -1;
+  const bool strides_ok = read_ints(strides, t.strides, stride_rank);
+  Py_XDECREF(strides);
+  if (!shape_ok || !strides_ok || shape_rank != stride_rank) {
+    PyErr_Clear();
+    return false;
+  }
+  t.rank = shape_rank;
+  PyObject* address = PyObject_CallMethodNoArgs(object, o.names[kDataPtr]);
+  if (address == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  t.data = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  t.requires_grad = attribute_is_true(object, o.names[kRequiresGrad]);
+  return true;
+}
+
+std::optional<DType> kernel_dtype(PyObject* dtype) {
+  for (int i = 0; i < 4; ++i) {
+    if (torch_objects->dtypes[i] == dtype) return kTorchDTypes[i];
+  }
+  return std::nullopt;
+}
+
+bool is_contiguous(const TorchTensor& t) {
+  int64_t expected = 1;
+  for (int axis = t.rank - 1; axis >= 0; --axis) {
+    if (t.shape[axis] != 1 && t.strides[axis] != expected) return false;
+    expected *= t.shape[axis];
+  }
+  return true;
+}
+
+TensorView torch_view(const TorchTensor& t, DType dtype, Layout layout) {
+  TensorView view;
+  view.data = t.data;
+  view.dtype = dtype;
+  view.layout = layout;
+  for (int axis = 0; axis < t.rank; ++axis) {
+    view.shape[axis] = t.shape[axis];
+    view.stride_elems[axis] = t.strides[axis];
+  }
+  return view;
+}
+
+bool same_shape(const TorchTensor& a, const TorchTensor& b) {
+  if (a.rank != b.rank) return false;
+  for (int axis = 0; axis < a.rank; ++axis) {
+    if (a.shape[axis] != b.shape[axis]) return false;
+  }
+  return true;
+}
+
+// A non-negative Python int (not bool), or nullopt.
+std::optional<int64_t> plain_count(PyObject* value) {
+  if (!PyLong_CheckExact(value)) return std::nullopt;
+  const long long number = PyLong_AsLongLong(value);
+  if (number == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  if (number < 0) return std::nullopt;
+  return number;
+}
+
+// A fresh output like q: torch.empty_like for a contiguous q (the slow path's torch.empty(q.shape,
+// dtype=q.dtype) is the same tensor then, in half the time), torch.empty otherwise.
+py::object fresh_like(PyObject* tensor, const TorchTensor& t) {
+  const TorchObjects& o = *torch_objects;
+  if (is_contiguous(t)) {
+    PyObject* fresh = PyObject_CallOneArg(o.empty_like, tensor);
+    if (fresh == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(fresh);
+  }
+  py::tuple shape(t.rank);
+  for (int axis = 0; axis < t.rank; ++axis) shape[axis] = py::int_(t.shape[axis]);
+  py::dict kwargs;
+  kwargs[o.names[kDtypeKw]] = py::handle(t.dtype);
+  return py::reinterpret_borrow<py::object>(py::handle(o.empty)).operator()(*shape, **kwargs);
+}
+
+// The eager call, or None where the full path must run (see the block comment).
+py::object torch_apply_eager(py::handle q_obj, py::handle k_obj, py::handle positions_obj, const CosSinTable& table,
+                             py::handle layout_obj, py::handle direction_obj, bool inplace, py::handle out_obj,
+                             py::handle rotary_offset_obj, py::handle xpos_length_obj, py::handle seq_len_obj) {
+  if (torch_objects == nullptr) fail("rotary._rotary.torch_apply_eager: register_torch was not called");
+  const py::object none = py::none();
+  if (!PyUnicode_CheckExact(layout_obj.ptr()) || !PyUnicode_CheckExact(direction_obj.ptr())) return none;
+  const char* layout_name = PyUnicode_AsUTF8(layout_obj.ptr());
+  const char* direction_chars = PyUnicode_AsUTF8(direction_obj.ptr());
+  if (layout_name == nullptr || direction_chars == nullptr) {
+    PyErr_Clear();
+    return none;
+  }
+  // The four names exactly (parse_layout also takes other spellings; the full path refuses them).
+  const std::string_view layout_text = layout_name;
+  if (layout_text != "bshd" && layout_text != "bhsd" && layout_text != "sbhd") return none;
+  const auto layout = parse_layout(layout_text);
+  if (!layout) return none;
+  const std::string_view direction_name = direction_chars;
+  if (direction_name != "forward" && direction_name != "backward") return none;
+  const auto rotary_offset = plain_count(rotary_offset_obj.ptr());
+  const auto xpos_length = plain_count(xpos_length_obj.ptr());
+  const auto seq_len = seq_len_obj.is_none() ? std::optional<int64_t>(kSeqLenFromPositions) : plain_count(seq_len_obj.ptr());
+  if (!rotary_offset || !xpos_length || !seq_len) return none;
+
+  TorchTensor q, k, q_out, k_out, pos;
+  const bool has_k = !k_obj.is_none();
+  if (!read_torch_tensor(q_obj.ptr(), q) || q.rank != 4) return none;
+  if (has_k && (!read_torch_tensor(k_obj.ptr(), k) || k.rank != 4)) return none;
+  const auto q_dtype = kernel_dtype(q.dtype);
+  const auto k_dtype = has_k ? kernel_dtype(k.dtype) : q_dtype;
+  if (!q_dtype || !k_dtype) return none;
+  PyObject* grad = PyObject_CallNoArgs(torch_objects->is_grad_enabled);
+  if (grad == nullptr) throw py::error_already_set();
+  const bool grad_enabled = grad == Py_True;
+  Py_DECREF(grad);
+  // Gradients to record (fresh outputs) go through the op's autograd formula; with out= or in
+  // place they are the slow path's error.
+  if (grad_enabled && (q.requires_grad || (has_k && k.requires_grad))) return none;
+
+  const bool has_out = !out_obj.is_none();
+  if (has_out && inplace) return none;
+  py::object q_out_obj, k_out_obj = none;
+  if (has_out) {
+    if (!PyTuple_CheckExact(out_obj.ptr()) && !PyList_CheckExact(out_obj.ptr())) return none;
+    const py::sequence pair = py::reinterpret_borrow<py::sequence>(out_obj);
+    if (pair.size() != 2) return none;
+    q_out_obj = pair[0];
+    k_out_obj = pair[1];
+    if (!read_torch_tensor(q_out_obj.ptr(), q_out) || q_out.dtype != q.dtype || !same_shape(q_out, q)) return none;
+    if (has_k ? (!read_torch_tensor(k_out_obj.ptr(), k_out) || k_out.dtype != k.dtype || !same_shape(k_out, k))
+              : !k_out_obj.is_none()) {
+      return none;
+    }
+  }
+
+  // Positions: int64, contiguous, [batch, seq] or, broadcast over the batch, [1, seq] / [seq]
+  // (token_positions in python/rotary/_views.py); single-stream specs only.
+  const RopeSpec& spec = table.spec();
+  if (position_streams(spec) != 1) return none;
+  const NamedAxes axes = named_axes(torch_view(q, *q_dtype, *layout));
+  std::vector<int64_t> broadcast;
+  Positions positions = Positions::arange();
+  if (!positions_obj.is_none()) {
+    if (!read_torch_tensor(positions_obj.ptr(), pos) || pos.dtype != torch_objects->int64 || !is_contiguous(pos)) {
+      return none;
+    }
+    const auto* values = static_cast<const int64_t*>(pos.data);
+    const bool full = pos.rank == 2 && pos.shape[0] == axes.batch && pos.shape[1] == axes.seq;
+    const bool one_row = (pos.rank == 2 && pos.shape[0] == 1 && pos.shape[1] == axes.seq) ||
+                         (pos.rank == 1 && pos.shape[0] == axes.seq);
+    if (full || (one_row && axes.batch == 1)) {
+      positions = Positions::per_token({values, static_cast<size_t>(axes.batch * axes.seq)});
+    } else if (one_row) {
+      broadcast.resize(static_cast<size_t>(axes.batch * axes.seq));
+      for (int64_t b = 0; b < axes.batch; ++b) std::copy(values, values + axes.seq, broadcast.begin() + b * axes.seq);
+      positions = Positions::per_token(broadcast);
+    } else {
+      return none;
+    }
+  }
+
+  if (!has_out) {
+    if (inplace) {
+      q_out_obj = py::reinterpret_borrow<py::object>(q_obj);
+      k_out_obj = py::reinterpret_borrow<py::object>(k_obj);
+      q_out = q;
+      k_out = k;
+    } else {
+      q_out_obj = fresh_like(q_obj.ptr(), q);
+      if (!read_torch_tensor(q_out_obj.ptr(), q_out)) return none;
+      if (has_k) {
+        k_out_obj = fresh_like(k_obj.ptr(), k);
+        if (!read_torch_tensor(k_out_obj.ptr(), k_out)) return none;
+      }
+    }
+  }
+  const TensorView vq = torch_view(q, *q_dtype, *layout);
+  const TensorView vq_out = torch_view(q_out, *q_dtype, *layout);
+  const TensorView vk = has_k ? torch_view(k, *k_dtype, *layout) : TensorView{};
+  const TensorView vk_out = has_k ? torch_view(k_out, *k_dtype, *layout) : TensorView{};
+  ApplyOptions options;
+  options.direction = direction_name == "forward" ? Direction::Forward : Direction::Backward;
+  options.rotary_offset = *rotary_offset;
+  options.xpos_length = *xpos_length;
+  options.seq_len = *seq_len;
+  // float64 tensors take the float64 definition, as in the slow path (_run).
+  const bool f64 = *q_dtype == DType::F64 || (has_k && *k_dtype == DType::F64);
+  try {
+    py::gil_scoped_release release;
+    if (f64) {
+      reference::apply(vq, vk, vq_out, vk_out, positions, table, options);
+    } else {
+      rotary::apply(vq, vk, vq_out, vk_out, positions, table, options);
+    }
+  } catch (const Error&) {
+    return none;  // refused before a byte was written: the full path says why, in its words
+  }
+  if (has_out || inplace) {
+    // As the mutating op would: autograd then refuses a tensor saved for backward that changed.
+    const py::tuple written = has_k ? py::make_tuple(q_out_obj, k_out_obj) : py::make_tuple(q_out_obj);
+    PyObject* result = PyObject_CallOneArg(torch_objects->increment_version, written.ptr());
+    if (result == nullptr) throw py::error_already_set();
+    Py_DECREF(result);
+  }
+  return py::make_tuple(q_out_obj, k_out_obj);
+}
+
+void register_torch(py::handle tensor_type, py::tuple dtypes, py::handle int64, py::handle empty_like, py::handle empty,
+                    py::handle increment_version, py::handle is_wrapped, py::handle is_grad_enabled) {
+  if (dtypes.size() != 4) fail("register_torch: dtypes must be (float32, bfloat16, float16, float64)");
+  auto* o = new TorchObjects;  // kept to the end of the process, as torch's own objects are
+  const auto keep = [](py::handle h) {
+    h.inc_ref();
+    return h.ptr();
+  };
+  o->tensor_type = keep(tensor_type);
+  for (size_t i = 0; i < 4; ++i) o->dtypes[i] = keep(dtypes[i]);
+  o->int64 = keep(int64);
+  o->empty_like = keep(empty_like);
+  o->empty = keep(empty);
+  o->increment_version = keep(increment_version);
+  o->is_wrapped = keep(is_wrapped);
+  o->is_grad_enabled = keep(is_grad_enabled);
+  const char* names[kNumNames] = {"data_ptr", "shape", "stride", "dtype", "is_cpu", "requires_grad", "dtype"};
+  for (int i = 0; i < kNumNames; ++i) o->names[i] = PyUnicode_InternFromString(names[i]);
+  torch_objects = o;
 }
 
 }  // namespace
@@ -413,6 +743,12 @@ PYBIND11_MODULE(_rotary, m) {
       },
       py::arg("x"), py::arg("out"), py::arg("cos"), py::arg("sin"), py::arg("style"), py::arg("direction"),
       py::arg("rounding"), py::arg("name"));
+
+  // ---- rotary.torch's eager call (torch_apply_eager above) -------------------------------------------
+  m.def("register_torch", &register_torch);
+  m.def("torch_apply_eager", &torch_apply_eager, py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("table"),
+        py::arg("layout"), py::arg("direction"), py::arg("inplace"), py::arg("out"), py::arg("rotary_offset"),
+        py::arg("xpos_length"), py::arg("seq_len"));
 
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
