@@ -22,6 +22,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "rotary/analysis.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
@@ -300,6 +304,33 @@ std::optional<int64_t> plain_count(PyObject* value) {
   return number;
 }
 
+// A fresh output of `bytes` bytes, not yet touched: on Linux, asked to be backed by transparent
+// huge pages where the system leaves that to madvise (/sys/kernel/mm/transparent_hugepage/enabled
+// = madvise, the common default). Its first writes fault in 2 MiB at a time instead of 4 KiB: on
+// the AMD EPYC VM of 2026-11-25 a fresh 64 MiB output took 76-80 ms of page faults under load
+// against 12 ms so (what torch's own THP_MEM_ALLOC_ENABLE=1 does for every allocation). Only
+// outputs of several huge pages, and only the whole huge pages inside them; advice, so a failure
+// changes nothing.
+constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+void advise_huge_pages(void* data, int64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes < 4 * kHugePageBytes) return;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + kHugePageBytes - 1) & ~static_cast<uintptr_t>(kHugePageBytes - 1);
+  const uintptr_t last = (begin + static_cast<uintptr_t>(bytes)) & ~static_cast<uintptr_t>(kHugePageBytes - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+int64_t tensor_bytes(const TorchTensor& t, DType dtype) {
+  int64_t count = 1;
+  for (int axis = 0; axis < t.rank; ++axis) count *= t.shape[axis];
+  return count * dtype_size(dtype);
+}
+
 // A fresh output like q: torch.empty_like for a contiguous q (the slow path's torch.empty(q.shape,
 // dtype=q.dtype) is the same tensor then, in half the time), torch.empty otherwise.
 py::object fresh_like(PyObject* tensor, const TorchTensor& t) {
@@ -407,9 +438,11 @@ py::object torch_apply_eager(py::handle q_obj, py::handle k_obj, py::handle posi
     } else {
       q_out_obj = fresh_like(q_obj.ptr(), q);
       if (!read_torch_tensor(q_out_obj.ptr(), q_out)) return none;
+      advise_huge_pages(q_out.data, tensor_bytes(q_out, *q_dtype));
       if (has_k) {
         k_out_obj = fresh_like(k_obj.ptr(), k);
         if (!read_torch_tensor(k_out_obj.ptr(), k_out)) return none;
+        advise_huge_pages(k_out.data, tensor_bytes(k_out, *k_dtype));
       }
     }
   }
@@ -442,6 +475,80 @@ py::object torch_apply_eager(py::handle q_obj, py::handle k_obj, py::handle posi
     Py_DECREF(result);
   }
   return py::make_tuple(q_out_obj, k_out_obj);
+}
+
+// The Hugging Face drop-in's eager call (python/rotary/_torch_hf.py, _apply_cos_sin): x * cos +
+// rotate(x) * sin into a fresh output, for x, cos and sin plain CPU tensors of one dtype (no type
+// promotion to do) with nothing to record for autograd; None otherwise and for every error, as
+// torch_apply_eager. cos / sin as _cos_sin_view takes them: [batch, seq, r], [seq, r], or already
+// unsqueezed with size 1 at unsqueeze_dim.
+bool cos_sin_view(const TorchTensor& t, DType dtype, int64_t unsqueeze_dim, TensorView& view) {
+  int64_t shape[3], strides[3];
+  if (t.rank == 4) {
+    if (t.shape[unsqueeze_dim] != 1) return false;
+    for (int axis = 0, to = 0; axis < 4; ++axis) {
+      if (axis == unsqueeze_dim) continue;
+      shape[to] = t.shape[axis];
+      strides[to++] = t.strides[axis];
+    }
+  } else if (t.rank == 3) {
+    std::copy(t.shape, t.shape + 3, shape);
+    std::copy(t.strides, t.strides + 3, strides);
+  } else if (t.rank == 2) {
+    shape[0] = 1;
+    strides[0] = t.shape[0] * t.strides[0];  // torch's stride of an axis unsqueezed at 0
+    std::copy(t.shape, t.shape + 2, shape + 1);
+    std::copy(t.strides, t.strides + 2, strides + 1);
+  } else {
+    return false;
+  }
+  view.data = t.data;
+  view.dtype = dtype;
+  view.layout = Layout::BSHD;
+  view.shape = {shape[0], shape[1], 1, shape[2]};
+  view.stride_elems = {strides[0], strides[1], 0, strides[2]};
+  return true;
+}
+
+py::object torch_cos_sin_eager(py::handle x_obj, py::handle cos_obj, py::handle sin_obj, const std::string& style,
+                               const std::string& direction, const std::string& rounding, int64_t unsqueeze_dim,
+                               const std::string& name) {
+  if (torch_objects == nullptr) fail("rotary._rotary.torch_cos_sin_eager: register_torch was not called");
+  const py::object none = py::none();
+  if ((style != "neox" && style != "gptj") || (direction != "forward" && direction != "backward")) return none;
+  const Style parsed_style = style == "neox" ? Style::NeoX : Style::GPTJ;
+  if ((rounding != "like_torch" && rounding != "once") || (unsqueeze_dim != 1 && unsqueeze_dim != 2)) return none;
+  TorchTensor x, cos, sin;
+  if (!read_torch_tensor(x_obj.ptr(), x) || !read_torch_tensor(cos_obj.ptr(), cos) ||
+      !read_torch_tensor(sin_obj.ptr(), sin)) {
+    return none;
+  }
+  const auto dtype = kernel_dtype(x.dtype);
+  if (!dtype || x.rank != 4 || cos.dtype != x.dtype || sin.dtype != x.dtype) return none;
+  PyObject* grad = PyObject_CallNoArgs(torch_objects->is_grad_enabled);
+  if (grad == nullptr) throw py::error_already_set();
+  const bool grad_enabled = grad == Py_True;
+  Py_DECREF(grad);
+  if (grad_enabled && (x.requires_grad || cos.requires_grad || sin.requires_grad)) return none;
+  const Layout layout = unsqueeze_dim == 1 ? Layout::BHSD : Layout::BSHD;
+  TensorView vcos, vsin;
+  if (!cos_sin_view(cos, *dtype, unsqueeze_dim, vcos) || !cos_sin_view(sin, *dtype, unsqueeze_dim, vsin)) return none;
+  py::object out_obj = fresh_like(x_obj.ptr(), x);
+  TorchTensor out;
+  if (!read_torch_tensor(out_obj.ptr(), out)) return none;
+  advise_huge_pages(out.data, tensor_bytes(out, *dtype));
+  const TensorView vx = torch_view(x, *dtype, layout), vout = torch_view(out, *dtype, layout);
+  const CosSinOptions options{.style = parsed_style,
+                              .direction = direction == "forward" ? Direction::Forward : Direction::Backward,
+                              .rounding = rounding == "like_torch" ? Rounding::LikeTorch : Rounding::Once,
+                              .name = name.c_str()};
+  try {
+    py::gil_scoped_release release;
+    apply_cos_sin(vx, vout, vcos, vsin, options);
+  } catch (const Error&) {
+    return none;  // refused before a byte was written: the full path says why, in its words
+  }
+  return out_obj;
 }
 
 void register_torch(py::handle tensor_type, py::tuple dtypes, py::handle int64, py::handle empty_like, py::handle empty,
@@ -749,6 +856,8 @@ PYBIND11_MODULE(_rotary, m) {
   m.def("torch_apply_eager", &torch_apply_eager, py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("table"),
         py::arg("layout"), py::arg("direction"), py::arg("inplace"), py::arg("out"), py::arg("rotary_offset"),
         py::arg("xpos_length"), py::arg("seq_len"));
+  m.def("torch_cos_sin_eager", &torch_cos_sin_eager, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("style"),
+        py::arg("direction"), py::arg("rounding"), py::arg("unsqueeze_dim"), py::arg("name"));
 
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
