@@ -213,12 +213,12 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
 
 // Rounding::LikeTorch where the SIMD kernel (cos_sin_kernels.hpp) reads x, out, cos and sin in
 // their own storage type D with unit stride along the head: the common case of the Hugging Face
-// drop-in. The kernel reads cos and sin itself, so there are no rows to prepare; each thread's
-// rows go to it in blocks of one sequence's consecutive tokens. Head-major tensors (BHSD, Hugging
-// Face's q.transpose(1, 2) made contiguous) are visited head by head within a block, so that each
-// head's tokens are one contiguous stream for the prefetchers, with blocks small enough that
-// their cos and sin rows, read again for every head, stay in L2 (kBlockBytes). Token-major ones
-// (BSHD, SBHD, THD) go token by token, all heads of a token sharing its rows.
+// drop-in. Each thread's rows go to the kernel in blocks of one sequence's consecutive tokens,
+// whose cos and sin rows it widens to float32 once. Head-major tensors (BHSD, Hugging Face's
+// q.transpose(1, 2) made contiguous) are visited head by head within a block, so that each head's
+// tokens are one contiguous stream for the prefetchers, with blocks small enough that their
+// widened rows, read again for every head, stay in L2 (kBlockBytes). Token-major ones (BSHD,
+// SBHD, THD) go token by token, all heads of a token sharing its rows.
 constexpr int64_t kBlockBytes = int64_t{256} << 10;
 
 template <DType D>
@@ -231,8 +231,7 @@ void rotate_all_simd(const TensorView& x, const TensorView& out, const TensorVie
   const int64_t cos_batch_stride = cos.shape[0] == 1 ? 0 : cos.stride_elems[0];
   const int64_t sin_batch_stride = sin.shape[0] == 1 ? 0 : sin.stride_elems[0];
   const bool head_major = in.stride_heads > in.stride_seq;
-  const int64_t block_tokens =
-      head_major ? std::max<int64_t>(1, kBlockBytes / (2 * r * static_cast<int64_t>(sizeof(Bits)))) : in.seq;
+  const int64_t block_tokens = std::max<int64_t>(1, kBlockBytes / (2 * r * static_cast<int64_t>(sizeof(float))));
   cpu::CosSinBlockArgs base;
   base.in_token_stride = in.stride_seq;
   base.out_token_stride = to.stride_seq;
@@ -247,6 +246,7 @@ void rotate_all_simd(const TensorView& x, const TensorView& out, const TensorVie
   base.backward = direction == Direction::Backward;
   base.heads_outer = head_major;
   auto rotate_rows = [&](int64_t first, int64_t last) {
+    std::vector<float> rows(static_cast<size_t>(2 * std::min(block_tokens, last - first) * r));
     for (int64_t row = first; row < last;) {
       const int64_t b = row / in.seq;
       const int64_t tok = row % in.seq;
@@ -257,6 +257,7 @@ void rotate_all_simd(const TensorView& x, const TensorView& out, const TensorVie
       args.cos = static_cast<const Bits*>(cos.data) + b * cos_batch_stride + tok * cos.stride_elems[1];
       args.sin = static_cast<const Bits*>(sin.data) + b * sin_batch_stride + tok * sin.stride_elems[1];
       args.tokens = tokens;
+      args.rows = rows.data();
       cpu::rotate_cos_sin_like_torch(D, args);
       row += tokens;
     }

@@ -81,53 +81,71 @@ HWY_INLINE void LikeTorch(VF a, VF b, VF c1, VF c2, VF s1, VF s2, VF& a_out, VF&
   }
 }
 
-// The same for one pair in scalar code (the tails), with the same roundings.
-template <DType kType, bool kBackward>
-HWY_INLINE void LikeTorchOne(const void* in, void* out, const void* cos, const void* sin, int64_t first,
-                             int64_t second) {
-  const auto R = [](float v) HWY_ATTR { return RoundOne<kType>(v); };
-  const float a = LoadOne<kType>(in, first);
-  const float b = LoadOne<kType>(in, second);  // both read before either is written (in place)
-  const float c1 = LoadOne<kType>(cos, first), c2 = LoadOne<kType>(cos, second);
-  const float s1 = LoadOne<kType>(sin, first), s2 = LoadOne<kType>(sin, second);
-  if constexpr (kBackward) {
-    StoreOne<kType>(R(a * c1) + R(b * s2), out, first);
-    StoreOne<kType>(R(b * c2) - R(a * s1), out, second);
-  } else {
-    StoreOne<kType>(R(a * c1) - R(b * s1), out, first);
-    StoreOne<kType>(R(b * c2) + R(a * s2), out, second);
-  }
-}
-
-// One head of one token. NeoX: every vector of both halves is loaded before its outputs are
+// One head of one token, with the token's float32 rows c and s (NeoX: as stored; GPT-J: the even
+// entries, then the odd ones). NeoX: every vector of both halves is loaded before its outputs are
 // stored, so in place is safe; GPT-J's pairs are loaded and stored together.
 template <DType kType, bool kNeox, bool kBackward>
-HWY_INLINE void RotateHead(const void* in, void* out, const void* cos, const void* sin, int64_t half) {
+HWY_INLINE void RotateHead(const void* in, void* out, const float* HWY_RESTRICT c, const float* HWY_RESTRICT s,
+                           int64_t half) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  if constexpr (kNeox) {
-    for (; i + N <= half; i += N) {
-      const VF a = LoadF32<kType>(in, i);
-      const VF b = LoadF32<kType>(in, half + i);
-      VF a_out, b_out;
-      LikeTorch<kType, kBackward>(a, b, LoadF32<kType>(cos, i), LoadF32<kType>(cos, half + i),
-                                  LoadF32<kType>(sin, i), LoadF32<kType>(sin, half + i), a_out, b_out);
+  VF a, b, a_out, b_out;
+  for (; i + N <= half; i += N) {
+    if constexpr (kNeox) {
+      a = LoadF32<kType>(in, i);
+      b = LoadF32<kType>(in, half + i);
+    } else {
+      LoadPairsF32<kType>(in, 2 * i, a, b);
+    }
+    LikeTorch<kType, kBackward>(a, b, hn::LoadU(df, c + i), hn::LoadU(df, c + half + i), hn::LoadU(df, s + i),
+                                hn::LoadU(df, s + half + i), a_out, b_out);
+    if constexpr (kNeox) {
       StoreF32<kType>(a_out, out, i);
       StoreF32<kType>(b_out, out, half + i);
-    }
-    for (; i < half; ++i) LikeTorchOne<kType, kBackward>(in, out, cos, sin, i, half + i);
-  } else {
-    for (; i + N <= half; i += N) {
-      VF a, b, c_even, c_odd, s_even, s_odd;
-      LoadPairsF32<kType>(in, 2 * i, a, b);
-      LoadPairsF32<kType>(cos, 2 * i, c_even, c_odd);
-      LoadPairsF32<kType>(sin, 2 * i, s_even, s_odd);
-      VF a_out, b_out;
-      LikeTorch<kType, kBackward>(a, b, c_even, c_odd, s_even, s_odd, a_out, b_out);
+    } else {
       StorePairsF32<kType>(a_out, b_out, out, 2 * i);
     }
-    for (; i < half; ++i) LikeTorchOne<kType, kBackward>(in, out, cos, sin, 2 * i, 2 * i + 1);
+  }
+  const auto R = [](float v) HWY_ATTR { return RoundOne<kType>(v); };
+  for (; i < half; ++i) {
+    const int64_t first = kNeox ? i : 2 * i;
+    const int64_t second = kNeox ? half + i : 2 * i + 1;
+    const float x1 = LoadOne<kType>(in, first);
+    const float x2 = LoadOne<kType>(in, second);  // both read before either is written (in place)
+    const float c1 = c[i], c2 = c[half + i], s1 = s[i], s2 = s[half + i];
+    if constexpr (kBackward) {
+      StoreOne<kType>(R(x1 * c1) + R(x2 * s2), out, first);
+      StoreOne<kType>(R(x2 * c2) - R(x1 * s1), out, second);
+    } else {
+      StoreOne<kType>(R(x1 * c1) - R(x2 * s1), out, first);
+      StoreOne<kType>(R(x2 * c2) + R(x1 * s2), out, second);
+    }
+  }
+}
+
+// A row of r values of the storage type widened to float32 (exact), GPT-J's split into its even
+// entries, then its odd ones.
+template <DType kType, bool kNeox>
+HWY_INLINE void WidenRow(const void* src, float* HWY_RESTRICT dst, int64_t r) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t half = r / 2;
+  int64_t i = 0;
+  if constexpr (kNeox) {
+    for (; i + N <= r; i += N) hn::StoreU(LoadF32<kType>(src, i), df, dst + i);
+    for (; i < r; ++i) dst[i] = LoadOne<kType>(src, i);
+  } else {
+    for (; i + N <= half; i += N) {
+      VF even, odd;
+      LoadPairsF32<kType>(src, 2 * i, even, odd);
+      hn::StoreU(even, df, dst + i);
+      hn::StoreU(odd, df, dst + half + i);
+    }
+    for (; i < half; ++i) {
+      dst[i] = LoadOne<kType>(src, 2 * i);
+      dst[half + i] = LoadOne<kType>(src, 2 * i + 1);
+    }
   }
 }
 
@@ -139,14 +157,18 @@ HWY_NOINLINE void RotateBlock(const CosSinBlockArgs& args) {
   const auto* cos = static_cast<const unsigned char*>(args.cos);
   const auto* sin = static_cast<const unsigned char*>(args.sin);
   const int64_t r = args.rotary_dim;
-  const auto tail_bytes = static_cast<size_t>((args.head_dim - r) * kBytes);
   // Offsets by multiplication with in-range indices only: a stride that is never stepped (one
   // token, one head) may be any value, and index 0 never multiplies it into an overflow.
+  for (int64_t n = 0; n < args.tokens; ++n) {
+    WidenRow<kType, kNeox>(cos + n * args.cos_token_stride * kBytes, args.rows + 2 * n * r, r);
+    WidenRow<kType, kNeox>(sin + n * args.sin_token_stride * kBytes, args.rows + (2 * n + 1) * r, r);
+  }
+  const auto tail_bytes = static_cast<size_t>((args.head_dim - r) * kBytes);
   const auto one = [&](int64_t n, int64_t h) HWY_ATTR {
     const unsigned char* head_in = in + (n * args.in_token_stride + h * args.in_head_stride) * kBytes;
     unsigned char* head_out = out + (n * args.out_token_stride + h * args.out_head_stride) * kBytes;
-    RotateHead<kType, kNeox, kBackward>(head_in, head_out, cos + n * args.cos_token_stride * kBytes,
-                                        sin + n * args.sin_token_stride * kBytes, r / 2);
+    const float* c = args.rows + 2 * n * r;
+    RotateHead<kType, kNeox, kBackward>(head_in, head_out, c, c + r, r / 2);
     if (tail_bytes != 0 && head_in != head_out) {
       std::memcpy(head_out + r * kBytes, head_in + r * kBytes, tail_bytes);
     }

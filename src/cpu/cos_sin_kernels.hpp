@@ -46,6 +46,9 @@ struct CosSinBlockArgs {
   Style style = Style::NeoX;
   bool backward = false;
   bool heads_outer = false;  // visit head by head (each head's tokens one stream: head-major tensors)
+  // 2 * tokens * rotary_dim floats: the block's cos and sin rows widened once (GPT-J's split into
+  // even and odd entries), so that the heads read float32 rows without converting them again.
+  float* rows = nullptr;
 };
 
 void rotate_cos_sin_like_torch(DType dtype, const CosSinBlockArgs& args);
