@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "args.hpp"
+#include "bench_probe.hpp"
 #include "core/json.hpp"
 #include "rotary/error.hpp"
 
@@ -119,6 +120,7 @@ void print_quick(std::ostream& out, const QuickHeader& header, const std::vector
 
 void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& rows, const Closing& closing) {
   json::Writer writer;
+  const CpuIdentity cpu = cpu_identity();
   writer.begin_array();
   for (const Row& row : rows) {
     writer.begin_object();
@@ -140,6 +142,8 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
     writer.key("repetitions").value(row.repetitions);
     writer.key("calls_per_repetition").value(row.calls_per_repetition);
     writer.key("core_ghz").value(row.core_ghz);  // null when NaN
+    writer.key("cpu_model").value(cpu.model);
+    writer.key("cpu_flags").value(cpu.flags);
     if (row.unreliable.empty()) {
       writer.key("unreliable").null();
     } else {
@@ -150,7 +154,11 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
   writer.end_array();
   out << writer.str() << "\n";
   // stdout stays one JSON document; what people should know goes to stderr.
-  if (closing.torch_note.find("skipped") != std::string::npos) err << closing.torch_note << "\n";
+  // torch.compile's compile time, which the torch_hf_compile rows leave out, is said there too.
+  if (closing.torch_note.find("skipped") != std::string::npos ||
+      closing.torch_note.find("compile time") != std::string::npos) {
+    err << closing.torch_note << "\n";
+  }
   if (closing.contention.find("unreliable") != std::string::npos) err << "rotary: warning: " << closing.contention << "\n";
   if (!closing.core_clock.empty()) err << "rotary: " << closing.core_clock << "\n";
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "args.hpp"
@@ -119,6 +120,43 @@ std::string core_clock_line(double at_start_ghz, double at_end_ghz) {
                         format_number(at_end_ghz, 3),
                         " at the end (the effective clock in GHz; bf16 and f16 rows, bound by arithmetic, move with"
                         " it)");
+}
+
+CpuIdentity cpu_identity() {
+  static const char* const kSimdFlags[] = {"sse4_1",   "sse4_2",   "avx",         "avx2",        "fma",
+                                           "f16c",     "avx512f",  "avx512bw",    "avx512vl",    "avx512dq",
+                                           "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile"};
+  CpuIdentity identity;
+  std::FILE* file = std::fopen("/proc/cpuinfo", "r");
+  if (file == nullptr) return identity;
+  char line[8192];
+  bool have_flags = false;
+  while (std::fgets(line, sizeof line, file) != nullptr && (identity.model.empty() || !have_flags)) {
+    const std::string text(line);
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = text.substr(0, colon);
+    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+    std::string value = text.substr(colon + 1);
+    while (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) value.erase(value.begin());
+    while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.pop_back();
+    if (key == "model name" && identity.model.empty()) {
+      identity.model = value;
+    } else if (key == "Features" && !have_flags) {  // Arm: few enough to keep whole
+      identity.flags = value;
+      have_flags = true;
+    } else if (key == "flags" && !have_flags) {
+      const std::string padded = " " + value + " ";
+      for (const char* flag : kSimdFlags) {
+        if (padded.find(std::string(" ") + flag + " ") == std::string::npos) continue;
+        if (!identity.flags.empty()) identity.flags += ' ';
+        identity.flags += flag;
+      }
+      have_flags = true;
+    }
+  }
+  std::fclose(file);
+  return identity;
 }
 
 }  // namespace rotary::cli::bench

@@ -72,4 +72,14 @@ constexpr int64_t kRowClockAdds = 10'000'000;
 // The clock at the start and the end, for people; empty where it was not measured.
 std::string core_clock_line(double at_start_ghz, double at_end_ghz);
 
+// The CPU the rows were measured on, for the JSON (issue 21: results from machines of different
+// SIMD sets must say which they came from): /proc/cpuinfo's model name and, of its flags, those
+// that decide which kernels run (x86: SSE4 up to AVX-512 BF16 / FP16 and AMX; Arm: its Features
+// line whole). Empty strings where /proc/cpuinfo cannot be read.
+struct CpuIdentity {
+  std::string model;
+  std::string flags;  // space-separated
+};
+CpuIdentity cpu_identity();
+
 }  // namespace rotary::cli::bench
