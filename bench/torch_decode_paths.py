@@ -3,7 +3,8 @@
   python   the full Python path's eager branch (checks and descriptors in Python, then the kernel);
   op       the custom op (the full path with its eager branch switched off).
 16 sequences x 1 token, Llama-3-8B heads (32 q, 8 kv, head_dim 128), one thread; medians of 7
-rounds of 1000 calls; the kernel alone (_rotary.apply on prepared descriptors) for reference.
+rounds of 1000 calls, wall time and this thread's CPU time (which leaves out waiting for a core on
+a loaded machine); the kernel alone (_rotary.apply on prepared descriptors) for reference.
 Prints the CPU model and the load average beside the figures.
 Usage: .venv/bin/python bench/torch_decode_paths.py [--dtype float32|bfloat16|float16]"""
 import argparse, os, platform, statistics, time
@@ -42,9 +43,9 @@ eager = ops._eager_call
 
 def bench(f, n=1000):
     for _ in range(100): f()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     for _ in range(n): f()
-    return (time.perf_counter() - t) / n * 1e6
+    return (time.perf_counter() - t) / n * 1e6, (time.thread_time() - c) / n * 1e6
 
 
 res = {}
@@ -59,8 +60,9 @@ for rep in range(args.rounds):
 model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
              platform.processor())
 print(f"# {model}; {args.dtype}; load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1, 5 min)")
-print(f"{'mode':8s} {'binding':>9s} {'python':>9s} {'op':>9s} {'kernel':>9s}   (us per call, medians)")
-for name in ("fresh", "out=", "inplace"):
-    cells = [statistics.median(res[(p, name)]) if (p, name) in res else float("nan")
-             for p in ("binding", "python", "op", "kernel")]
-    print(f"{name:8s} " + " ".join(f"{c:9.1f}" for c in cells))
+for which, label in ((0, "wall"), (1, "cpu")):
+    print(f"{'mode':8s} {'binding':>9s} {'python':>9s} {'op':>9s} {'kernel':>9s}   (us per call, medians, {label} time)")
+    for name in ("fresh", "out=", "inplace"):
+        cells = [statistics.median(x[which] for x in res[(p, name)]) if (p, name) in res else float("nan")
+                 for p in ("binding", "python", "op", "kernel")]
+        print(f"{name:8s} " + " ".join(f"{c:9.1f}" for c in cells))
