@@ -30,8 +30,8 @@ transformers, thp}, "rows": [...]}.
 import argparse
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -39,6 +39,9 @@ import torch
 import rotary
 import rotary.torch as rt
 from rotary import _rotary, _torch_hf
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+from torch_rope_bench import cpu_description  # noqa: E402  (the peer script's: model and flags)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -58,21 +61,6 @@ def hf_apply_rotary_pos_emb():
             cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
             return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
         return apply_rotary_pos_emb
-
-
-def cpu_description():
-    model, flags = platform.processor() or platform.machine(), []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == (platform.processor() or platform.machine()):
-                    model = value.strip()
-                elif key.strip() in ("flags", "Features") and not flags:
-                    flags = value.split()
-    except OSError:
-        pass
-    return model, flags
 
 
 def run(threads, dtype_name, repetitions, tokens, compile_hf):
