@@ -154,6 +154,8 @@ py::dict hf_config_dict(const HfRopeConfig& config) {
 // or shape, offsets, THD, M-RoPE, gradients to record, arguments of another type) returns None and
 // the caller runs the full path, which gives its own errors; so does a call that check_apply_arguments
 // refuses, before any byte is written (apply.hpp), so that every error keeps the slow path's words.
+enum TorchName { kDataPtr, kShape, kStride, kDtype, kIsCpu, kRequiresGrad, kNumNames };
+
 struct TorchObjects {
   PyObject* tensor_type = nullptr;   // torch.Tensor
   PyObject* dtypes[4] = {};          // torch.float32, bfloat16, float16, float64 (DType order below)
@@ -163,10 +165,9 @@ struct TorchObjects {
   PyObject* increment_version = nullptr;  // torch._C._increment_version(tuple of tensors)
   PyObject* is_wrapped = nullptr;         // torch._C._functorch.is_functorch_wrapped_tensor
   PyObject* is_grad_enabled = nullptr;    // torch.is_grad_enabled
-  PyObject* names[8] = {};                // interned attribute names
+  PyObject* names[kNumNames] = {};        // interned attribute names (TorchName)
 };
 constexpr DType kTorchDTypes[4] = {DType::F32, DType::BF16, DType::F16, DType::F64};
-enum TorchName { kDataPtr, kShape, kStride, kDtype, kIsCpu, kRequiresGrad, kDtypeKw, kNumNames };
 
 TorchObjects* torch_objects = nullptr;  // set once by register_torch; never freed (lives to exit)
 
@@ -343,7 +344,7 @@ py::object fresh_like(PyObject* tensor, const TorchTensor& t) {
   py::tuple shape(t.rank);
   for (int axis = 0; axis < t.rank; ++axis) shape[axis] = py::int_(t.shape[axis]);
   py::dict kwargs;
-  kwargs[o.names[kDtypeKw]] = py::handle(t.dtype);
+  kwargs[o.names[kDtype]] = py::handle(t.dtype);
   return py::reinterpret_borrow<py::object>(py::handle(o.empty)).operator()(*shape, **kwargs);
 }
 
@@ -567,7 +568,7 @@ void register_torch(py::handle tensor_type, py::tuple dtypes, py::handle int64, 
   o->increment_version = keep(increment_version);
   o->is_wrapped = keep(is_wrapped);
   o->is_grad_enabled = keep(is_grad_enabled);
-  const char* names[kNumNames] = {"data_ptr", "shape", "stride", "dtype", "is_cpu", "requires_grad", "dtype"};
+  const char* names[kNumNames] = {"data_ptr", "shape", "stride", "dtype", "is_cpu", "requires_grad"};
   for (int i = 0; i < kNumNames; ++i) o->names[i] = PyUnicode_InternFromString(names[i]);
   torch_objects = o;
 }
