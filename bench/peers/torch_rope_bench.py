@@ -24,6 +24,11 @@ Formulations (method), each timed per call on q and k:
               mmap that page-faults on first touch, which can dominate their time (try
               GLIBC_TUNABLES=glibc.malloc.hugetlb=1). Checked bit for bit against hf_apply
               (bitwise_equal_to_hf).
+  hf_compile  the hf path (the same function) under torch.compile (Inductor's CPU code
+              generation, dynamic=False, one graph per shape, dtype and layout). The first call
+              compiles; its time is excluded from the timing and reported as compile_s. Checked
+              bit for bit against eager hf (bitwise_equal_to_hf); --no-compile skips it, and a
+              compile that fails (no C compiler, say) is left out, with why in meta.compile_errors.
   meta        Meta's LLaMA reference: view_as_complex(x.float()) * freqs_cis, view_as_real,
               flatten, type_as(x). bshd, float32 only.
 
@@ -217,6 +222,9 @@ def run_methods(args, dtype_name, threads, tables, position_ids):
                time_calls(lambda: rope_hf(q, k, cos_table, sin_table, position_ids, head_axis), args.reps, args.warmup),
                max_abs_err_vs_f64=error)
 
+        if not args.no_compile:
+            record_compiled(record, layout, q, k, cos_table, sin_table, position_ids, head_axis, args)
+
         cos, sin = gather_cos_sin(cos_table, sin_table, position_ids, dtype, head_axis)
         record("hf_apply", layout, time_calls(lambda: rotate_hf(q, k, cos, sin), args.reps, args.warmup))
 
@@ -239,6 +247,43 @@ def run_methods(args, dtype_name, threads, tables, position_ids):
     return results
 
 
+COMPILE_ERRORS = []  # why hf_compile rows are missing, for meta
+
+
+def record_compiled(record, layout, q, k, cos_table, sin_table, position_ids, head_axis, args):
+    """hf_compile: rope_hf under torch.compile; the compiling first call timed apart."""
+    torch._dynamo.reset()  # one fresh graph per (dtype, layout, threads): no recompile limit reached
+    compiled = torch.compile(rope_hf, dynamic=False)
+    start = time.perf_counter()
+    try:
+        q_out, k_out = compiled(q, k, cos_table, sin_table, position_ids, head_axis)
+    except Exception as error:  # Inductor needs a working C++ compiler; say why, keep the other rows
+        COMPILE_ERRORS.append(f"{layout} {q.dtype}: {type(error).__name__}: {error}"[:300])
+        return
+    compile_s = time.perf_counter() - start
+    q_hf, k_hf = rope_hf(q, k, cos_table, sin_table, position_ids, head_axis)
+    same = bool(torch.equal(q_hf, q_out) and torch.equal(k_hf, k_out))
+    record("hf_compile", layout,
+           time_calls(lambda: compiled(q, k, cos_table, sin_table, position_ids, head_axis), args.reps, args.warmup),
+           compile_s=compile_s, bitwise_equal_to_hf=same)
+
+
+def cpu_description():
+    """The CPU model and its flags (/proc/cpuinfo on Linux; platform's answer elsewhere)."""
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model in ("", platform.processor() or platform.machine()):
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = value.split()
+    except OSError:
+        pass
+    return model, flags
+
+
 def time_table_builds(args):
     """The cos/sin table build on one thread, float32."""
     torch.set_num_threads(1)
@@ -256,8 +301,12 @@ def time_table_builds(args):
 
 
 def describe_machine(args):
+    cpu_model, cpu_flags = cpu_description()
     meta = {
         "torch_version": torch.__version__,
+        "cpu_model": cpu_model,
+        "cpu_flags": cpu_flags,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "python": sys.version.split()[0],
         "machine": platform.machine(),
         "shape": {"batch": args.batch, "tokens": args.tokens, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
@@ -280,6 +329,7 @@ def describe_machine(args):
 
 
 def print_text(args, meta, results, table_builds):
+    print(f"# {meta['cpu_model']}; load average {meta['load_average']}")
     print(f"# torch {meta['torch_version']}  shape B={args.batch} S={args.tokens} Hq={args.heads_q}"
           f" Hkv={args.heads_kv} D={args.head_dim}  theta={args.theta:g}"
           f"  cpu_capability={meta.get('cpu_capability', '?')}")
@@ -297,6 +347,9 @@ def print_text(args, meta, results, table_builds):
             note = f"max|err| vs f64 {r['max_abs_err_vs_f64']:.2e}"
         if "bitwise_equal_to_hf" in r:
             note = "bitwise == hf" if r["bitwise_equal_to_hf"] else "DIFFERS from hf"
+        if "compile_s" in r:
+            note += f"; compiled in {r['compile_s']:.1f} s (not timed)"
+
         print(f"{r['method']:<10} {r['layout']:<6} {r['dtype']:<9} {r['threads']:>3} {r['median_ms']:>10.3f}"
               f" {r['min_ms']:>9.3f} {r['max_ms']:>9.3f} {r['gbps_median']:>7.2f} {r['ratio']:>6.3f}  {note}")
     if table_builds:
@@ -325,6 +378,7 @@ def parse_args(argv):
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-meta", action="store_true", help="skip Meta's complex formulation")
+    parser.add_argument("--no-compile", action="store_true", help="skip hf under torch.compile (hf_compile)")
     parser.add_argument("--table-positions", type=int, default=131072,
                         help="positions for the cos/sin table-build timing (0 to skip)")
     parser.add_argument("--table-reps", type=int, default=5)
@@ -352,6 +406,10 @@ def main(argv=None):
         for dtype_name in args.dtypes:
             results += run_methods(args, dtype_name, threads, (cos_table, sin_table, freqs_cis), position_ids)
     table_builds = time_table_builds(args) if args.table_positions > 0 else []
+    if COMPILE_ERRORS:
+        meta["compile_errors"] = COMPILE_ERRORS
+        for error in COMPILE_ERRORS:
+            print(f"# hf_compile skipped: {error}", file=sys.stderr)
 
     print_text(args, meta, results, table_builds)
     if args.json:

@@ -29,7 +29,7 @@ from ._rotary import RotaryError
 from ._spec import Spec
 from ._table import expand, native_rows
 from ._views import int64_positions
-from ._torch_ops import _DTYPES, _kernel_ok, _view, eager_tensors
+from ._torch_ops import _DTYPES, _current_dispatch_mode, _is_compiling, _kernel_ok, _view, eager_tensors
 
 ROUNDINGS = ("like_torch", "once")
 COS_SIN_LAYOUTS = ("neox", "gptj", "half")
@@ -119,7 +119,13 @@ def _apply_cos_sin_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sty
 
 def _apply_cos_sin(x, cos, sin, style, direction, rounding, unsqueeze_dim):
     """The op, or its body directly for a plain eager CPU call that records no gradient: the
-    custom op's dispatch costs more than a decode step's rotation (docs/python.md). Same bits."""
+    custom op's dispatch costs more than a decode step's rotation (docs/python.md). Same bits.
+    The common eager case (x, cos, sin of one dtype) is one binding call (module.cpp,
+    torch_cos_sin_eager), which returns None for everything else and every error."""
+    if not _is_compiling() and _current_dispatch_mode() is None:
+        out = _rotary.torch_cos_sin_eager(x, cos, sin, style, direction, rounding, unsqueeze_dim, "q")
+        if out is not None:
+            return out
     if eager_tensors((x, cos, sin)):
         return _apply_cos_sin_impl(x, cos, sin, style, direction, rounding, unsqueeze_dim)
     return _apply_cos_sin_op(x, cos, sin, style, direction, rounding, unsqueeze_dim)

@@ -13,6 +13,7 @@ found or made inside the op, which runs outside the traced graph.
 """
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -21,7 +22,8 @@ import torch
 from . import _handles, _rotary
 from ._apply import check_direction, prepare_positions, source_spec
 from ._rotary import RotaryError
-from ._table import PRECISIONS, STYLES, check_source, native_rows, resolve
+from ._spec import Spec
+from ._table import PRECISIONS, STYLES, Table, check_source, native_rows, resolve, shared_native
 from ._views import call_seq_len, check_layout, int_arg, ints_descriptor
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float64: "float64"}
@@ -224,6 +226,52 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     exceed the kernel's own time, docs/python.md). backend: "auto" (the kernel for CPU tensors,
     pure torch elsewhere) or "torch" (always pure torch). Every backend checks the same things.
     """
+    if backend == "auto" and offsets is None and cu_seqlens is None and not _is_compiling() \
+            and _current_dispatch_mode() is None:
+        # A plain eager CPU call in one binding call (module.cpp, torch_apply_eager), or None
+        # where this function's full path must run: anything else, and every error.
+        native = _eager_table(spec_or_table, precision, style)
+        if native is not None:
+            done = _rotary.torch_apply_eager(q, k, positions, native, layout, direction, inplace, out, rotary_offset,
+                                             xpos_length, seq_len)
+            if done is not None:
+                return done
+    return _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, layout, style, precision,
+                                 direction, inplace, rotary_offset, xpos_length, seq_len, out, backend)
+
+
+# Spec -> {(precision, style): native table} for specs whose table does not depend on the call's
+# seq_len: the shared table (_table.shared_native) found once, so that an eager call looks it up
+# in two dictionary reads. Weak in the spec, as the shared cache; the values are the shared
+# cache's own tables (never evicted for such specs), so both name the same object.
+_EAGER_TABLES = weakref.WeakKeyDictionary()
+
+
+def _eager_table(source, precision, style):
+    """The native table an eager call of `source` uses, or None (the full path decides)."""
+    kind = type(source)
+    if kind is Table:
+        return source._native if precision is None and style is None else None
+    if kind is not Spec:
+        return None
+    tables = _EAGER_TABLES.get(source)
+    if tables is None:
+        if source.sequence_dependent:
+            return None
+        tables = _EAGER_TABLES.setdefault(source, {})
+    native = tables.get((precision, style))
+    if native is None:
+        if precision not in (None, *PRECISIONS) or style not in (None, *STYLES):
+            return None
+        native = shared_native(source, precision or "exact", style or source.style, 0)[1]
+        tables[(precision, style)] = native
+    return native
+
+
+def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, layout, style, precision, direction,
+                          inplace, rotary_offset, xpos_length, seq_len, out, backend):
+    """apply_rotary's full path: every check in Python and C++, then the custom op, the eager
+    kernel call or the pure-torch backend."""
     if spec_or_table is None:
         raise RotaryError("spec_or_table is required: a rotary.Spec or rotary.Table (got None)")
     check_source(spec_or_table)
@@ -325,6 +373,9 @@ def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace) -> bool:
 
 _current_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_is_compiling = torch.compiler.is_compiling
+_rotary.register_torch(torch.Tensor, (torch.float32, torch.bfloat16, torch.float16, torch.float64), torch.int64,
+                       torch.empty_like, torch.empty, torch._C._increment_version, _is_wrapped, torch.is_grad_enabled)
 
 
 def _describe_out(out) -> str:

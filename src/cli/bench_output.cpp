@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "args.hpp"
+#include "bench_probe.hpp"
 #include "core/json.hpp"
 #include "rotary/error.hpp"
 
@@ -164,7 +165,11 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
   writer.end_array();
   out << writer.str() << "\n";
   // stdout stays one JSON document; what people should know goes to stderr.
-  if (closing.torch_note.find("skipped") != std::string::npos) err << closing.torch_note << "\n";
+  // torch.compile's compile time, which the torch_hf_compile rows leave out, is said there too.
+  if (closing.torch_note.find("skipped") != std::string::npos ||
+      closing.torch_note.find("compile time") != std::string::npos) {
+    err << closing.torch_note << "\n";
+  }
   if (closing.contention.find("unreliable") != std::string::npos) err << "rotary: warning: " << closing.contention << "\n";
   if (!closing.core_clock.empty()) err << "rotary: " << closing.core_clock << "\n";
 }

@@ -233,6 +233,7 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
   const TempDir temp;
   if (temp.path().empty()) return "torch: could not create a temporary directory (PyTorch rows skipped)";
   std::string version = "torch";
+  std::string compile_note;  // torch.compile's compile time of each hf_compile row
   for (const Workload& workload : workloads) {
     if (workload.torch_tokens == 0) continue;  // THD: the script has no packed layout
     int repetitions = options.repetitions;
@@ -272,13 +273,30 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     try {
       const json::Value root = json::parse_file(json_path);
       rows = read_torch_rows(root, workload, read_torch_meta(root, version));
+      // torch.compile's compile time: excluded from the torch_hf_compile rows' timing, said here.
+      if (const json::Value* results = root.find("results"); results != nullptr && results->is_array()) {
+        for (const json::Value& item : results->as_array()) {
+          const json::Value* compile_s = item.find("compile_s");
+          const json::Value* dtype = item.find("dtype");
+          const json::Value* threads = item.find("threads");
+          if (compile_s == nullptr || !compile_s->is_number() || dtype == nullptr || !dtype->is_string() ||
+              threads == nullptr || !threads->is_integer()) {
+            continue;
+          }
+          compile_note += detail::concat(compile_note.empty() ? "" : ", ", workload.name, " ", dtype->as_string(), " ",
+                                         threads->as_int64(), " thr ", format_line("%.1f s", compile_s->as_double()));
+        }
+      }
     } catch (const std::exception& e) {
       return detail::concat("torch: could not read the results of ", script, " on ", workload.name, ": ", e.what(),
                             " (its remaining PyTorch rows skipped)");
     }
     for (Row& row : rows) add_row(std::move(row));
   }
-  return detail::concat("torch: ", version, " via ", python, " ", script);
+  return detail::concat("torch: ", version, " via ", python, " ", script,
+                        compile_note.empty() ? std::string()
+                                             : detail::concat("; torch_hf_compile: Inductor compile time, not timed: ",
+                                                              compile_note));
 }
 
 std::string run_torch_attention_peer(const PeerOptions& options, const std::vector<AttentionCase>& cases,

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "args.hpp"
@@ -111,8 +112,8 @@ std::string cpu_simd_flags() {
   std::istringstream words(line);
   const std::set<std::string> present{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
   std::string chosen;
-  for (const char* flag : {"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
-                           "avx512_vnni", "amx_bf16", "asimd", "sve"}) {
+  for (const char* flag : {"sse4_2", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16",
+                           "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve"}) {
     if (present.count(flag) == 0) continue;
     chosen.append(chosen.empty() ? 0 : 1, ' ').append(flag);
   }
@@ -168,5 +169,6 @@ std::string core_clock_line(double at_start_ghz, double at_end_ghz) {
                         " at the end (the effective clock in GHz; bf16 and f16 rows, bound by arithmetic, move with"
                         " it)");
 }
+
 
 }  // namespace rotary::cli::bench

@@ -37,8 +37,9 @@ class SettingsGuard {
 // ---- the CPU ------------------------------------------------------------------------------------
 
 // /proc/cpuinfo's "model name" of the first CPU ("unknown" where there is none), and the flags
-// among its "flags" that decide which kernels run (sse4_2 avx2 fma avx512f avx512bw avx512vl
-// avx512_bf16 avx512_fp16 avx512_vnni amx_bf16, and Arm's asimd sve), in that order, space-separated.
+// among its "flags" that decide which kernels run (sse4_2 avx2 fma f16c avx512f avx512bw avx512dq
+// avx512vl avx512_bf16 avx512_fp16 avx512_vnni amx_bf16 amx_tile, and Arm's asimd sve), in that
+// order, space-separated.
 std::string cpu_model_name();
 std::string cpu_simd_flags();
 
@@ -79,5 +80,6 @@ constexpr int64_t kRowClockAdds = 10'000'000;
 
 // The clock at the start and the end, for people; empty where it was not measured.
 std::string core_clock_line(double at_start_ghz, double at_end_ghz);
+
 
 }  // namespace rotary::cli::bench

@@ -6,10 +6,11 @@
 // rotate_every_two). Partial rotary as in modeling_phi3.py: the first cos.shape[-1] elements are
 // rotated, the rest pass through.
 //
-// Plain loops that the compiler vectorizes (float32 math for LikeTorch, float64 for Once),
-// threaded over (batch, token) rows on apply()'s pool. This path exists for drop-in exactness
-// (Rounding::LikeTorch is bit-identical to eager PyTorch); apply(), which computes cos/sin
-// itself and reads q and k once, is the fast path.
+// Rounding::LikeTorch (bit-identical to eager PyTorch) over tensors in cos/sin's own storage type
+// with unit stride along the head runs the Highway kernel of cos_sin_kernels-inl.h (the
+// Hugging Face drop-in's path, issue 21); everything else (Once, float64, mixed dtypes, strided
+// heads) runs plain loops that the compiler vectorizes (float32 math for LikeTorch, float64 for
+// Once). Both are threaded over (batch, token) rows on apply()'s pool.
 //
 // Why float64 reproduces torch's float32 / bf16 / f16 rounding exactly: a product of two values
 // of p-bit precision (p = 24, 8, 11) needs 2p <= 48 bits, so it is exact in double and rounding
@@ -26,6 +27,7 @@
 
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/cos_sin_kernels.hpp"
 #include "src/cpu/kernels.hpp"
 #include "src/cpu/storage.hpp"
 
@@ -54,6 +56,7 @@ struct RowPlan {
   std::vector<int64_t> sin_index;  // j forward, p(j) backward
   std::vector<double> sign;        // sigma(j) forward, -sigma(j) backward
   Style style = Style::NeoX;       // NeoX: p(j) = j +- R/2; GPT-J: p(2i) = 2i + 1
+  Direction direction = Direction::Forward;
 };
 
 // The arithmetic type of a mode: LikeTorch computes in float32 as torch does for float32, bf16
@@ -208,9 +211,72 @@ void rotate_all(const TensorView& x, const TensorView& out, const TensorView& co
   cpu::parallel_rows(rows, rows * in.heads * in.dim, rotate_rows);
 }
 
+// Rounding::LikeTorch where the SIMD kernel (cos_sin_kernels.hpp) reads x, out, cos and sin in
+// their own storage type D with unit stride along the head: the common case of the Hugging Face
+// drop-in. Each thread's rows go to the kernel in blocks of one sequence's consecutive tokens,
+// whose cos and sin rows it widens to float32 once. Head-major tensors (BHSD, Hugging Face's
+// q.transpose(1, 2) made contiguous) are visited head by head within a block, so that each head's
+// tokens are one contiguous stream for the prefetchers, with blocks small enough that their
+// widened rows, read again for every head, stay in L2 (kBlockBytes). Token-major ones (BSHD,
+// SBHD, THD) go token by token, all heads of a token sharing its rows.
+constexpr int64_t kBlockBytes = int64_t{256} << 10;
+
+template <DType D>
+void rotate_all_simd(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
+                     Style style, Direction direction) {
+  using Bits = typename ElementStorage<D>::Bits;
+  const NamedAxes in = named_axes(x);
+  const NamedAxes to = named_axes(out);
+  const int64_t r = cos.shape[3];
+  const int64_t cos_batch_stride = cos.shape[0] == 1 ? 0 : cos.stride_elems[0];
+  const int64_t sin_batch_stride = sin.shape[0] == 1 ? 0 : sin.stride_elems[0];
+  const bool head_major = in.stride_heads > in.stride_seq;
+  const int64_t block_tokens = std::max<int64_t>(1, kBlockBytes / (2 * r * static_cast<int64_t>(sizeof(float))));
+  cpu::CosSinBlockArgs base;
+  base.in_token_stride = in.stride_seq;
+  base.out_token_stride = to.stride_seq;
+  base.cos_token_stride = cos.stride_elems[1];
+  base.sin_token_stride = sin.stride_elems[1];
+  base.heads = in.heads;
+  base.in_head_stride = in.stride_heads;
+  base.out_head_stride = to.stride_heads;
+  base.head_dim = in.dim;
+  base.rotary_dim = r;
+  base.style = style;
+  base.backward = direction == Direction::Backward;
+  base.heads_outer = head_major;
+  auto rotate_rows = [&](int64_t first, int64_t last) {
+    std::vector<float> rows(static_cast<size_t>(2 * std::min(block_tokens, last - first) * r));
+    for (int64_t row = first; row < last;) {
+      const int64_t b = row / in.seq;
+      const int64_t tok = row % in.seq;
+      const int64_t tokens = std::min({last - row, in.seq - tok, block_tokens});
+      cpu::CosSinBlockArgs args = base;
+      args.in = static_cast<const Bits*>(x.data) + b * in.stride_batch + tok * in.stride_seq;
+      args.out = static_cast<Bits*>(out.data) + b * to.stride_batch + tok * to.stride_seq;
+      args.cos = static_cast<const Bits*>(cos.data) + b * cos_batch_stride + tok * cos.stride_elems[1];
+      args.sin = static_cast<const Bits*>(sin.data) + b * sin_batch_stride + tok * sin.stride_elems[1];
+      args.tokens = tokens;
+      args.rows = rows.data();
+      cpu::rotate_cos_sin_like_torch(D, args);
+      row += tokens;
+    }
+  };
+  const int64_t rows = in.batch * in.seq;
+  cpu::parallel_rows(rows, rows * in.heads * in.dim, rotate_rows);
+}
+
 template <DType D>
 void rotate_all(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
                 const RowPlan& plan, Rounding rounding) {
+  if constexpr (D != DType::F64) {
+    if (rounding == Rounding::LikeTorch && x.dtype == D && cos.dtype == D && sin.dtype == D &&
+        named_axes(x).stride_dim == 1 && named_axes(out).stride_dim == 1 && cos.stride_elems[3] == 1 &&
+        sin.stride_elems[3] == 1) {
+      rotate_all_simd<D>(x, out, cos, sin, plan.style, plan.direction);
+      return;
+    }
+  }
   if (rounding == Rounding::LikeTorch) {
     rotate_all<D, true>(x, out, cos, sin, plan);
   } else {
@@ -245,6 +311,7 @@ void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView&
   plan.rotary_dim = cos.shape[3];
   const bool backward = direction == Direction::Backward;
   plan.style = style;
+  plan.direction = direction;
   const int64_t half = plan.rotary_dim / 2;
   for (int64_t j = 0; j < plan.rotary_dim; ++j) {
     const bool first = style == Style::NeoX ? j < half : j % 2 == 0;

@@ -661,8 +661,9 @@ TEST(CliBenchPeer, ReadsEveryFormulationOfTheProjectsScript) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> cases = torch_cases(r.out);
   std::sort(cases.begin(), cases.end());
-  EXPECT_EQ(cases, (std::vector<std::string>{"torch_copy", "torch_hf", "torch_hf_apply", "torch_hf_noalloc",
-                                             "torch_meta"}));
+  EXPECT_EQ(cases, (std::vector<std::string>{"torch_copy", "torch_hf", "torch_hf_apply", "torch_hf_compile",
+                                             "torch_hf_noalloc", "torch_meta"}));
+  EXPECT_THAT(r.err, HasSubstr("torch_hf_compile: Inductor compile time, not timed: decode float32 1 thr "));
   const json::Value rows = json::parse(r.out, "bench --json");
   for (const json::Value& row : rows.as_array()) {
     const std::string name = row.find("case")->as_string();
@@ -672,6 +673,12 @@ TEST(CliBenchPeer, ReadsEveryFormulationOfTheProjectsScript) {
     EXPECT_GT(row.find("median_ms")->as_double(), 0.0) << name;
     EXPECT_EQ(row.find("repetitions")->as_int64(), 1) << name;
     EXPECT_THAT(row.find("target")->as_string(), HasSubstr("torch:")) << name;
+  }
+  // Every row says which CPU it was measured on (issue 21).
+  for (const json::Value& row : rows.as_array()) {
+    ASSERT_NE(row.find("cpu_model"), nullptr);
+    ASSERT_NE(row.find("cpu_flags"), nullptr);
+    EXPECT_TRUE(row.find("cpu_model")->is_string());
   }
 }
 

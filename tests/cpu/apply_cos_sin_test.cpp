@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/cpu_scope.hpp"
 
 namespace rotary {
 namespace {
@@ -78,12 +80,14 @@ struct Case {
   int64_t head_pad = 0;       // extra elements between heads of x (a strided view)
   bool broadcast_batch = false;  // cos/sin batch 1 against x's batch
   bool in_place = false;
+  bool special_values = false;  // special_value() for x, cos and sin instead of normal / cos(angle)
   std::string describe() const {
     return std::string(to_string(dtype)) + " " + std::string(to_string(layout)) + " " +
            (style == Style::NeoX ? "neox" : "gptj") + (direction == Direction::Forward ? " fwd " : " bwd ") +
            std::string(to_string(rounding)) + " b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
            std::to_string(heads) + " d" + std::to_string(dim) + " r" + std::to_string(rotary_dim) + " pad" +
-           std::to_string(head_pad) + (broadcast_batch ? " bcast" : "") + (in_place ? " in_place" : "");
+           std::to_string(head_pad) + (broadcast_batch ? " bcast" : "") + (in_place ? " in_place" : "") +
+           (special_values ? " special" : "");
   }
 };
 
@@ -130,6 +134,29 @@ double random_value(std::mt19937_64& rng) {
   return normal(rng);
 }
 
+// The values where a rounding slip shows, for the storage type: few-bit significands (their
+// products land on ties of the storage precision: 1.5 * (1 + 2^-7) = 1.1000001|1 in bf16),
+// subnormals of the type and products that become subnormal or underflow, values near the
+// largest finite (sums overflow to infinity), zeros of both signs, and ordinary normals.
+double special_value(std::mt19937_64& rng, DType dtype) {
+  const double sign = rng() % 2 ? -1.0 : 1.0;
+  const int tiny = dtype == DType::F16 ? -24 : -149;    // the smallest subnormal's exponent
+  const int huge = dtype == DType::F16 ? 15 : 127;      // the largest finite's exponent
+  const int bits = dtype == DType::F32 ? 23 : dtype == DType::BF16 ? 7 : 10;
+  switch (rng() % 7) {
+    case 0: return sign * std::ldexp(1.0 + static_cast<double>(rng() % 8) / 8.0, static_cast<int>(rng() % 7) - 3);
+    case 1: return sign * std::ldexp(1.0 + static_cast<double>(rng() % (1u << bits)) / std::ldexp(1.0, bits), 0);
+    case 2: return sign * std::ldexp(static_cast<double>(1 + rng() % 1000), tiny);  // subnormal (or tiny normal)
+    case 3: {  // products near the subnormal range of the type, or below it (underflow)
+      const int low = dtype == DType::F16 ? -13 : -76;
+      return sign * std::ldexp(1.0 + static_cast<double>(rng() % 64) / 64.0, low + static_cast<int>(rng() % 6));
+    }
+    case 4: return sign * std::ldexp(1.0 + static_cast<double>(rng() % 128) / 128.0, huge - static_cast<int>(rng() % 2));
+    case 5: return rng() % 2 ? 0.0 : -0.0;
+    default: return random_value(rng) * 3.0;
+  }
+}
+
 // partner p(j) and sigma(j): rot(x)[j] = sigma(j) x[p(j)].
 void pairing(Style style, int64_t r, int64_t j, int64_t& p, double& sigma) {
   const bool first = style == Style::NeoX ? j < r / 2 : j % 2 == 0;
@@ -148,7 +175,7 @@ Result run_case(const Case& c, uint64_t seed) {
   Buffer x{c.dtype}, out{c.dtype};
   x.resize(n);
   out.resize(n);
-  for (int64_t i = 0; i < n; ++i) x.set(i, random_value(rng));
+  for (int64_t i = 0; i < n; ++i) x.set(i, c.special_values ? special_value(rng, c.dtype) : random_value(rng));
   for (int64_t i = 0; i < n; ++i) out.set(i, 1e4);  // sentinel: padding must stay untouched
   const int64_t cos_batch = c.broadcast_batch ? 1 : (c.layout == Layout::THD ? 1 : c.batch);
   const int64_t rows = c.layout == Layout::THD ? c.seq : c.seq;
@@ -157,8 +184,8 @@ Result run_case(const Case& c, uint64_t seed) {
   sn.resize(cos_batch * rows * c.rotary_dim);
   for (int64_t i = 0; i < cos_batch * rows * c.rotary_dim; ++i) {
     const double angle = std::uniform_real_distribution<double>(-20.0, 20.0)(rng);
-    cs.set(i, std::cos(angle));
-    sn.set(i, std::sin(angle));
+    cs.set(i, c.special_values ? special_value(rng, c.dtype) : std::cos(angle));
+    sn.set(i, c.special_values ? special_value(rng, c.dtype) : std::sin(angle));
   }
   const Buffer x_initial = x;
   Geometry gx = make_geometry(c, x.data());
@@ -202,7 +229,7 @@ Result run_case(const Case& c, uint64_t seed) {
           one.set(0, want);
           const double want_stored = one.get(0);
           ++res.checked;
-          if (got == want_stored) continue;
+          if (got == want_stored || (std::isnan(got) && std::isnan(want_stored))) continue;
           // Once: a tie in the storage type can round either way between our float64 value and
           // the kernel's (both within a quarter ulp); allow one ulp there, nothing more.
           const double ulp = c.dtype == DType::F32 ? std::ldexp(1.0, std::ilogb(want_stored) - 23)
@@ -261,6 +288,49 @@ TEST(ApplyCosSin, MatchesTheFormulaOnRandomConfigs) {
   // everywhere (a systematic error would show up as a large count here).
   EXPECT_GT(checked, 100000);
   EXPECT_LT(ulp_off, checked / 1000) << ulp_off << " of " << checked << " one ulp off";
+}
+
+// Rounding::LikeTorch runs a Highway kernel (cos_sin_kernels-inl.h) wherever x, out, cos and sin
+// share one storage type and the head is unit-stride: every compiled target this CPU supports,
+// on random shapes (head widths whose halves fill whole vectors and leave tails, for every target's
+// width), layouts, pairings, directions, head strides, cos/sin broadcast and in place, with
+// ordinary and special values (ties, subnormals, underflow, overflow, signed zeros), must give
+// the op-by-op float32 emulation's bits.
+TEST(ApplyCosSin, LikeTorchIsBitExactOnEveryTarget) {
+  const std::vector<std::string> targets = cpu_targets();
+  ASSERT_FALSE(targets.empty());
+  const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+  const Layout layouts[] = {Layout::BSHD, Layout::BHSD, Layout::SBHD, Layout::THD};
+  for (const std::string& target : targets) {
+    SCOPED_TRACE("target " + target);
+    const test::ForcedTarget forced(target);
+    ASSERT_EQ(current_cpu_target(), target);
+    std::mt19937_64 rng(std::hash<std::string>{}(target));
+    int64_t checked = 0;
+    for (int trial = 0; trial < 120; ++trial) {
+      Case c;
+      c.dtype = dtypes[trial % 3];
+      c.layout = layouts[rng() % 4];
+      c.style = rng() % 2 ? Style::NeoX : Style::GPTJ;
+      c.direction = rng() % 2 ? Direction::Forward : Direction::Backward;
+      c.rounding = Rounding::LikeTorch;
+      c.batch = c.layout == Layout::THD ? 1 : 1 + static_cast<int64_t>(rng() % 3);
+      c.seq = 1 + static_cast<int64_t>(rng() % 40);
+      c.heads = 1 + static_cast<int64_t>(rng() % 4);
+      // Halves of 1..80 pairs: below, at and past 1, 2, 4 vectors of 4, 8 and 16 lanes.
+      c.rotary_dim = 2 * (1 + static_cast<int64_t>(rng() % 80));
+      c.dim = c.rotary_dim + (rng() % 2 ? 0 : 2 * static_cast<int64_t>(rng() % 8));
+      c.head_pad = rng() % 3 == 0 ? static_cast<int64_t>(rng() % 5) : 0;
+      c.broadcast_batch = rng() % 2 == 0;
+      c.in_place = rng() % 3 == 0;
+      c.special_values = trial % 2 == 0;
+      SCOPED_TRACE(c.describe());
+      const Result r = run_case(c, rng());
+      EXPECT_EQ(r.wrong, 0) << r.first_wrong;
+      checked += r.checked;
+    }
+    EXPECT_GT(checked, 100000);
+  }
 }
 
 // Large enough to be split over threads (apply's pool), then the same call on one thread: the

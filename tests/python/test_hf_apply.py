@@ -193,3 +193,89 @@ def test_promotion_under_torch_compile():
     assert got.dtype == torch.float32 and torch.equal(got, ref)
     grad = torch.randn(ref.shape)
     assert torch.equal(torch.autograd.grad(got, q, grad)[0], torch.autograd.grad(ref, q, grad)[0])
+
+
+# ---- the like_torch kernel (src/cpu/cos_sin_kernels-inl.h) against eager torch, bit for bit ---------
+def _special_values(shape, dtype, rng):
+    """Values where a rounding slip shows in `dtype`: few-bit significands (their products land on
+    ties of the storage precision), subnormals of the type, values whose products are subnormal or
+    underflow, values near the largest finite (sums overflow), signed zeros and ordinary normals."""
+    import numpy as np
+    finfo = torch.finfo(dtype)
+    kind = rng.integers(0, 7, size=shape)
+    sign = np.where(rng.integers(0, 2, size=shape) == 1, -1.0, 1.0)
+    few_bits = np.ldexp(1.0 + rng.integers(0, 8, size=shape) / 8.0, rng.integers(-3, 4, size=shape))
+    digits = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}[dtype]
+    mantissa = 1.0 + rng.integers(0, 2 ** digits, size=shape) / 2.0 ** digits
+    subnormal = finfo.smallest_normal * rng.integers(1, 1000, size=shape) / 2.0 ** (digits + 1)
+    low = -13 if dtype == torch.float16 else -76
+    underflowing = np.ldexp(1.0 + rng.integers(0, 64, size=shape) / 64.0, rng.integers(low, low + 6, size=shape))
+    huge = finfo.max * rng.uniform(0.5, 1.0, size=shape)
+    normal = rng.standard_normal(size=shape) * 3.0
+    value = np.choose(kind, [few_bits, mantissa, subnormal, underflowing, huge, np.zeros(shape), normal])
+    return torch.from_numpy(sign * value).to(dtype)
+
+
+def _same_bits(a, b):
+    """Equal values (NaN where the other is NaN: infinities in special values may meet)."""
+    return a.dtype == b.dtype and a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_like_torch_kernel_is_bitwise_eager_torch_on_random_calls(seed):
+    """The drop-in with rounding='like_torch' against HF's eager expression: float32, bfloat16 and
+    float16; random shapes, partial rotary, both pairings, both unsqueeze_dims; q as a strided view
+    (heads and tokens swapped in memory, or a slice of wider heads); cos/sin as [batch, seq, r],
+    [1, seq, r] (broadcast), [seq, r], already unsqueezed, or a slice of a wider row; ordinary and
+    special values (ties, subnormals, underflow, overflow, signed zeros)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    dtype = [torch.float32, torch.bfloat16, torch.float16][seed % 3]
+    style = ["neox", "gptj"][int(rng.integers(2))]
+    unsqueeze_dim = int(rng.integers(1, 3))
+    b, s, heads = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 5))
+    r = 2 * int(rng.integers(1, 81))
+    head = r + 2 * int(rng.integers(0, 6)) * int(rng.integers(0, 2))
+    special = seed % 2 == 0
+
+    def values(*shape):
+        return _special_values(shape, dtype, rng) if special else \
+            torch.from_numpy(rng.standard_normal(shape) * 3).to(dtype)
+
+    shape = (b, heads, s, head) if unsqueeze_dim == 1 else (b, s, heads, head)
+    form = int(rng.integers(3))
+    if form == 0:
+        q = values(*shape)
+    elif form == 1:  # heads and tokens swapped in memory
+        q = values(*shape).transpose(1, 2).contiguous().transpose(1, 2)
+    else:  # a slice of wider heads: the head stride is not head
+        q = values(*shape[:-1], head + 6)[..., :head]
+    k = values(*shape)
+    cos_form = int(rng.integers(5))
+    cos_shape = {0: (b, s, r), 1: (1, s, r), 2: (s, r), 3: (b, s, r), 4: (b, s, r + 4)}[cos_form]
+    cos, sin = values(*cos_shape), values(*cos_shape)
+    if cos_form == 4:  # a slice of a wider row (unit stride along the row still)
+        cos, sin = cos[..., :r], sin[..., :r]
+    if cos_form == 3:  # already unsqueezed at unsqueeze_dim
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    ours_q, ours_k = rt.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim, style=style)
+    c, sn = (cos[None], sin[None]) if cos.dim() == 2 else (cos, sin)  # [seq, r] is one sequence's rows
+    c, sn = (c, sn) if c.dim() == 4 else (c.unsqueeze(unsqueeze_dim), sn.unsqueeze(unsqueeze_dim))
+    for x, ours in ((q, ours_q), (k, ours_k)):
+        x_rot, x_pass = x[..., :r], x[..., r:]
+        ref = torch.cat([(x_rot * c) + (rotate(x_rot, style) * sn), x_pass], dim=-1)
+        assert _same_bits(ours, ref), f"max |diff| {(ours.double() - ref.double()).abs().max().item():.3g}"
+
+
+def test_like_torch_kernel_on_a_prefill_shape_in_every_dtype():
+    """Llama's prefill layout (q [1, 32, 512, 128] from a transpose, cos/sin [1, 512, 128]): the kernel's
+    head-by-head blocks over many tokens, bit for bit against eager torch."""
+    g = torch.Generator().manual_seed(5)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        q = (torch.randn(1, 512, 32, 128, generator=g) * 3).to(dtype).transpose(1, 2).contiguous()
+        k = (torch.randn(1, 8, 512, 128, generator=g) * 3).to(dtype)
+        cos = torch.randn(1, 512, 128, generator=g).to(dtype)
+        sin = torch.randn(1, 512, 128, generator=g).to(dtype)
+        ours = rt.apply_rotary_pos_emb(q, k, cos, sin)
+        assert torch.equal(ours[0], hf_expression(q, cos, sin, "neox")), dtype
+        assert torch.equal(ours[1], hf_expression(k, cos, sin, "neox")), dtype

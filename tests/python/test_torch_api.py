@@ -10,6 +10,7 @@ import pytest
 import torch  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
+import rotary._torch_ops as torch_ops  # noqa: E402
 
 U = 2.0**-24
 UNIT = {torch.float32: U, torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float64: 2.0**-53}
@@ -295,3 +296,123 @@ def test_eager_fast_path_gives_the_custom_ops_bits():
         through_op = rt.apply_rotary(q, k, positions, spec)
     assert torch.equal(eager[0], through_op[0]) and torch.equal(eager[1], through_op[1])
     assert not torch.equal(eager[0], q)  # it rotated
+
+
+# ---- the eager call in one binding call (module.cpp, torch_apply_eager) -----------------------------
+def _through_op(fn):
+    """fn() with a dispatch mode that changes nothing: apply_rotary then takes its custom op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Passthrough():
+        return fn()
+
+
+def _shape(layout, batch, seq, heads, dim=64):
+    return {"bshd": (batch, seq, heads, dim), "bhsd": (batch, heads, seq, dim), "sbhd": (seq, batch, heads, dim)}[layout]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_eager_binding_gives_the_custom_ops_bits_on_random_calls(seed):
+    """Random dtypes, layouts, position forms ([batch, seq], [1, seq], [seq], None), strides
+    (transposed views), k absent, Spec or Table, forward / backward, rotary_offset, fresh / out= /
+    in place: the eager binding and the custom op write the same bits."""
+    g = np.random.default_rng(seed)
+    dtype = [torch.float32, torch.bfloat16, torch.float16, torch.float64][seed % 4]
+    layout = ["bshd", "bhsd", "sbhd"][int(g.integers(3))]
+    batch, seq = int(g.integers(1, 4)), int(g.integers(1, 6))
+    spec = rotary.Spec.preset(["llama-3.1-8b", "phi-2", "gpt-j-6b", "deepseek-v2-lite"][int(g.integers(4))])
+    dim = spec.head_dim
+    source = rotary.Table(spec) if g.integers(3) == 0 else spec
+    q = torch.randn(_shape(layout, batch, seq, 4, dim)).to(dtype)
+    k = None if g.integers(4) == 0 else torch.randn(_shape(layout, batch, seq, 2, dim)).to(dtype)
+    if g.integers(2):  # a strided q: the head axis and the token axis swapped in memory
+        q = q.transpose(0, 1).contiguous().transpose(0, 1)
+    form = int(g.integers(4))
+    positions = [torch.from_numpy(g.integers(1, 3000, size=(batch, seq))),
+                 torch.from_numpy(g.integers(1, 3000, size=(1, seq))),
+                 torch.from_numpy(g.integers(1, 3000, size=(seq,))), None][form]
+    kwargs = {"layout": layout, "direction": "backward" if g.integers(2) else "forward"}
+    if g.integers(2) and spec.rotary_dim < dim:
+        kwargs["rotary_offset"] = dim - spec.rotary_dim
+    native = torch_ops._eager_table(source, None, None)
+    assert rotary._rotary.torch_apply_eager(q, k, positions, native, layout, kwargs["direction"], False, None,
+                                            kwargs.get("rotary_offset", 0), 0, None) is not None  # taken
+    for mode in ("fresh", "out", "inplace"):
+        def call():
+            qq = q.clone()
+            kk = None if k is None else k.clone()
+            if mode == "out":
+                out = (torch.full_like(q, 7.0), None if k is None else torch.full_like(k, 7.0))
+                return rt.apply_rotary(q, k, positions, source, out=out, **kwargs)
+            if mode == "inplace":
+                return rt.apply_rotary(qq, kk, positions, source, inplace=True, **kwargs)
+            return rt.apply_rotary(q, k, positions, source, **kwargs)
+        eager, op = call(), _through_op(call)
+        assert torch.equal(eager[0], op[0]), mode
+        assert (eager[1] is None and op[1] is None) or torch.equal(eager[1], op[1]), mode
+        assert not torch.equal(eager[0], q), mode  # it rotated
+        if mode == "fresh":
+            assert eager[0].is_contiguous()  # as the op's torch.empty(q.shape)
+
+
+def test_eager_binding_declines_what_the_full_path_must_decide():
+    """torch_apply_eager returns None (the full path runs) for every call it does not serve
+    exactly: gradients to record, other position dtypes / shapes / strides, subclasses, THD,
+    ints of other types, out= mismatches. Each case is first checked to be served when valid."""
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    native = torch_ops._eager_table(spec, None, None)
+    q, k = torch.randn(2, 4, 3, 128), torch.randn(2, 2, 3, 128)
+    pos = torch.tensor([[1, 2, 3], [4, 5, 6]])
+
+    def eager(q=q, k=k, pos=pos, layout="bhsd", direction="forward", inplace=False, out=None, offset=0, seq_len=None):
+        return rotary._rotary.torch_apply_eager(q, k, pos, native, layout, direction, inplace, out, offset, 0, seq_len)
+
+    assert eager() is not None and eager(out=(torch.empty_like(q), torch.empty_like(k))) is not None
+    declined = {
+        "requires_grad": dict(q=q.clone().requires_grad_()),
+        "int32 positions": dict(pos=pos.int()),
+        "strided positions": dict(pos=torch.tensor([[1, 4], [2, 5], [3, 6]]).t()),
+        "transposed positions": dict(pos=pos.t().contiguous()),
+        "subclass": dict(q=torch.nn.Parameter(q, requires_grad=False)),
+        "thd": dict(layout="thd"),
+        "unknown layout": dict(layout="BSHD"),
+        "unknown direction": dict(direction="reverse"),
+        "bool offset": dict(offset=True),
+        "negative offset": dict(offset=-1),
+        "numpy offset": dict(offset=np.int64(0)),
+        "out and inplace": dict(out=(torch.empty_like(q), torch.empty_like(k)), inplace=True),
+        "out of another dtype": dict(out=(torch.empty_like(q).double(), torch.empty_like(k))),
+        "out of another shape": dict(out=(torch.empty(2, 4, 3, 64), torch.empty_like(k))),
+        "out not a pair": dict(out=(torch.empty_like(q),)),
+        "positions out of the table": dict(pos=torch.full((2, 3), 1 << 40)),
+        "meta q": dict(q=torch.empty(2, 4, 3, 128, device="meta")),
+    }
+    for what, args in declined.items():
+        assert eager(**args) is None, what
+
+
+@pytest.mark.parametrize("case", ["positions past the table", "out of another shape", "negative position",
+                                  "positions of the wrong shape", "float positions"])
+def test_eager_calls_keep_the_full_paths_errors_and_write_nothing(case):
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q, k = torch.randn(2, 4, 3, 128), torch.randn(2, 2, 3, 128)
+    out = (torch.full_like(q, 7.0), torch.full_like(k, 7.0))
+    pos = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    args = {"positions past the table": (dict(positions=torch.full((2, 3), 1 << 40)), "positions"),
+            "out of another shape": (dict(out=(torch.empty(2, 4, 3, 64), out[1])), "q_out must have shape"),
+            "negative position": (dict(positions=torch.tensor([[1, 2, -3], [4, 5, 6]])), "positions"),
+            "positions of the wrong shape": (dict(positions=pos.t().contiguous()), "positions has shape"),
+            "float positions": (dict(positions=pos.float()), "must hold integers")}[case]
+    kwargs = {"positions": pos, "out": out}
+    kwargs.update(args[0])
+    with pytest.raises(rotary.RotaryError, match=args[1]) as eager_error:
+        rt.apply_rotary(q, k, kwargs.pop("positions"), spec, **kwargs)
+    assert bool((out[0] == 7.0).all()) and bool((out[1] == 7.0).all())
+    with pytest.raises(rotary.RotaryError) as full_error:
+        torch_ops._apply_rotary_checked(q, k, args[0].get("positions", pos), spec, None, None, "bhsd", None, None,
+                                            "forward", False, 0, 0, None, kwargs["out"], "auto")
+    assert str(eager_error.value) == str(full_error.value)
