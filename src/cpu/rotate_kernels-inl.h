@@ -31,8 +31,22 @@
 #include "hwy/highway.h"
 #include "src/cpu/kernels.hpp"
 
+// The namespace of the kernels: Highway's per-target one, except in rotate_kernels_bf16_hw.cpp,
+// which compiles them a second time for AVX3 with the AVX512_BF16 conversions
+// (ROTARY_BF16_HARDWARE) and must not define the same names as rotate_kernels_bf16.cpp's AVX3
+// pass. Highway's own ops stay in hwy::HWY_NAMESPACE.
+#ifndef ROTARY_KERNELS_NAMESPACE
+#define ROTARY_KERNELS_NAMESPACE HWY_NAMESPACE
+#endif
+#ifndef ROTARY_BF16_HARDWARE
+#define ROTARY_BF16_HARDWARE 0
+#endif
+#if ROTARY_BF16_HARDWARE && HWY_TARGET != HWY_AVX3
+#error "ROTARY_BF16_HARDWARE is written for Highway's AVX3 target (16 float lanes)"
+#endif
+
 HWY_BEFORE_NAMESPACE();
-namespace rotary::cpu::HWY_NAMESPACE {
+namespace rotary::cpu::ROTARY_KERNELS_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
@@ -72,8 +86,65 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
 // 0x7FFE) computes (low + lsb + 0x7FFF) >> 1 in 17 bits, whose bit 15 is exactly that. As with
 // F32ToBf16High, a NaN must have zero low 16 bits (every NaN these kernels produce does): its carry
 // is then 0.
+#if ROTARY_BF16_HARDWARE
+// ---- bf16 rounding with AVX512_BF16 (rotate_kernels_bf16_hw.cpp) ------------------------------
+//
+// VCVTNEPS2BF16 / VCVTNE2PS2BF16 round float32 to bf16 to nearest even in one instruction, with
+// float_to_bf16's results for every input but one class (Intel SDM, "convert_fp32_to_bfloat16";
+// checked over all 2^32 patterns on the CPU at hand by tests/cpu/apply_test.cpp):
+//   NaN: sign and the top 7 payload bits kept, quiet bit set, as float_to_bf16. (The software
+//     F32ToBf16High keeps a signalling NaN signalling; the kernels only round results of
+//     arithmetic, whose NaNs are quiet, so the two never differ there.)
+//   denormal input: treated as zero (DAZ, whatever MXCSR says), so a float32 denormal would
+//     become +-0 where float_to_bf16 gives the bf16 denormal (or 2^-126) it rounds to.
+// The denormal lanes are fixed exactly, without a branch: a denormal d = m * 2^-149 (m < 2^23)
+// plus 2^-126 is the normal number with bits bits(d) + 0x00800000 (the sum is exact: both have
+// the spacing 2^-149 there), whose bf16 rounding looks at the same low 16 bits and the same kept
+// bit 16 as the rounding of d would, and lands at bf16(d) + 0x0080 (the bf16 bits of 2^-126).
+// So: add 0x00800000 to the denormal lanes' bits, convert, subtract 0x0080 from those lanes'
+// results. The sign bit is untouched by both steps. Cost: one VFPCLASSPS per input vector and a
+// masked add and subtract (docs/performance.md has the measurement).
+constexpr int kFpClassDenormal = 0x20;  // VFPCLASSPS imm8 bit 5: denormal
+
+HWY_INLINE __m512 LiftDenormals(__m512 v, __mmask16 denormal) {
+  const __m512i bits = _mm512_castps_si512(v);
+  return _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, denormal, bits, _mm512_set1_epi32(0x00800000)));
+}
+
+// 16 float32 -> 16 bf16 (in memory order).
+HWY_INLINE __m256i Bf16Hardware(__m512 v) {
+  const __mmask16 denormal = _mm512_fpclass_ps_mask(v, kFpClassDenormal);
+  const auto converted = _mm512_cvtneps_pbh(LiftDenormals(v, denormal));
+  __m256i bits;
+  static_assert(sizeof(converted) == sizeof(bits));
+  std::memcpy(&bits, &converted, sizeof(bits));  // the bf16 vector type as integers (a register move)
+  return _mm256_mask_sub_epi16(bits, denormal, bits, _mm256_set1_epi16(0x0080));
+}
+
+// 2 x 16 float32 -> 32 bf16: `low`'s in lanes 0-15, `high`'s in lanes 16-31.
+HWY_INLINE __m512i Bf16HardwareTwo(__m512 low, __m512 high) {
+  const __mmask16 low_denormal = _mm512_fpclass_ps_mask(low, kFpClassDenormal);
+  const __mmask16 high_denormal = _mm512_fpclass_ps_mask(high, kFpClassDenormal);
+  const auto converted = _mm512_cvtne2ps_pbh(LiftDenormals(high, high_denormal), LiftDenormals(low, low_denormal));
+  __m512i bits;
+  static_assert(sizeof(converted) == sizeof(bits));
+  std::memcpy(&bits, &converted, sizeof(bits));
+  const __mmask32 denormal = _mm512_kunpackw(high_denormal, low_denormal);  // high's in bits 16-31
+  return _mm512_mask_sub_epi16(bits, denormal, bits, _mm512_set1_epi16(0x0080));
+}
+
+// Lanes 0-15 (even's) and 16-31 (odd's) interleaved: even_i to lane 2i, odd_i to lane 2i + 1.
+alignas(64) inline constexpr uint16_t kInterleaveHalves[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                               8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#endif  // ROTARY_BF16_HARDWARE
+
 HWY_INLINE VU32 RoundJoinBf16(VF even, VF odd) {
-#if HWY_TARGET == HWY_SCALAR
+#if ROTARY_BF16_HARDWARE
+  // One conversion of both, then one permutation (VPERMW) into the pairs' order, in place of the
+  // integer rounding's 9 operations; exact for every input (above).
+  const __m512i joined = Bf16HardwareTwo(even.raw, odd.raw);
+  return VU32{_mm512_permutexvar_epi16(_mm512_load_si512(kInterleaveHalves), joined)};
+#elif HWY_TARGET == HWY_SCALAR
   // No 16-bit view of a 32-bit lane here: round each, then shift, mask and OR.
   const DU32 du;
   return hn::Or(hn::ShiftRight<16>(F32ToBf16High(even)), hn::And(F32ToBf16High(odd), hn::Set(du, 0xFFFF0000u)));
@@ -194,6 +265,10 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t index) {
   } else if constexpr (kType == DType::F16) {
     hn::StoreU(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
 #endif
+#if ROTARY_BF16_HARDWARE
+  } else if constexpr (kType == DType::BF16) {
+    hn::StoreU(hn::Vec<DU16>{Bf16Hardware(v.raw)}, DU16(), static_cast<uint16_t*>(base) + index);
+#endif
   } else {
     const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
     hn::StoreU(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
@@ -216,6 +291,10 @@ HWY_INLINE void StreamF32(VF v, void* base, int64_t index) {
 #if ROTARY_HAVE_F16C
   } else if constexpr (kType == DType::F16 && CanStream<kType>()) {
     hn::Stream(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
+#endif
+#if ROTARY_BF16_HARDWARE
+  } else if constexpr (kType == DType::BF16) {
+    hn::Stream(hn::Vec<DU16>{Bf16Hardware(v.raw)}, DU16(), static_cast<uint16_t*>(base) + index);
 #endif
   } else if constexpr (CanStream<kType>()) {
     const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
@@ -757,7 +836,7 @@ void RotateTokenTyped(const HeadsArgs& q, const HeadsArgs* k) {
   }
 }
 
-}  // namespace rotary::cpu::HWY_NAMESPACE
+}  // namespace rotary::cpu::ROTARY_KERNELS_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 

@@ -32,6 +32,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
+#include "src/cpu/storage.hpp"  // bits16::bf16_round_bits
 #include "tests/cpu/random_calls.hpp"
 
 namespace rotary {
@@ -677,6 +678,183 @@ TEST(ApplyCpu, Bf16AndF16ConversionsAreExactOnEveryTarget) {
       }
     }
   }
+}
+
+// ---- AVX3_BF16: the CPU's own bf16 conversions (rotate_kernels_bf16_hw.cpp) --------------------
+
+// Every float32 bit pattern through AVX3_BF16's conversions: the single-vector store
+// (narrow_16bit) and the two-vector rounding and join (round_join_bf16, each pattern once as an
+// even and once as an odd lane, beside a different neighbour), both against float_to_bf16 bit for
+// bit: NaNs (quiet and signalling, either sign, any payload), denormals (which the instruction
+// reads as zero and the fix-up corrects), results that round into bf16's denormal range or up to
+// 2^-126, ties to even and odd, overflow to infinity, zeros and infinities. The software path
+// (AVX3 and below) is checked against the same function by the tests above, over the inputs it
+// is defined for; so AVX3_BF16 gives the software path's bits wherever the kernels can reach.
+// Under a sanitizer the 2^32 patterns take minutes: there every 251st pattern (a stride prime to
+// every field width) plus every pattern with an exponent field of 0, 1, 0xFE or 0xFF is run.
+TEST(ApplyCpu, Bf16HardwareConversionMatchesFloatToBf16ForEveryFloat32) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  const ForcedTarget forced("AVX3_BF16");
+  ASSERT_TRUE(cpu::bf16_hardware_in_use());
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr bool kDense = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+  constexpr bool kDense = false;
+#else
+  constexpr bool kDense = true;
+#endif
+#else
+  constexpr bool kDense = true;
+#endif
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint32_t> bits(kChunk), odd_bits(kChunk);
+  std::vector<float> values(kChunk), odd_values(kChunk);
+  std::vector<uint16_t> narrowed(kChunk);
+  std::vector<uint32_t> joined(kChunk);
+  int wrong = 0;
+  uint64_t checked = 0;
+  // The patterns as 512 runs of one sign and exponent field (2^23 mantissas each), every
+  // mantissa where dense or at the edges of the exponent range, else every 251st.
+  uint32_t run = 0, mantissa = 0;
+  while (run < 512 && wrong < 10) {
+    size_t n = 0;
+    while (n < kChunk && run < 512) {
+      const uint32_t exponent = run & 0xFFu;
+      const uint32_t step = kDense || exponent <= 1 || exponent >= 0xFE ? 1 : 251;
+      const uint32_t pattern = ((run >> 8) << 31) | (exponent << 23) | mantissa;
+      bits[n] = pattern;
+      // The odd lane: a bijection of the pattern (an odd multiplier), so that over the whole
+      // range it too takes every pattern, beside unrelated even lanes.
+      odd_bits[n] = pattern * 0x9E3779B1u;
+      ++n;
+      mantissa += step;
+      if (mantissa >= (1u << 23)) mantissa = 0, ++run;
+    }
+    std::memcpy(values.data(), bits.data(), n * 4);
+    std::memcpy(odd_values.data(), odd_bits.data(), n * 4);
+    cpu::narrow_16bit(DType::BF16, values.data(), narrowed.data(), static_cast<int64_t>(n));
+    cpu::round_join_bf16(values.data(), odd_values.data(), joined.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n && wrong < 10; ++i) {
+      const uint16_t want = float_to_bf16(values[i]);
+      // The odd lanes against storage.hpp's branch-free copy of float_to_bf16 (checked against it
+      // by storage_test), which the compiler vectorizes: float_to_bf16 is out of line, and a
+      // second call per pattern made this test take half as long again.
+      const uint32_t want_joined = want | (cpu::bits16::bf16_round_bits(odd_values[i]) & 0xFFFF0000u);
+      if (narrowed[i] != want || joined[i] != want_joined) {
+        ++wrong;
+        ADD_FAILURE() << std::hex << "float32 0x" << bits[i] << " (odd lane 0x" << odd_bits[i] << "): narrowed 0x"
+                      << narrowed[i] << ", joined 0x" << joined[i] << "; want 0x" << want << ", 0x" << want_joined;
+      }
+    }
+    checked += n;
+  }
+  if (kDense) {
+    EXPECT_EQ(checked, uint64_t{1} << 32);
+  }
+  RecordProperty("patterns", std::to_string(checked));
+}
+
+// What the instruction does alone on this CPU: denormal inputs read as zero (so the fix-up above is
+// needed, and the dense test would see its absence), and every other class as float_to_bf16. If a
+// CPU ever converts denormals exactly, the first expectation fails and says so (the fix-up is then
+// harmless, only unneeded).
+TEST(ApplyCpu, Bf16HardwareInstructionReadsDenormalsAsZero) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  const std::vector<uint32_t> patterns = {
+      0x00000001u, 0x807FFFFFu, 0x00400000u, 0x007F8000u, 0x00008000u,  // denormals
+      0x00800000u, 0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0xFF7F8000u,  // normals: min, ties even / odd, overflow
+      0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u,              // infinities, zeros
+      0x7F800001u, 0xFF812345u, 0x7FC00001u, 0x7FBFFFFFu};             // NaNs: signalling, quiet, payloads
+  std::vector<float> in(16 * ((patterns.size() + 15) / 16), 1.0f);
+  std::memcpy(in.data(), patterns.data(), patterns.size() * 4);
+  std::vector<uint16_t> out(in.size());
+  cpu::convert_bf16_hardware_unfixed(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << std::hex << "float32 0x" << patterns[i]);
+    const bool denormal = (patterns[i] & 0x7F800000u) == 0 && (patterns[i] & 0x007FFFFFu) != 0;
+    if (denormal) {
+      EXPECT_EQ(out[i], (patterns[i] >> 16) & 0x8000u) << "a denormal input is read as a zero of its sign";
+    } else {
+      EXPECT_EQ(out[i], float_to_bf16(in[i]));
+    }
+  }
+}
+
+// The kernels on AVX3_BF16 against AVX3's software rounding, bit for bit, and both against the
+// float64 reference, with bf16 inputs where the conversion's special classes arise: denormal and
+// tiny inputs (their products are float32 denormals, which the instruction alone would flush to
+// zero), values near the largest bf16 (results that overflow to infinity), zeros, and random
+// normals. Both pairings, both directions, in place and out of place, and a call large enough to be
+// memory-bound and streamed.
+TEST(ApplyCpu, Bf16HardwareKernelsGiveTheSoftwareBitsOnExtremeValues) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  Rng rng(38000);
+  // capped: huge values below 2^126, so that no result overflows: the reference check cannot
+  // bound a finite reference against an infinity (both targets still must agree bit for bit on
+  // the uncapped values, which do overflow).
+  bool capped = false;
+  const auto extreme_bf16 = [&]() -> uint16_t {
+    const auto sign = static_cast<uint16_t>(rng.coin() ? 0x8000 : 0);
+    const auto mantissa = static_cast<uint16_t>(rng.bits() & 0x7F);
+    switch (rng.uniform(0, 4)) {
+      case 0: return sign | mantissa;                                                   // denormal or zero
+      case 1: return sign | static_cast<uint16_t>(rng.uniform(1, 12) << 7) | mantissa;  // tiny normal
+      case 2: return sign | static_cast<uint16_t>(rng.uniform(0xF8, capped ? 0xFC : 0xFE) << 7) | mantissa;  // huge
+      default: return sign | static_cast<uint16_t>(rng.uniform(0x70, 0x8F) << 7) | mantissa;  // ordinary
+    }
+  };
+  int calls = 0;
+  for (const auto& [style, backward] : {std::pair{Style::NeoX, false}, std::pair{Style::NeoX, true},
+                                        std::pair{Style::GPTJ, false}, std::pair{Style::GPTJ, true}}) {
+    for (const int64_t seq : {int64_t{5}, int64_t{400}}) {
+      for (const int64_t dim : {int64_t{128}, int64_t{80}}) {
+       for (const bool cap : {false, true}) {
+        capped = cap;
+        const Family family = family_of(text_spec(dim, style));
+        const CosSinTable table(family.spec, family.table_options);
+        Config c = plain_config(family, Layout::BSHD, 1, seq, 32, 8, dim, DType::BF16);
+        c.seed = rng.bits() % 1000000;
+        c.in_place = rng.coin();
+        c.options.direction = backward ? Direction::Backward : Direction::Forward;
+        plan_tensors(c, &rng);
+        SCOPED_TRACE(c.describe());
+        Buffers initial = make_buffers(c);
+        for (const ViewPlan* view : {&c.q, &c.k}) {
+          unsigned char* base = initial[static_cast<size_t>(view->buffer)].data();
+          view->for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
+            const uint16_t value = extreme_bf16();
+            std::memcpy(base + view->index(b, s, h, d) * 2, &value, 2);
+          });
+        }
+        Buffers software = initial, hardware = initial;
+        {
+          const ForcedTarget forced("AVX3");
+          ASSERT_FALSE(cpu::bf16_hardware_in_use());
+          ASSERT_EQ(run(c, table, software, true), std::nullopt);
+        }
+        {
+          const ForcedTarget forced("AVX3_BF16");
+          ASSERT_TRUE(cpu::bf16_hardware_in_use());
+          ASSERT_EQ(run(c, table, hardware, true), std::nullopt);
+          if (capped) {
+            const std::string problems = run_and_check(c, table, &initial);
+            EXPECT_TRUE(problems.empty()) << problems;
+          }
+        }
+        EXPECT_TRUE(software == hardware) << "AVX3_BF16's bytes differ from AVX3's" << (capped ? "" : " (uncapped)");
+        ++calls;
+       }
+      }
+    }
+  }
+  EXPECT_EQ(calls, 32);
 }
 
 // The kernels visit a token's heads in an interleaved order when they span more than a page and
