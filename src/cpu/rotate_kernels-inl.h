@@ -97,40 +97,84 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
 //     arithmetic, whose NaNs are quiet, so the two never differ there.)
 //   denormal input: treated as zero (DAZ, whatever MXCSR says), so a float32 denormal would
 //     become +-0 where float_to_bf16 gives the bf16 denormal (or 2^-126) it rounds to.
-// The denormal lanes are fixed exactly, without a branch: a denormal d = m * 2^-149 (m < 2^23)
-// plus 2^-126 is the normal number with bits bits(d) + 0x00800000 (the sum is exact: both have
-// the spacing 2^-149 there), whose bf16 rounding looks at the same low 16 bits and the same kept
-// bit 16 as the rounding of d would, and lands at bf16(d) + 0x0080 (the bf16 bits of 2^-126).
-// So: add 0x00800000 to the denormal lanes' bits, convert, subtract 0x0080 from those lanes'
-// results. The sign bit is untouched by both steps. Cost: one VFPCLASSPS per input vector and a
-// masked add and subtract (docs/performance.md has the measurement).
-constexpr int kFpClassDenormal = 0x20;  // VFPCLASSPS imm8 bit 5: denormal
+// The denormal lanes are fixed exactly: a denormal d = m * 2^-149 (m < 2^23) plus 2^-126 is the
+// normal number with bits bits(d) + 0x00800000 (the sum is exact: both have the spacing 2^-149
+// there), whose bf16 rounding looks at the same low 16 bits and the same kept bit 16 as the
+// rounding of d would, and lands at bf16(d) + 0x0080 (the bf16 bits of 2^-126). So: add
+// 0x00800000 to the bits of the lanes whose exponent field is 0, convert, subtract 0x0080 from
+// those lanes' results. A zero takes the same path and stays the zero of its sign (0x0080 - 0x0080);
+// the sign bit is untouched by both steps.
+// Only lanes whose result is +-0 can need it: the instruction's result is +-0 exactly for the
+// inputs +-0 and the denormals (no normal float32 rounds to a bf16 zero: the two formats share
+// their smallest normal, 2^-126). So the fast path tests the result (one VPTESTNMW for 32 lanes)
+// and branches to the fix-up when any lane is zero: rare in the kernels' data (a zero input
+// rotates to a zero output and takes it, at about the integer rounding's cost). Where the fix-up
+// was applied on every vector instead, without the branch, the hardware path was no faster than
+// the integer rounding (docs/performance.md).
+#ifndef ROTARY_BF16_FIXUP  // 2: test the result and branch (the default); 1: always; 0: never (inexact: measurement only)
+#define ROTARY_BF16_FIXUP 2
+#endif
 
-HWY_INLINE __m512 LiftDenormals(__m512 v, __mmask16 denormal) {
+HWY_INLINE __m512 LiftDenormals(__m512 v, __mmask16 exponent_zero) {
   const __m512i bits = _mm512_castps_si512(v);
-  return _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, denormal, bits, _mm512_set1_epi32(0x00800000)));
+  return _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, exponent_zero, bits, _mm512_set1_epi32(0x00800000)));
+}
+
+HWY_INLINE __mmask16 ExponentZero(__m512 v) {
+  return _mm512_testn_epi32_mask(_mm512_castps_si512(v), _mm512_set1_epi32(0x7F800000));
+}
+
+template <typename Out, typename In>
+HWY_INLINE Out SameBits(const In& in) {
+  static_assert(sizeof(In) == sizeof(Out));
+  Out out;
+  std::memcpy(&out, &in, sizeof(out));  // the bf16 vector type as integers (a register move)
+  return out;
+}
+
+// 16 float32 -> 16 bf16 (in memory order), with every lane fixed up.
+HWY_INLINE __m256i Bf16HardwareExact(__m512 v) {
+  const __mmask16 exponent_zero = ExponentZero(v);
+  const __m256i bits = SameBits<__m256i>(_mm512_cvtneps_pbh(LiftDenormals(v, exponent_zero)));
+  return _mm256_mask_sub_epi16(bits, exponent_zero, bits, _mm256_set1_epi16(0x0080));
 }
 
 // 16 float32 -> 16 bf16 (in memory order).
 HWY_INLINE __m256i Bf16Hardware(__m512 v) {
-  const __mmask16 denormal = _mm512_fpclass_ps_mask(v, kFpClassDenormal);
-  const auto converted = _mm512_cvtneps_pbh(LiftDenormals(v, denormal));
-  __m256i bits;
-  static_assert(sizeof(converted) == sizeof(bits));
-  std::memcpy(&bits, &converted, sizeof(bits));  // the bf16 vector type as integers (a register move)
-  return _mm256_mask_sub_epi16(bits, denormal, bits, _mm256_set1_epi16(0x0080));
+#if ROTARY_BF16_FIXUP == 2
+  const __m256i bits = SameBits<__m256i>(_mm512_cvtneps_pbh(v));
+  if (HWY_UNLIKELY(_mm256_testn_epi16_mask(bits, _mm256_set1_epi16(0x7FFF)) != 0)) return Bf16HardwareExact(v);
+  return bits;
+#elif ROTARY_BF16_FIXUP == 1
+  return Bf16HardwareExact(v);
+#else
+  return SameBits<__m256i>(_mm512_cvtneps_pbh(v));
+#endif
+}
+
+// 2 x 16 float32 -> 32 bf16: `low`'s in lanes 0-15, `high`'s in lanes 16-31, every lane fixed up.
+HWY_INLINE __m512i Bf16HardwareTwoExact(__m512 low, __m512 high) {
+  const __mmask16 low_zero = ExponentZero(low);
+  const __mmask16 high_zero = ExponentZero(high);
+  const __m512i bits =
+      SameBits<__m512i>(_mm512_cvtne2ps_pbh(LiftDenormals(high, high_zero), LiftDenormals(low, low_zero)));
+  const __mmask32 lifted = _mm512_kunpackw(high_zero, low_zero);  // high's in bits 16-31
+  return _mm512_mask_sub_epi16(bits, lifted, bits, _mm512_set1_epi16(0x0080));
 }
 
 // 2 x 16 float32 -> 32 bf16: `low`'s in lanes 0-15, `high`'s in lanes 16-31.
 HWY_INLINE __m512i Bf16HardwareTwo(__m512 low, __m512 high) {
-  const __mmask16 low_denormal = _mm512_fpclass_ps_mask(low, kFpClassDenormal);
-  const __mmask16 high_denormal = _mm512_fpclass_ps_mask(high, kFpClassDenormal);
-  const auto converted = _mm512_cvtne2ps_pbh(LiftDenormals(high, high_denormal), LiftDenormals(low, low_denormal));
-  __m512i bits;
-  static_assert(sizeof(converted) == sizeof(bits));
-  std::memcpy(&bits, &converted, sizeof(bits));
-  const __mmask32 denormal = _mm512_kunpackw(high_denormal, low_denormal);  // high's in bits 16-31
-  return _mm512_mask_sub_epi16(bits, denormal, bits, _mm512_set1_epi16(0x0080));
+#if ROTARY_BF16_FIXUP == 2
+  const __m512i bits = SameBits<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+  if (HWY_UNLIKELY(_mm512_testn_epi16_mask(bits, _mm512_set1_epi16(0x7FFF)) != 0)) {
+    return Bf16HardwareTwoExact(low, high);
+  }
+  return bits;
+#elif ROTARY_BF16_FIXUP == 1
+  return Bf16HardwareTwoExact(low, high);
+#else
+  return SameBits<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+#endif
 }
 
 // Lanes 0-15 (even's) and 16-31 (odd's) interleaved: even_i to lane 2i, odd_i to lane 2i + 1.
@@ -423,7 +467,8 @@ HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
 // step of two heads instead of 6, which made the loads, not the stores, the busiest port (AVX2
 // on AMD EPYC, perf annotate, 2026-11-25). An empty asm that claims to change the register
 // leaves the value alone and forces one load.
-HWY_INLINE VF InRegister(VF v) {
+template <class V>
+HWY_INLINE V InRegister(V v) {
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
   asm("" : "+v"(v.raw));
 #endif
@@ -496,8 +541,9 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
         const auto step = [&](const void* in, void* out, VF c_even, VF c_odd, VF s_even, VF s_odd) HWY_ATTR {
           const auto* in16 = static_cast<const uint16_t*>(in);
           auto* out16 = static_cast<uint16_t*>(out);
-          const VU32 a_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i));
-          const VU32 b_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i));
+          // In registers: each feeds a shift and an AND, which GCC would give a load each.
+          const VU32 a_bits = InRegister(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i)));
+          const VU32 b_bits = InRegister(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i)));
           const VF a_even = hn::BitCast(df, hn::ShiftLeft<16>(a_bits));
           const VF a_odd = hn::BitCast(df, hn::And(a_bits, high_half));
           const VF b_even = hn::BitCast(df, hn::ShiftLeft<16>(b_bits));

@@ -680,6 +680,47 @@ TEST(ApplyCpu, Bf16AndF16ConversionsAreExactOnEveryTarget) {
   }
 }
 
+// ---- every float32 pattern ---------------------------------------------------------------------
+
+// Whether this build runs under a sanitizer, where the dense tests below take minutes.
+constexpr bool kSanitized =
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+    true;
+#else
+    false;
+#endif
+#else
+    false;
+#endif
+
+// Calls fn(bits, n) on chunks of float32 bit patterns: all 2^32 when `every_pattern`, else every
+// pattern whose exponent field is 0, 1, 0xFE or 0xFF (zeros, denormals, the smallest normals, the
+// largest, infinities, NaNs: each with every mantissa and both signs) and every 251st mantissa of
+// the other exponents (a stride prime to every field width). Returns how many it gave.
+template <typename Fn>
+uint64_t for_each_float32_chunk(bool every_pattern, Fn&& fn) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint32_t> bits(kChunk);
+  uint64_t given = 0;
+  uint32_t run = 0, mantissa = 0;  // run: sign and exponent field (512 runs of 2^23 mantissas)
+  while (run < 512) {
+    size_t n = 0;
+    while (n < kChunk && run < 512) {
+      const uint32_t exponent = run & 0xFFu;
+      const uint32_t step = every_pattern || exponent <= 1 || exponent >= 0xFE ? 1 : 251;
+      bits[n++] = ((run >> 8) << 31) | (exponent << 23) | mantissa;
+      mantissa += step;
+      if (mantissa >= (1u << 23)) mantissa = 0, ++run;
+    }
+    if (!fn(bits.data(), n)) break;
+    given += n;
+  }
+  return given;
+}
+
 // ---- AVX3_BF16: the CPU's own bf16 conversions (rotate_kernels_bf16_hw.cpp) --------------------
 
 // Every float32 bit pattern through AVX3_BF16's conversions: the single-vector store
@@ -698,42 +739,16 @@ TEST(ApplyCpu, Bf16HardwareConversionMatchesFloatToBf16ForEveryFloat32) {
   }
   const ForcedTarget forced("AVX3_BF16");
   ASSERT_TRUE(cpu::bf16_hardware_in_use());
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  constexpr bool kDense = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-  constexpr bool kDense = false;
-#else
-  constexpr bool kDense = true;
-#endif
-#else
-  constexpr bool kDense = true;
-#endif
-  constexpr size_t kChunk = size_t{1} << 20;
-  std::vector<uint32_t> bits(kChunk), odd_bits(kChunk);
-  std::vector<float> values(kChunk), odd_values(kChunk);
-  std::vector<uint16_t> narrowed(kChunk);
-  std::vector<uint32_t> joined(kChunk);
+  std::vector<float> values, odd_values;
+  std::vector<uint32_t> odd_bits, joined;
+  std::vector<uint16_t> narrowed;
   int wrong = 0;
-  uint64_t checked = 0;
-  // The patterns as 512 runs of one sign and exponent field (2^23 mantissas each), every
-  // mantissa where dense or at the edges of the exponent range, else every 251st.
-  uint32_t run = 0, mantissa = 0;
-  while (run < 512 && wrong < 10) {
-    size_t n = 0;
-    while (n < kChunk && run < 512) {
-      const uint32_t exponent = run & 0xFFu;
-      const uint32_t step = kDense || exponent <= 1 || exponent >= 0xFE ? 1 : 251;
-      const uint32_t pattern = ((run >> 8) << 31) | (exponent << 23) | mantissa;
-      bits[n] = pattern;
-      // The odd lane: a bijection of the pattern (an odd multiplier), so that over the whole
-      // range it too takes every pattern, beside unrelated even lanes.
-      odd_bits[n] = pattern * 0x9E3779B1u;
-      ++n;
-      mantissa += step;
-      if (mantissa >= (1u << 23)) mantissa = 0, ++run;
-    }
-    std::memcpy(values.data(), bits.data(), n * 4);
+  const uint64_t checked = for_each_float32_chunk(!kSanitized, [&](const uint32_t* bits, size_t n) {
+    values.resize(n), odd_values.resize(n), odd_bits.resize(n), joined.resize(n), narrowed.resize(n);
+    // The odd lane: a bijection of the pattern (an odd multiplier), so that over the whole range
+    // it too takes every pattern, beside unrelated even lanes.
+    for (size_t i = 0; i < n; ++i) odd_bits[i] = bits[i] * 0x9E3779B1u;
+    std::memcpy(values.data(), bits, n * 4);
     std::memcpy(odd_values.data(), odd_bits.data(), n * 4);
     cpu::narrow_16bit(DType::BF16, values.data(), narrowed.data(), static_cast<int64_t>(n));
     cpu::round_join_bf16(values.data(), odd_values.data(), joined.data(), static_cast<int64_t>(n));
@@ -749,12 +764,50 @@ TEST(ApplyCpu, Bf16HardwareConversionMatchesFloatToBf16ForEveryFloat32) {
                       << narrowed[i] << ", joined 0x" << joined[i] << "; want 0x" << want << ", 0x" << want_joined;
       }
     }
-    checked += n;
-  }
-  if (kDense) {
+    return wrong < 10;
+  });
+  if (!kSanitized && wrong == 0) {
     EXPECT_EQ(checked, uint64_t{1} << 32);
   }
   RecordProperty("patterns", std::to_string(checked));
+}
+
+// f16 stores on the targets with F16C (AVX2, AVX3, AVX3_BF16: Highway's DemoteTo, VCVTPS2PH with
+// the rounding in the immediate, to nearest even whatever MXCSR says) against float_to_f16 bit
+// for bit over every float32 pattern on the best such target, and the sample of
+// for_each_float32_chunk on the others: NaN payloads (quiet and signalling: quieted, top payload
+// bits kept, as float_to_f16), denormal inputs (every one rounds to f16 zero, with its sign),
+// results in f16's subnormal range, ties, overflow to infinity from 65520 up.
+TEST(ApplyCpu, F16cConversionMatchesFloatToF16ForEveryFloat32) {
+  std::vector<std::string> f16c_targets;
+  for (const std::string& target : cpu_targets()) {
+    if (target == "AVX3_BF16" || target == "AVX3" || target == "AVX2") f16c_targets.push_back(target);
+  }
+  if (f16c_targets.empty()) GTEST_SKIP() << "no target with F16C (AVX2 or AVX3) on this CPU";
+  std::vector<float> values;
+  std::vector<uint16_t> narrowed;
+  for (const std::string& target : f16c_targets) {
+    SCOPED_TRACE("target " + target);
+    const ForcedTarget forced(target);
+    const bool dense = !kSanitized && target == f16c_targets.front();
+    int wrong = 0;
+    const uint64_t checked = for_each_float32_chunk(dense, [&](const uint32_t* bits, size_t n) {
+      values.resize(n), narrowed.resize(n);
+      std::memcpy(values.data(), bits, n * 4);
+      cpu::narrow_16bit(DType::F16, values.data(), narrowed.data(), static_cast<int64_t>(n));
+      for (size_t i = 0; i < n && wrong < 10; ++i) {
+        const uint16_t want = float_to_f16(values[i]);
+        if (narrowed[i] != want) {
+          ++wrong;
+          ADD_FAILURE() << std::hex << "float32 0x" << bits[i] << ": got 0x" << narrowed[i] << ", want 0x" << want;
+        }
+      }
+      return wrong < 10;
+    });
+    if (dense && wrong == 0) {
+      EXPECT_EQ(checked, uint64_t{1} << 32);
+    }
+  }
 }
 
 // What the instruction does alone on this CPU: denormal inputs read as zero (so the fix-up above is
