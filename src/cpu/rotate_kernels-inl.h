@@ -77,15 +77,6 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
   return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
 }
 
-// Two float32 vectors -> one vector of bf16 rounded to nearest even: `even`'s in the low halves of
-// the 32-bit lanes, `odd`'s in the high halves. The same bits as rounding each with F32ToBf16High,
-// moving `even`'s down and blending by 16-bit lanes, in 9 operations instead of 10: the truncated
-// halves and the dropped low halves are each gathered into one vector of 16-bit lanes first, so
-// that the rounding decision is made for 2N values at once. RNE rounds up iff low > 0x8000, or
-// low == 0x8000 and the kept part is odd, that is iff low + lsb >= 0x8001; AverageRound(low, lsb |
-// 0x7FFE) computes (low + lsb + 0x7FFF) >> 1 in 17 bits, whose bit 15 is exactly that. As with
-// F32ToBf16High, a NaN must have zero low 16 bits (every NaN these kernels produce does): its carry
-// is then 0.
 #if ROTARY_BF16_HARDWARE
 // ---- bf16 rounding with AVX512_BF16 (rotate_kernels_bf16_hw.cpp) ------------------------------
 //
@@ -108,9 +99,9 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
 // inputs +-0 and the denormals (no normal float32 rounds to a bf16 zero: the two formats share
 // their smallest normal, 2^-126). So the fast path tests the result (one VPTESTNMW for 32 lanes)
 // and branches to the fix-up when any lane is zero: rare in the kernels' data (a zero input
-// rotates to a zero output and takes it, at about the integer rounding's cost). Where the fix-up
-// was applied on every vector instead, without the branch, the hardware path was no faster than
-// the integer rounding (docs/performance.md).
+// rotates to a zero output and takes it, at about the integer rounding's cost). Applied to every
+// vector instead, without the branch, the fix-up made the hardware path 10% slower than the
+// integer rounding on a bf16 decode in cache; with it, 4-7% faster (docs/performance.md).
 #ifndef ROTARY_BF16_FIXUP  // 2: test the result and branch (the default); 1: always; 0: never (inexact: measurement only)
 #define ROTARY_BF16_FIXUP 2
 #endif
@@ -182,6 +173,15 @@ alignas(64) inline constexpr uint16_t kInterleaveHalves[32] = {0, 16, 1, 17, 2, 
                                                                8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 #endif  // ROTARY_BF16_HARDWARE
 
+// Two float32 vectors -> one vector of bf16 rounded to nearest even: `even`'s in the low halves of
+// the 32-bit lanes, `odd`'s in the high halves. The same bits as rounding each with F32ToBf16High,
+// moving `even`'s down and blending by 16-bit lanes, in 9 operations instead of 10: the truncated
+// halves and the dropped low halves are each gathered into one vector of 16-bit lanes first, so
+// that the rounding decision is made for 2N values at once. RNE rounds up iff low > 0x8000, or
+// low == 0x8000 and the kept part is odd, that is iff low + lsb >= 0x8001; AverageRound(low, lsb |
+// 0x7FFE) computes (low + lsb + 0x7FFF) >> 1 in 17 bits, whose bit 15 is exactly that. As with
+// F32ToBf16High, a NaN must have zero low 16 bits (every NaN these kernels produce does): its carry
+// is then 0.
 HWY_INLINE VU32 RoundJoinBf16(VF even, VF odd) {
 #if ROTARY_BF16_HARDWARE
   // One conversion of both, then one permutation (VPERMW) into the pairs' order, in place of the
