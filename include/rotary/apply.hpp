@@ -119,10 +119,13 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
 void set_num_threads(int n);
 int num_threads();
 
-// The SIMD targets compiled into this build that this CPU supports, best first ("AVX3",
-// "AVX2", "SSE4", "SSSE3", "EMU128" / "SCALAR"; the whole list whatever is forced), and forcing
-// one of them (for tests and benchmarks). $ROTARY_CPU_TARGET forces one at the first call of any
-// of these functions or of apply(); an explicit force_cpu_target() after it wins.
+// The SIMD targets compiled into this build that this CPU supports, best first ("AVX3_BF16",
+// "AVX3", "AVX2", "SSE4", "SSSE3", "EMU128" / "SCALAR"; the whole list whatever is forced), and
+// forcing one of them (for tests and benchmarks). AVX3_BF16 is AVX3 with the CPU's AVX512_BF16
+// conversions for bf16 stores (same bits; on CPUs that have them, e.g. AMD Zen 4, Intel Sapphire
+// Rapids), so "AVX3" there runs the integer rounding. $ROTARY_CPU_TARGET forces one at the
+// first call of any of these functions or of apply(); an explicit force_cpu_target() after it
+// wins.
 // force_cpu_target("") restores the automatic choice. An unknown or unsupported name is a
 // rotary::Error listing the available ones. current_cpu_target() is the one in use.
 std::vector<std::string> cpu_targets();

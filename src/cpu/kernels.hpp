@@ -54,6 +54,23 @@ void rotate_token_f32(const HeadsArgs& q, const HeadsArgs* k);
 void rotate_token_bf16(const HeadsArgs& q, const HeadsArgs* k);
 void rotate_token_f16(const HeadsArgs& q, const HeadsArgs* k);
 
+// bf16 with the CPU's own conversions (rotate_kernels_bf16_hw.cpp): the target "AVX3_BF16" of
+// cpu_targets(), Highway's AVX3 kernels with VCVTNE2PS2BF16 / VCVTNEPS2BF16 rounding in place of
+// the integer code, bit-identical to it. bf16_hardware_compiled(): this build has them (x86-64,
+// GCC >= 10 or Clang >= 9). bf16_hardware_available(): and this CPU and OS run them (CPUID
+// AVX512F/BW/DQ/VL and AVX512_BF16, XCR0 with the AVX-512 state). bf16_hardware_in_use(): the
+// current target is AVX3_BF16 (the automatic choice where available; force_cpu_target("AVX3")
+// and every other name turn it off). rotate_token_bf16 and the test hooks below follow it; the
+// *_hardware functions may be called only where it is true.
+bool bf16_hardware_compiled();
+bool bf16_hardware_available();
+bool bf16_hardware_in_use();
+void rotate_token_bf16_hardware(const HeadsArgs& q, const HeadsArgs* k);
+void round_join_bf16_hardware(const float* even, const float* odd, uint32_t* out, int64_t count);
+void narrow_bf16_hardware(const float* in, uint16_t* out, int64_t count);
+// For tests: VCVTNEPS2BF16 alone, without the fix-up of denormal inputs (which it reads as zero).
+void convert_bf16_hardware_unfixed(const float* in, uint16_t* out, int64_t count);
+
 // The order in which the kernels visit a token's heads: the heads split into `groups` contiguous
 // groups, visited as heads 0, H/g, 2H/g, ..., 1, H/g + 1, ... Heads are independent, so the order
 // changes no result, only which memory pages are in flight together. On the Intel machine of
@@ -81,12 +98,14 @@ void set_max_head_groups(int64_t n);
 // For tests: the kernels' float32 -> bf16 rounding of two vectors at once (rotate_kernels-inl.h,
 // RoundJoinBf16) over arrays with the current target: out[i] holds bf16(even[i]) in its low 16
 // bits and bf16(odd[i]) in its high 16 bits. Exact (nearest even) for every input but NaNs with
-// non-zero low 16 bits, which the kernels never produce.
+// non-zero low 16 bits, which the kernels never produce; with AVX3_BF16, float_to_bf16's bits for
+// every input.
 void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count);
 
 // For tests: the kernels' own loads and stores of bf16 / f16 (dtype BF16 or F16) over arrays with
 // the current target: widening, exact; narrowing, to nearest even (F16C on AVX2 / AVX3, integer
-// code elsewhere). Not a general converter: the bf16 narrowing assumes what F32ToBf16High does.
+// code elsewhere). Not a general converter: the bf16 narrowing assumes what F32ToBf16High does
+// (except with AVX3_BF16, which is float_to_bf16 for every input).
 void widen_16bit(DType dtype, const uint16_t* in, float* out, int64_t count);
 void narrow_16bit(DType dtype, const float* in, uint16_t* out, int64_t count);
 

@@ -31,8 +31,22 @@
 #include "hwy/highway.h"
 #include "src/cpu/kernels.hpp"
 
+// The namespace of the kernels: Highway's per-target one, except in rotate_kernels_bf16_hw.cpp,
+// which compiles them a second time for AVX3 with the AVX512_BF16 conversions
+// (ROTARY_BF16_HARDWARE) and must not define the same names as rotate_kernels_bf16.cpp's AVX3
+// pass. Highway's own ops stay in hwy::HWY_NAMESPACE.
+#ifndef ROTARY_KERNELS_NAMESPACE
+#define ROTARY_KERNELS_NAMESPACE HWY_NAMESPACE
+#endif
+#ifndef ROTARY_BF16_HARDWARE
+#define ROTARY_BF16_HARDWARE 0
+#endif
+#if ROTARY_BF16_HARDWARE && HWY_TARGET != HWY_AVX3
+#error "ROTARY_BF16_HARDWARE is written for Highway's AVX3 target (16 float lanes)"
+#endif
+
 HWY_BEFORE_NAMESPACE();
-namespace rotary::cpu::HWY_NAMESPACE {
+namespace rotary::cpu::ROTARY_KERNELS_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
@@ -63,6 +77,102 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
   return hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
 }
 
+#if ROTARY_BF16_HARDWARE
+// ---- bf16 rounding with AVX512_BF16 (rotate_kernels_bf16_hw.cpp) ------------------------------
+//
+// VCVTNEPS2BF16 / VCVTNE2PS2BF16 round float32 to bf16 to nearest even in one instruction, with
+// float_to_bf16's results for every input but one class (Intel SDM, "convert_fp32_to_bfloat16";
+// checked over all 2^32 patterns on the CPU at hand by tests/cpu/apply_test.cpp):
+//   NaN: sign and the top 7 payload bits kept, quiet bit set, as float_to_bf16. (The software
+//     F32ToBf16High keeps a signalling NaN signalling; the kernels only round results of
+//     arithmetic, whose NaNs are quiet, so the two never differ there.)
+//   denormal input: treated as zero (DAZ, whatever MXCSR says), so a float32 denormal would
+//     become +-0 where float_to_bf16 gives the bf16 denormal (or 2^-126) it rounds to.
+// The denormal lanes are fixed exactly: a denormal d = m * 2^-149 (m < 2^23) plus 2^-126 is the
+// normal number with bits bits(d) + 0x00800000 (the sum is exact: both have the spacing 2^-149
+// there), whose bf16 rounding looks at the same low 16 bits and the same kept bit 16 as the
+// rounding of d would, and lands at bf16(d) + 0x0080 (the bf16 bits of 2^-126). So: add
+// 0x00800000 to the bits of the lanes whose exponent field is 0, convert, subtract 0x0080 from
+// those lanes' results. A zero takes the same path and stays the zero of its sign (0x0080 - 0x0080);
+// the sign bit is untouched by both steps.
+// Only lanes whose result is +-0 can need it: the instruction's result is +-0 exactly for the
+// inputs +-0 and the denormals (no normal float32 rounds to a bf16 zero: the two formats share
+// their smallest normal, 2^-126). So the fast path tests the result (one VPTESTNMW for 32 lanes)
+// and branches to the fix-up when any lane is zero: rare in the kernels' data (a zero input
+// rotates to a zero output and takes it, at about the integer rounding's cost). Applied to every
+// vector instead, without the branch, the fix-up made the hardware path 10% slower than the
+// integer rounding on a bf16 decode in cache; with it, 4-7% faster (docs/performance.md).
+#ifndef ROTARY_BF16_FIXUP  // 2: test the result and branch (the default); 1: always; 0: never (inexact: measurement only)
+#define ROTARY_BF16_FIXUP 2
+#endif
+
+HWY_INLINE __m512 LiftDenormals(__m512 v, __mmask16 exponent_zero) {
+  const __m512i bits = _mm512_castps_si512(v);
+  return _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, exponent_zero, bits, _mm512_set1_epi32(0x00800000)));
+}
+
+HWY_INLINE __mmask16 ExponentZero(__m512 v) {
+  return _mm512_testn_epi32_mask(_mm512_castps_si512(v), _mm512_set1_epi32(0x7F800000));
+}
+
+template <typename Out, typename In>
+HWY_INLINE Out SameBits(const In& in) {
+  static_assert(sizeof(In) == sizeof(Out));
+  Out out;
+  std::memcpy(&out, &in, sizeof(out));  // the bf16 vector type as integers (a register move)
+  return out;
+}
+
+// 16 float32 -> 16 bf16 (in memory order), with every lane fixed up.
+HWY_INLINE __m256i Bf16HardwareExact(__m512 v) {
+  const __mmask16 exponent_zero = ExponentZero(v);
+  const __m256i bits = SameBits<__m256i>(_mm512_cvtneps_pbh(LiftDenormals(v, exponent_zero)));
+  return _mm256_mask_sub_epi16(bits, exponent_zero, bits, _mm256_set1_epi16(0x0080));
+}
+
+// 16 float32 -> 16 bf16 (in memory order).
+HWY_INLINE __m256i Bf16Hardware(__m512 v) {
+#if ROTARY_BF16_FIXUP == 2
+  const __m256i bits = SameBits<__m256i>(_mm512_cvtneps_pbh(v));
+  if (HWY_UNLIKELY(_mm256_testn_epi16_mask(bits, _mm256_set1_epi16(0x7FFF)) != 0)) return Bf16HardwareExact(v);
+  return bits;
+#elif ROTARY_BF16_FIXUP == 1
+  return Bf16HardwareExact(v);
+#else
+  return SameBits<__m256i>(_mm512_cvtneps_pbh(v));
+#endif
+}
+
+// 2 x 16 float32 -> 32 bf16: `low`'s in lanes 0-15, `high`'s in lanes 16-31, every lane fixed up.
+HWY_INLINE __m512i Bf16HardwareTwoExact(__m512 low, __m512 high) {
+  const __mmask16 low_zero = ExponentZero(low);
+  const __mmask16 high_zero = ExponentZero(high);
+  const __m512i bits =
+      SameBits<__m512i>(_mm512_cvtne2ps_pbh(LiftDenormals(high, high_zero), LiftDenormals(low, low_zero)));
+  const __mmask32 lifted = _mm512_kunpackw(high_zero, low_zero);  // high's in bits 16-31
+  return _mm512_mask_sub_epi16(bits, lifted, bits, _mm512_set1_epi16(0x0080));
+}
+
+// 2 x 16 float32 -> 32 bf16: `low`'s in lanes 0-15, `high`'s in lanes 16-31.
+HWY_INLINE __m512i Bf16HardwareTwo(__m512 low, __m512 high) {
+#if ROTARY_BF16_FIXUP == 2
+  const __m512i bits = SameBits<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+  if (HWY_UNLIKELY(_mm512_testn_epi16_mask(bits, _mm512_set1_epi16(0x7FFF)) != 0)) {
+    return Bf16HardwareTwoExact(low, high);
+  }
+  return bits;
+#elif ROTARY_BF16_FIXUP == 1
+  return Bf16HardwareTwoExact(low, high);
+#else
+  return SameBits<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+#endif
+}
+
+// Lanes 0-15 (even's) and 16-31 (odd's) interleaved: even_i to lane 2i, odd_i to lane 2i + 1.
+alignas(64) inline constexpr uint16_t kInterleaveHalves[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                               8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#endif  // ROTARY_BF16_HARDWARE
+
 // Two float32 vectors -> one vector of bf16 rounded to nearest even: `even`'s in the low halves of
 // the 32-bit lanes, `odd`'s in the high halves. The same bits as rounding each with F32ToBf16High,
 // moving `even`'s down and blending by 16-bit lanes, in 9 operations instead of 10: the truncated
@@ -73,7 +183,12 @@ HWY_INLINE VU32 F32ToBf16High(VF v) {
 // F32ToBf16High, a NaN must have zero low 16 bits (every NaN these kernels produce does): its carry
 // is then 0.
 HWY_INLINE VU32 RoundJoinBf16(VF even, VF odd) {
-#if HWY_TARGET == HWY_SCALAR
+#if ROTARY_BF16_HARDWARE
+  // One conversion of both, then one permutation (VPERMW) into the pairs' order, in place of the
+  // integer rounding's 9 operations; exact for every input (above).
+  const __m512i joined = Bf16HardwareTwo(even.raw, odd.raw);
+  return VU32{_mm512_permutexvar_epi16(_mm512_load_si512(kInterleaveHalves), joined)};
+#elif HWY_TARGET == HWY_SCALAR
   // No 16-bit view of a 32-bit lane here: round each, then shift, mask and OR.
   const DU32 du;
   return hn::Or(hn::ShiftRight<16>(F32ToBf16High(even)), hn::And(F32ToBf16High(odd), hn::Set(du, 0xFFFF0000u)));
@@ -194,6 +309,10 @@ HWY_INLINE void StoreF32(VF v, void* base, int64_t index) {
   } else if constexpr (kType == DType::F16) {
     hn::StoreU(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
 #endif
+#if ROTARY_BF16_HARDWARE
+  } else if constexpr (kType == DType::BF16) {
+    hn::StoreU(hn::Vec<DU16>{Bf16Hardware(v.raw)}, DU16(), static_cast<uint16_t*>(base) + index);
+#endif
   } else {
     const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
     hn::StoreU(hn::TruncateTo(DU16(), bits), DU16(), static_cast<uint16_t*>(base) + index);
@@ -216,6 +335,10 @@ HWY_INLINE void StreamF32(VF v, void* base, int64_t index) {
 #if ROTARY_HAVE_F16C
   } else if constexpr (kType == DType::F16 && CanStream<kType>()) {
     hn::Stream(hn::DemoteTo(DF16(), v), DF16(), static_cast<hwy::float16_t*>(base) + index);
+#endif
+#if ROTARY_BF16_HARDWARE
+  } else if constexpr (kType == DType::BF16) {
+    hn::Stream(hn::Vec<DU16>{Bf16Hardware(v.raw)}, DU16(), static_cast<uint16_t*>(base) + index);
 #endif
   } else if constexpr (CanStream<kType>()) {
     const VU32 bits = kType == DType::BF16 ? hn::ShiftRight<16>(F32ToBf16High(v)) : F32ToF16Bits(v);
@@ -344,7 +467,8 @@ HWY_INLINE void StoreOne(float value, void* base, int64_t index) {
 // step of two heads instead of 6, which made the loads, not the stores, the busiest port (AVX2
 // on AMD EPYC, perf annotate, 2026-11-25). An empty asm that claims to change the register
 // leaves the value alone and forces one load.
-HWY_INLINE VF InRegister(VF v) {
+template <class V>
+HWY_INLINE V InRegister(V v) {
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && (defined(__GNUC__) || defined(__clang__))
   asm("" : "+v"(v.raw));
 #endif
@@ -417,8 +541,9 @@ HWY_INLINE void RotateHeads(const void* in0, void* out0, const void* in1, void* 
         const auto step = [&](const void* in, void* out, VF c_even, VF c_odd, VF s_even, VF s_odd) HWY_ATTR {
           const auto* in16 = static_cast<const uint16_t*>(in);
           auto* out16 = static_cast<uint16_t*>(out);
-          const VU32 a_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i));
-          const VU32 b_bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i));
+          // In registers: each feeds a shift and an AND, which GCC would give a load each.
+          const VU32 a_bits = InRegister(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + first + i)));
+          const VU32 b_bits = InRegister(hn::LoadU(du, reinterpret_cast<const uint32_t*>(in16 + second + i)));
           const VF a_even = hn::BitCast(df, hn::ShiftLeft<16>(a_bits));
           const VF a_odd = hn::BitCast(df, hn::And(a_bits, high_half));
           const VF b_even = hn::BitCast(df, hn::ShiftLeft<16>(b_bits));
@@ -757,7 +882,7 @@ void RotateTokenTyped(const HeadsArgs& q, const HeadsArgs* k) {
   }
 }
 
-}  // namespace rotary::cpu::HWY_NAMESPACE
+}  // namespace rotary::cpu::ROTARY_KERNELS_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 

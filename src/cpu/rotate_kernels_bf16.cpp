@@ -35,9 +35,14 @@ namespace rotary::cpu {
 HWY_EXPORT(RotateTokenBF16);
 HWY_EXPORT(RoundJoinBf16Arrays);
 
-void rotate_token_bf16(const HeadsArgs& q, const HeadsArgs* k) { HWY_DYNAMIC_DISPATCH(RotateTokenBF16)(q, k); }
+// AVX3_BF16 (rotate_kernels_bf16_hw.cpp) where it is the current target, else Highway's choice.
+void rotate_token_bf16(const HeadsArgs& q, const HeadsArgs* k) {
+  if (bf16_hardware_in_use()) return rotate_token_bf16_hardware(q, k);
+  HWY_DYNAMIC_DISPATCH(RotateTokenBF16)(q, k);
+}
 
 void round_join_bf16(const float* even, const float* odd, uint32_t* out, int64_t count) {
+  if (bf16_hardware_in_use()) return round_join_bf16_hardware(even, odd, out, count);
   HWY_DYNAMIC_DISPATCH(RoundJoinBf16Arrays)(even, odd, out, count);
 }
 

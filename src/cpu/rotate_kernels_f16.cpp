@@ -52,6 +52,7 @@ void widen_16bit(DType dtype, const uint16_t* in, float* out, int64_t count) {
 }
 
 void narrow_16bit(DType dtype, const float* in, uint16_t* out, int64_t count) {
+  if (dtype == DType::BF16 && bf16_hardware_in_use()) return narrow_bf16_hardware(in, out, count);
   HWY_DYNAMIC_DISPATCH(NarrowArrays)(dtype == DType::F16, in, out, count);
 }
 

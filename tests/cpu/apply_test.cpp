@@ -32,6 +32,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
+#include "src/cpu/storage.hpp"  // bits16::bf16_round_bits
 #include "tests/cpu/random_calls.hpp"
 
 namespace rotary {
@@ -677,6 +678,234 @@ TEST(ApplyCpu, Bf16AndF16ConversionsAreExactOnEveryTarget) {
       }
     }
   }
+}
+
+// ---- every float32 pattern ---------------------------------------------------------------------
+
+// Calls fn(bits, n) on chunks of float32 bit patterns: all 2^32 when `every_pattern`, else every
+// pattern whose exponent field is 0, 1, 0xFE or 0xFF (zeros, denormals, the smallest normals, the
+// largest, infinities, NaNs: each with every mantissa and both signs) and every 251st mantissa of
+// the other exponents (a stride prime to every field width). Returns how many it gave.
+template <typename Fn>
+uint64_t for_each_float32_chunk(bool every_pattern, Fn&& fn) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint32_t> bits(kChunk);
+  uint64_t given = 0;
+  uint32_t run = 0, mantissa = 0;  // run: sign and exponent field (512 runs of 2^23 mantissas)
+  while (run < 512) {
+    size_t n = 0;
+    while (n < kChunk && run < 512) {
+      const uint32_t exponent = run & 0xFFu;
+      const uint32_t step = every_pattern || exponent <= 1 || exponent >= 0xFE ? 1 : 251;
+      bits[n++] = ((run >> 8) << 31) | (exponent << 23) | mantissa;
+      mantissa += step;
+      if (mantissa >= (1u << 23)) mantissa = 0, ++run;
+    }
+    if (!fn(bits.data(), n)) break;
+    given += n;
+  }
+  return given;
+}
+
+// ---- AVX3_BF16: the CPU's own bf16 conversions (rotate_kernels_bf16_hw.cpp) --------------------
+
+// Every float32 bit pattern through AVX3_BF16's conversions: the single-vector store
+// (narrow_16bit) and the two-vector rounding and join (round_join_bf16, each pattern once as an
+// even and once as an odd lane, beside a different neighbour), both against float_to_bf16 bit for
+// bit: NaNs (quiet and signalling, either sign, any payload), denormals (which the instruction
+// reads as zero and the fix-up corrects), results that round into bf16's denormal range or up to
+// 2^-126, ties to even and odd, overflow to infinity, zeros and infinities. The software path
+// (AVX3 and below) is checked against the same function by the tests above, over the inputs it
+// is defined for; so AVX3_BF16 gives the software path's bits wherever the kernels can reach.
+// The ctest one runs for_each_float32_chunk's sample (every pattern of the exponent fields 0, 1,
+// 0xFE, 0xFF, where every special class lives, and about 2^24 others); the DISABLED_ one all 2^32.
+void check_bf16_hardware_conversion(bool every_pattern) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  const ForcedTarget forced("AVX3_BF16");
+  ASSERT_TRUE(cpu::bf16_hardware_in_use());
+  std::vector<float> values, odd_values;
+  std::vector<uint32_t> odd_bits, joined;
+  std::vector<uint16_t> narrowed;
+  int wrong = 0;
+  const uint64_t checked = for_each_float32_chunk(every_pattern, [&](const uint32_t* bits, size_t n) {
+    values.resize(n), odd_values.resize(n), odd_bits.resize(n), joined.resize(n), narrowed.resize(n);
+    // The odd lane: a bijection of the pattern (an odd multiplier), so that over the whole range
+    // it too takes every pattern, beside unrelated even lanes.
+    for (size_t i = 0; i < n; ++i) odd_bits[i] = bits[i] * 0x9E3779B1u;
+    std::memcpy(values.data(), bits, n * 4);
+    std::memcpy(odd_values.data(), odd_bits.data(), n * 4);
+    cpu::narrow_16bit(DType::BF16, values.data(), narrowed.data(), static_cast<int64_t>(n));
+    cpu::round_join_bf16(values.data(), odd_values.data(), joined.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n && wrong < 10; ++i) {
+      const uint16_t want = float_to_bf16(values[i]);
+      // The odd lanes against storage.hpp's branch-free copy of float_to_bf16 (checked against it
+      // by storage_test), which the compiler vectorizes: float_to_bf16 is out of line, and a
+      // second call per pattern made this test take half as long again.
+      const uint32_t want_joined = want | (cpu::bits16::bf16_round_bits(odd_values[i]) & 0xFFFF0000u);
+      if (narrowed[i] != want || joined[i] != want_joined) {
+        ++wrong;
+        ADD_FAILURE() << std::hex << "float32 0x" << bits[i] << " (odd lane 0x" << odd_bits[i] << "): narrowed 0x"
+                      << narrowed[i] << ", joined 0x" << joined[i] << "; want 0x" << want << ", 0x" << want_joined;
+      }
+    }
+    return wrong < 10;
+  });
+  if (every_pattern && wrong == 0) {
+    EXPECT_EQ(checked, uint64_t{1} << 32);
+  }
+  ::testing::Test::RecordProperty("patterns", std::to_string(checked));
+}
+
+TEST(ApplyCpu, Bf16HardwareConversionMatchesFloatToBf16) { check_bf16_hardware_conversion(false); }
+// All 2^32 patterns: about 15 s of CPU on the AMD EPYC of 2026-11-25 (4 min of wall time in a
+// ctest run on the loaded machine), so run by hand (--gtest_also_run_disabled_tests) after a
+// change to the conversion, as tensor_test's all-floats tests are.
+TEST(ApplyCpu, DISABLED_Bf16HardwareConversionMatchesFloatToBf16ForEveryFloat32) {
+  check_bf16_hardware_conversion(true);
+}
+
+// f16 stores on the targets with F16C (AVX2, AVX3, AVX3_BF16: Highway's DemoteTo, VCVTPS2PH with
+// the rounding in the immediate, to nearest even whatever MXCSR says) against float_to_f16 bit
+// for bit, over the sample of for_each_float32_chunk on each (the DISABLED_ one: every float32
+// pattern on the best such target): NaN payloads (quiet and signalling: quieted, top payload
+// bits kept, as float_to_f16), denormal inputs (every one rounds to f16 zero, with its sign),
+// results in f16's subnormal range, ties, overflow to infinity from 65520 up.
+void check_f16c_conversion(bool every_pattern) {
+  std::vector<std::string> f16c_targets;
+  for (const std::string& target : cpu_targets()) {
+    if (target == "AVX3_BF16" || target == "AVX3" || target == "AVX2") f16c_targets.push_back(target);
+  }
+  if (f16c_targets.empty()) GTEST_SKIP() << "no target with F16C (AVX2 or AVX3) on this CPU";
+  std::vector<float> values;
+  std::vector<uint16_t> narrowed;
+  for (const std::string& target : f16c_targets) {
+    SCOPED_TRACE("target " + target);
+    const ForcedTarget forced(target);
+    const bool dense = every_pattern && target == f16c_targets.front();
+    int wrong = 0;
+    const uint64_t checked = for_each_float32_chunk(dense, [&](const uint32_t* bits, size_t n) {
+      values.resize(n), narrowed.resize(n);
+      std::memcpy(values.data(), bits, n * 4);
+      cpu::narrow_16bit(DType::F16, values.data(), narrowed.data(), static_cast<int64_t>(n));
+      for (size_t i = 0; i < n && wrong < 10; ++i) {
+        const uint16_t want = float_to_f16(values[i]);
+        if (narrowed[i] != want) {
+          ++wrong;
+          ADD_FAILURE() << std::hex << "float32 0x" << bits[i] << ": got 0x" << narrowed[i] << ", want 0x" << want;
+        }
+      }
+      return wrong < 10;
+    });
+    if (dense && wrong == 0) {
+      EXPECT_EQ(checked, uint64_t{1} << 32);
+    }
+  }
+}
+
+TEST(ApplyCpu, F16cConversionMatchesFloatToF16) { check_f16c_conversion(false); }
+// All 2^32 patterns on the best F16C target: about 10 s of CPU; by hand, as above.
+TEST(ApplyCpu, DISABLED_F16cConversionMatchesFloatToF16ForEveryFloat32) { check_f16c_conversion(true); }
+
+// What the instruction does alone on this CPU: denormal inputs read as zero (so the fix-up above is
+// needed, and the dense test would see its absence), and every other class as float_to_bf16. If a
+// CPU ever converts denormals exactly, the first expectation fails and says so (the fix-up is then
+// harmless, only unneeded).
+TEST(ApplyCpu, Bf16HardwareInstructionReadsDenormalsAsZero) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  const std::vector<uint32_t> patterns = {
+      0x00000001u, 0x807FFFFFu, 0x00400000u, 0x007F8000u, 0x00008000u,  // denormals
+      0x00800000u, 0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0xFF7F8000u,  // normals: min, ties even / odd, overflow
+      0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u,              // infinities, zeros
+      0x7F800001u, 0xFF812345u, 0x7FC00001u, 0x7FBFFFFFu};             // NaNs: signalling, quiet, payloads
+  std::vector<float> in(16 * ((patterns.size() + 15) / 16), 1.0f);
+  std::memcpy(in.data(), patterns.data(), patterns.size() * 4);
+  std::vector<uint16_t> out(in.size());
+  cpu::convert_bf16_hardware_unfixed(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << std::hex << "float32 0x" << patterns[i]);
+    const bool denormal = (patterns[i] & 0x7F800000u) == 0 && (patterns[i] & 0x007FFFFFu) != 0;
+    if (denormal) {
+      EXPECT_EQ(out[i], (patterns[i] >> 16) & 0x8000u) << "a denormal input is read as a zero of its sign";
+    } else {
+      EXPECT_EQ(out[i], float_to_bf16(in[i]));
+    }
+  }
+}
+
+// The kernels on AVX3_BF16 against AVX3's software rounding, bit for bit, and both against the
+// float64 reference, with bf16 inputs where the conversion's special classes arise: denormal and
+// tiny inputs (their products are float32 denormals, which the instruction alone would flush to
+// zero), values near the largest bf16 (results that overflow to infinity), zeros, and random
+// normals. Both pairings, both directions, in place and out of place, and a call large enough to be
+// memory-bound and streamed.
+TEST(ApplyCpu, Bf16HardwareKernelsGiveTheSoftwareBitsOnExtremeValues) {
+  if (!cpu::bf16_hardware_available()) {
+    GTEST_SKIP() << "no AVX3_BF16 here: " << (cpu::bf16_hardware_compiled() ? "this CPU lacks AVX512_BF16" : "not compiled in this build");
+  }
+  Rng rng(38000);
+  // capped: huge values below 2^126, so that no result overflows: the reference check cannot
+  // bound a finite reference against an infinity (both targets still must agree bit for bit on
+  // the uncapped values, which do overflow).
+  bool capped = false;
+  const auto extreme_bf16 = [&]() -> uint16_t {
+    const auto sign = static_cast<uint16_t>(rng.coin() ? 0x8000 : 0);
+    const auto mantissa = static_cast<uint16_t>(rng.bits() & 0x7F);
+    switch (rng.uniform(0, 4)) {
+      case 0: return sign | mantissa;                                                   // denormal or zero
+      case 1: return sign | static_cast<uint16_t>(rng.uniform(1, 12) << 7) | mantissa;  // tiny normal
+      case 2: return sign | static_cast<uint16_t>(rng.uniform(0xF8, capped ? 0xFC : 0xFE) << 7) | mantissa;  // huge
+      default: return sign | static_cast<uint16_t>(rng.uniform(0x70, 0x8F) << 7) | mantissa;  // ordinary
+    }
+  };
+  int calls = 0;
+  for (const auto& [style, backward] : {std::pair{Style::NeoX, false}, std::pair{Style::NeoX, true},
+                                        std::pair{Style::GPTJ, false}, std::pair{Style::GPTJ, true}}) {
+    for (const int64_t seq : {int64_t{5}, int64_t{400}}) {
+      for (const int64_t dim : {int64_t{128}, int64_t{80}}) {
+       for (const bool cap : {false, true}) {
+        capped = cap;
+        const Family family = family_of(text_spec(dim, style));
+        const CosSinTable table(family.spec, family.table_options);
+        Config c = plain_config(family, Layout::BSHD, 1, seq, 32, 8, dim, DType::BF16);
+        c.seed = rng.bits() % 1000000;
+        c.in_place = rng.coin();
+        c.options.direction = backward ? Direction::Backward : Direction::Forward;
+        plan_tensors(c, &rng);
+        SCOPED_TRACE(c.describe());
+        Buffers initial = make_buffers(c);
+        for (const ViewPlan* view : {&c.q, &c.k}) {
+          unsigned char* base = initial[static_cast<size_t>(view->buffer)].data();
+          view->for_each([&](int64_t b, int64_t s, int64_t h, int64_t d) {
+            const uint16_t value = extreme_bf16();
+            std::memcpy(base + view->index(b, s, h, d) * 2, &value, 2);
+          });
+        }
+        Buffers software = initial, hardware = initial;
+        {
+          const ForcedTarget forced("AVX3");
+          ASSERT_FALSE(cpu::bf16_hardware_in_use());
+          ASSERT_EQ(run(c, table, software, true), std::nullopt);
+        }
+        {
+          const ForcedTarget forced("AVX3_BF16");
+          ASSERT_TRUE(cpu::bf16_hardware_in_use());
+          ASSERT_EQ(run(c, table, hardware, true), std::nullopt);
+          if (capped) {
+            const std::string problems = run_and_check(c, table, &initial);
+            EXPECT_TRUE(problems.empty()) << problems;
+          }
+        }
+        EXPECT_TRUE(software == hardware) << "AVX3_BF16's bytes differ from AVX3's" << (capped ? "" : " (uncapped)");
+        ++calls;
+       }
+      }
+    }
+  }
+  EXPECT_EQ(calls, 32);
 }
 
 // The kernels visit a token's heads in an interleaved order when they span more than a page and

@@ -72,7 +72,11 @@ void copy_inplace_init(std::byte* data, size_t bytes) {
 
 std::string stream_target() {
   follow_target_environment();
-  return detail::dispatched_target();
+  const std::string dispatched = detail::dispatched_target();
+  // AVX3_BF16 is AVX3 with other bf16 stores: the streams, which convert nothing, run AVX3's code
+  // under it, and are named as the kernels' target is.
+  const std::string kernels = current_cpu_target();
+  return kernels == "AVX3_BF16" && dispatched == "AVX3" ? kernels : dispatched;
 }
 
 }  // namespace rotary::bandwidth

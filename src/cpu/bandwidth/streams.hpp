@@ -69,7 +69,8 @@ void memcpy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threa
 void copy_inplace_init(std::byte* data, size_t bytes);
 
 // The Highway target the streams run with now ("AVX3", "AVX2", ... as current_cpu_target()
-// names them). Like every stream call, it first applies $ROTARY_CPU_TARGET once per process,
+// names them; under AVX3_BF16, which differs from AVX3 only in bf16 stores, the streams run
+// AVX3's code and are named AVX3_BF16). Like every stream call, it first applies $ROTARY_CPU_TARGET once per process,
 // as rotary::apply does on its first call.
 std::string stream_target();
 
