@@ -189,8 +189,8 @@ def test_gradcheck_fails_on_a_wrong_backward(monkeypatch):
 
     original = module._dense_grads
 
-    def wrong(q, k, v, grad_out, visible, scale):
-        dq, dk, dv = original(q, k, v, grad_out, visible, scale)
+    def wrong(q, k, v, grad_out, visible, scale, bias=None):
+        dq, dk, dv = original(q, k, v, grad_out, visible, scale, bias)
         return dq * 1.001, dk, dv
 
     monkeypatch.setattr(module, "_dense_grads", wrong)
@@ -437,14 +437,25 @@ def test_opcheck_schema_fake_and_aot_dispatch():
     spec = rotary.Spec.preset("llama-3.1-8b")
     q_rope = random_tensor(gen, (2, 4, 5, 128))
     k_rope = random_tensor(gen, (2, 2, 7, 128))
+    table = torch.from_numpy(rotary.sinusoidal_table(9, 16))
     cases = [
-        (_attention_op, (q, k, v, None, torch.tensor([7, 5]), None, None, None, None, "", "", None, True, 0, 2, "bhsd",
-                         0, -1, "kernels")),
-        (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, spec._handle, "", 0.1,
-                         True, 3, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, torch.tensor([7, 5]), None, None, None, None, None, None, "", "", None, True,
+                         0, 2, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, None, None,
+                         spec._handle, "", 0.1, True, 3, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, None, None, None, None, None, torch.tensor(rotary.alibi_slopes(4)), None, "",
+                         "", None, True, 0, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, None, None, None, torch.tensor([3, 4, 5, 6, 7]), None, None, table, "", "",
+                         None, True, 0, 2, "bhsd", 0, -1, "kernels")),
         (_hf_attention_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2), True, 0, None)),
         (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, torch.tensor([7, 5]), None, None,
-                                  None, None, "", "", None, True, 0, 2, "bhsd", 0, -1)),
+                                  None, None, None, None, "", "", None, True, 0, 2, "bhsd", 0, -1)),
+        (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, None, None, None, None, None,
+                                  torch.tensor(rotary.alibi_slopes(4)), None, "", "", None, True, 0, 0, "bhsd", 0,
+                                  -1)),
+        (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, None, None, None,
+                                  torch.tensor([3, 4, 5, 6, 7]), None, None, table, "", "", None, True, 0, 2, "bhsd",
+                                  0, -1)),
         (_hf_attention_backward_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2),
                                      random_tensor(gen, (2, 5, 4, 12)), True, None)),
     ]
