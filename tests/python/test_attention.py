@@ -46,12 +46,15 @@ def visibility(batch, q_len, kv_len, causal, window, offsets, kv_lengths):
     return np.broadcast_to(visible, (batch, q_len, kv_len))
 
 
-def definition(q, k, v, visible, scale):
-    """softmax(scale q kᵀ) v over the visible keys in float64, BHSD; zeros for rows seeing nothing."""
+def definition(q, k, v, visible, scale, bias=None):
+    """softmax(scale q kᵀ + bias) v over the visible keys in float64, BHSD; zeros for rows seeing
+    nothing. bias (ALiBi's): None or broadcastable to [batch, q_heads, q_len, kv_len]."""
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k.astype(np.float64), group, axis=1)
     v = np.repeat(v.astype(np.float64), group, axis=1)
     scores = scale * np.einsum("bhie,bhje->bhij", q.astype(np.float64), k)
+    if bias is not None:
+        scores = scores + bias
     mask = visible[:, None]
     scores = np.where(mask, scores, -np.inf)
     top = np.where(mask.any(-1, keepdims=True), scores.max(-1, keepdims=True), 0.0)
@@ -103,21 +106,32 @@ def random_call(rng):
                 layout=str(rng.choice(["bhsd", "bshd", "sbhd"])), scale=float(rng.choice([0.0, 0.3])))
 
 
-def run_random(rng, dtype, mutate_offset=0):
-    """One random call: (worst |reference - definition|, worst |kernels - reference| / bound)."""
-    c = random_call(rng)
-    b, qh, kh, d, dv, ql, kl = c["batch"], c["q_heads"], c["kv_heads"], c["d"], c["dv"], c["q_len"], c["kv_len"]
-    q = random_values(rng, (b, qh, ql, d), dtype)
-    k = random_values(rng, (b, kh, kl, d), dtype)
-    v = random_values(rng, (b, kh, kl, dv), dtype)
-    layout = c["layout"]
-    kwargs = dict(causal=c["causal"], window=c["window"], layout=layout, scale=c["scale"] or None)
+def call_kwargs(c):
+    """rotary.attention's mask arguments for a random_call."""
+    kwargs = dict(causal=c["causal"], window=c["window"], layout=c["layout"], scale=c["scale"] or None)
     if c["per_sequence"]:
         kwargs["query_offsets"] = c["offsets"]
     else:
         kwargs["query_offset"] = int(c["offsets"][0])
     if c["kv_lengths"] is not None:
         kwargs["kv_lengths"] = c["kv_lengths"]
+    return kwargs
+
+
+def random_qkv(rng, c, dtype):
+    """q, k, v of a random_call's shapes, BHSD."""
+    b, qh, kh, d, dv, ql, kl = c["batch"], c["q_heads"], c["kv_heads"], c["d"], c["dv"], c["q_len"], c["kv_len"]
+    return (random_values(rng, (b, qh, ql, d), dtype), random_values(rng, (b, kh, kl, d), dtype),
+            random_values(rng, (b, kh, kl, dv), dtype))
+
+
+def run_random(rng, dtype, mutate_offset=0):
+    """One random call: (worst |reference - definition|, worst |kernels - reference| / bound)."""
+    c = random_call(rng)
+    b, qh, d, ql, kl = c["batch"], c["q_heads"], c["d"], c["q_len"], c["kv_len"]
+    q, k, v = random_qkv(rng, c, dtype)
+    layout = c["layout"]
+    kwargs = call_kwargs(c)
     args = [np.ascontiguousarray(from_bhsd(x, layout)) for x in (q, k, v)]
     fast = to_bhsd(rotary.attention(*args, **kwargs), layout).astype(np.float64)
     ref = to_bhsd(rotary.attention(*args, implementation="reference", **kwargs), layout).astype(np.float64)
@@ -292,18 +306,7 @@ def encoded_definition(q, k, v, visible, scale, bias=None, table=None, q_pos=Non
         wide = table.astype(np.float64)
         q = q + wide[q_pos][:, None]
         k = k + wide[k_pos][:, None]
-    group = q.shape[1] // k.shape[1]
-    k_rep = np.repeat(k, group, axis=1)
-    v_rep = np.repeat(v.astype(np.float64), group, axis=1)
-    scores = scale * np.einsum("bhie,bhje->bhij", q, k_rep)
-    if bias is not None:
-        scores = scores + bias
-    mask = visible[:, None]
-    scores = np.where(mask, scores, -np.inf)
-    top = np.where(mask.any(-1, keepdims=True), scores.max(-1, keepdims=True), 0.0)
-    weights = np.where(mask, np.exp(scores - top), 0.0)
-    total = weights.sum(-1, keepdims=True)
-    return np.einsum("bhij,bhje->bhie", weights / np.where(total > 0, total, 1.0), v_rep), q, k
+    return definition(q, k, v, visible, scale, bias), q, k
 
 
 def encoded_bound(q_mag, k_mag, v, visible, scale, ref, fast_dtype, fast, bias=None):
@@ -331,18 +334,10 @@ def run_encoded(rng, dtype, encoding, mutate=0):
     |kernels - definition| / bound). mutate shifts the definition's positions by one (the bound
     must then fail somewhere)."""
     c = random_call(rng)
-    b, qh, kh, d, dv, ql, kl = c["batch"], c["q_heads"], c["kv_heads"], c["d"], c["dv"], c["q_len"], c["kv_len"]
-    q = random_values(rng, (b, qh, ql, d), dtype)
-    k = random_values(rng, (b, kh, kl, d), dtype)
-    v = random_values(rng, (b, kh, kl, dv), dtype)
+    b, qh, d, ql, kl = c["batch"], c["q_heads"], c["d"], c["q_len"], c["kv_len"]
+    q, k, v = random_qkv(rng, c, dtype)
     layout = c["layout"]
-    kwargs = dict(causal=c["causal"], window=c["window"], layout=layout, scale=c["scale"] or None)
-    if c["per_sequence"]:
-        kwargs["query_offsets"] = c["offsets"]
-    else:
-        kwargs["query_offset"] = int(c["offsets"][0])
-    if c["kv_lengths"] is not None:
-        kwargs["kv_lengths"] = c["kv_lengths"]
+    kwargs = call_kwargs(c)
     scale = c["scale"] or 1.0 / math.sqrt(d)
     lengths = c["kv_lengths"] if c["kv_lengths"] is not None else np.full(b, kl)
     visible = visibility(b, ql, kl, c["causal"], c["window"], c["offsets"], lengths)
