@@ -80,6 +80,11 @@ def check_alibi_slopes(slopes) -> Optional[np.ndarray]:
     if array.dtype.kind not in "fiu" or array.ndim != 1:
         raise RotaryError(f"alibi_slopes must be a 1-D array of real numbers, one per q head (got dtype {array.dtype}, "
                           f"shape {array.shape})")
+    wide = array.astype(np.float64)
+    overflow = np.flatnonzero(np.isfinite(wide) & (np.abs(wide) > np.finfo(np.float32).max))
+    if overflow.size:  # float32 would turn it into inf, and the C++ message would show inf, not this value
+        i = int(overflow[0])
+        raise RotaryError(f"alibi_slopes[{i}] must fit in float32 (got {float(wide[i])!r})")
     return np.ascontiguousarray(array, dtype=np.float32)
 
 

@@ -453,6 +453,7 @@ def small_spec():
     (lambda: dict(alibi_slopes=[0.5, 0.25, 0.125]), "options.alibi_slopes must hold one slope per q head, 4 (got 3)"),
     (lambda: dict(alibi_slopes=[0.5, np.inf, 0.1, 0.1]), "options.alibi_slopes[1] must be finite (got inf)"),
     (lambda: dict(alibi_slopes=[[0.5]]), "alibi_slopes must be a 1-D array of real numbers"),
+    (lambda: dict(alibi_slopes=[0.5, 0.5, 1e300, 0.5]), "alibi_slopes[2] must fit in float32 (got 1e+300)"),
     (lambda: dict(absolute=rotary.sinusoidal_table(9, 6)), "absolute.dim must equal q's head dim, 8 (got 6)"),
     (lambda: dict(absolute=rotary.sinusoidal_table(9, 8).astype(np.float64)),
      "absolute must be a float32 array [rows, head_dim] (got dtype float64, shape (9, 8))"),
