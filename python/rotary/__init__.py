@@ -8,6 +8,7 @@ NumPy API (this module):
     cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
     rotary.convert_weights("hf.safetensors", "meta.safetensors", "config.json", to="interleaved")
     out = rotary.attention(q, k, v, causal=True, spec_or_table=spec)  # GQA, masks, fused RoPE
+    out = rotary.attention(q, k, v, causal=True, alibi_slopes=rotary.alibi_slopes(q.shape[1]))  # or absolute=
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
 drop-in). Plots: rotary.viz (matplotlib). Every bad argument raises rotary.RotaryError, a
@@ -29,7 +30,7 @@ from ._diagnose import diagnose
 from ._export import export_table
 from ._kv_cache import KvCache
 from ._convert import convert_weights
-from ._attention import attention, attention_scale
+from ._attention import alibi_slopes, attention, attention_scale, sinusoidal_table
 
 __all__ = [
     "RotaryError",
@@ -46,6 +47,8 @@ __all__ = [
     "convert_weights",
     "attention",
     "attention_scale",
+    "alibi_slopes",
+    "sinusoidal_table",
     "set_num_threads",
     "num_threads",
     "cpu_targets",

@@ -32,15 +32,72 @@ IMPLEMENTATIONS = ("kernels", "reference")
 
 
 class Prepared(NamedTuple):
-    """A call's int64 buffers (C-contiguous, kept alive by the caller for the call) and its table."""
+    """A call's buffers (C-contiguous, kept alive by the caller for the call) and its table."""
     query_offsets: Optional[np.ndarray]
     kv_lengths: Optional[np.ndarray]
     cu_seqlens_q: Optional[np.ndarray]
     cu_seqlens_k: Optional[np.ndarray]
     native_table: object  # _rotary.CosSinTable or None (no fused RoPE)
-    q_positions: Optional[np.ndarray]
+    q_positions: Optional[np.ndarray]  # fused RoPE's or the absolute table's
     k_positions: Optional[np.ndarray]
     seq_len: int  # -1: the call's largest position + 1 (Hugging Face's rule)
+    alibi_slopes: Optional[np.ndarray] = None  # float32 [q_heads]
+    absolute: Optional[np.ndarray] = None  # float32 [rows, head_dim], C-contiguous
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """ALiBi's head slopes (Press et al. 2021; include/rotary/encodings.hpp alibi_slopes), float64
+    [num_heads]: 2^(-8 (h + 1) / n) for n a power of two, the authors' interleaving otherwise.
+    attention(alibi_slopes=...) rounds them to float32, as flash-attention takes them.
+
+    >>> rotary.alibi_slopes(8)[:3]
+    array([0.5  , 0.25 , 0.125])
+    """
+    n = int_arg("num_heads", num_heads)
+    return np.frombuffer(_rotary.alibi_slopes(n), dtype=np.float64).copy()
+
+
+def sinusoidal_table(rows: int, dim: int, base: float = 10000.0) -> np.ndarray:
+    """Vaswani et al.'s sinusoidal position table (include/rotary/encodings.hpp sinusoidal_table),
+    float32 [rows, dim]: row p = (sin(p / base^(2i/dim)), cos(p / base^(2i/dim)))_i interleaved,
+    computed in double and rounded once. The `absolute=` table of attention().
+
+    >>> rotary.sinusoidal_table(2, 4)[1].round(4)
+    array([0.8415, 0.5403, 0.01  , 1.    ], dtype=float32)
+    """
+    r = int_arg("rows", rows)
+    d = int_arg("dim", dim)
+    b = float_arg("base", base)
+    flat = np.frombuffer(_rotary.sinusoidal_table(r, d, b), dtype=np.float32)
+    return flat.reshape(max(r, 0), d).copy()
+
+
+def check_alibi_slopes(slopes) -> Optional[np.ndarray]:
+    """None or a 1-D array of real numbers, as float32 (the count and values are checked in C++)."""
+    if slopes is None:
+        return None
+    array = np.asarray(slopes)
+    if array.dtype.kind not in "fiu" or array.ndim != 1:
+        raise RotaryError(f"alibi_slopes must be a 1-D array of real numbers, one per q head (got dtype {array.dtype}, "
+                          f"shape {array.shape})")
+    wide = array.astype(np.float64)
+    overflow = np.flatnonzero(np.isfinite(wide) & (np.abs(wide) > np.finfo(np.float32).max))
+    if overflow.size:  # float32 would turn it into inf, and the C++ message would show inf, not this value
+        i = int(overflow[0])
+        raise RotaryError(f"alibi_slopes[{i}] must fit in float32 (got {float(wide[i])!r})")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def check_absolute_table(table) -> Optional[np.ndarray]:
+    """None or a float32 array [rows, head_dim] (its dim and the positions are checked in C++).
+    Other dtypes are refused rather than rounded: the kernels add the table's float32 values."""
+    if table is None:
+        return None
+    array = np.asarray(table)
+    if array.dtype != np.float32 or array.ndim != 2:
+        raise RotaryError(f"absolute must be a float32 array [rows, head_dim] (got dtype {array.dtype}, shape "
+                          f"{array.shape})")
+    return np.ascontiguousarray(array)
 
 
 
@@ -113,20 +170,50 @@ def _default_positions(layout: str, shape, cu: Optional[np.ndarray], offsets: Op
 
 
 def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, kv_lengths, cu_seqlens_q,
-            cu_seqlens_k, spec_or_table, q_positions, k_positions, precision, seq_len) -> Prepared:
-    """Checks and converts everything that crosses as a plain buffer; resolves the table."""
+            cu_seqlens_k, spec_or_table, q_positions, k_positions, precision, seq_len, alibi_slopes=None,
+            absolute=None) -> Prepared:
+    """Checks and converts everything that crosses as a plain buffer; resolves the table. The
+    positions serve fused RoPE or the absolute table (C++ refuses the two together)."""
     offsets = _sequence_ints(query_offsets, "query_offsets")
     lengths = _sequence_ints(kv_lengths, "kv_lengths")
     cu_q = _sequence_ints(cu_seqlens_q, "cu_seqlens_q")
     cu_k = _sequence_ints(cu_seqlens_k, "cu_seqlens_k")
+    slopes = check_alibi_slopes(alibi_slopes)
+    table = check_absolute_table(absolute)
     if spec_or_table is None:
-        for name, value in (("q_positions", q_positions), ("k_positions", k_positions), ("precision", precision),
-                            ("seq_len", seq_len)):
+        for name, value in (("precision", precision), ("seq_len", seq_len)):
             if value is not None:
                 raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} without it)")
-        return Prepared(offsets, lengths, cu_q, cu_k, None, None, None, -1)
+        if table is None:
+            for name, value in (("q_positions", q_positions), ("k_positions", k_positions)):
+                if value is not None:
+                    raise RotaryError(f"{name} is for fused RoPE or an absolute table and needs spec_or_table or "
+                                      f"absolute (got {name} without either)")
+            return Prepared(offsets, lengths, cu_q, cu_k, None, None, None, -1, slopes, None)
+        q_pos, k_pos = _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions,
+                                       k_positions)
+        empty = np.empty(0, dtype=np.int64)
+        return Prepared(offsets, lengths, cu_q, cu_k, None, empty if q_pos is None else q_pos,
+                        empty if k_pos is None else k_pos, -1, slopes, table)
     check_source(spec_or_table)
     named_seq_len = None if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
+    q_pos, k_pos = _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions,
+                                   k_positions)
+
+    def call_seq_len() -> int:
+        if named_seq_len is not None:
+            return named_seq_len
+        largest = max([int(p.max()) for p in (q_pos, k_pos) if p is not None and p.size] or [-1])
+        return largest + 1
+
+    _, native = resolve(spec_or_table, precision, None, call_seq_len)
+    empty = np.empty(0, dtype=np.int64)
+    return Prepared(offsets, lengths, cu_q, cu_k, native, empty if q_pos is None else q_pos,
+                    empty if k_pos is None else k_pos, -1 if named_seq_len is None else named_seq_len, slopes, table)
+
+
+def _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions, k_positions):
+    """Per-token q and k positions: given (by shape, as apply's), or the mask's."""
     if q_positions is None:
         q_pos = _default_positions(layout, q_shape, cu_q, offsets, query_offset)
     else:
@@ -138,17 +225,7 @@ def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, 
         k_pos = _default_positions(layout, k_shape, cu_k, None, 0)
     else:
         k_pos = _k_positions(int64_positions(k_positions, "k_positions"), layout, k_shape)
-
-    def call_seq_len() -> int:
-        if named_seq_len is not None:
-            return named_seq_len
-        largest = max([int(p.max()) for p in (q_pos, k_pos) if p is not None and p.size] or [-1])
-        return largest + 1
-
-    _, native = resolve(spec_or_table, precision, None, call_seq_len)
-    empty = np.empty(0, dtype=np.int64)
-    return Prepared(offsets, lengths, cu_q, cu_k, native, empty if q_pos is None else q_pos,
-                    empty if k_pos is None else k_pos, -1 if named_seq_len is None else named_seq_len)
+    return q_pos, k_pos
 
 
 def output_shape(q_shape, v_shape) -> tuple:
@@ -165,7 +242,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
               cu_seqlens_k: Optional[ArrayLike] = None, layout: str = "bhsd",
               spec_or_table: Union[Spec, Table, None] = None, q_positions: Optional[ArrayLike] = None,
               k_positions: Optional[ArrayLike] = None, rotary_offset: int = 0, precision: Optional[str] = None,
-              seq_len: Optional[int] = None, out: Optional[np.ndarray] = None,
+              seq_len: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
+              absolute: Optional[np.ndarray] = None, out: Optional[np.ndarray] = None,
               implementation: str = "kernels") -> np.ndarray:
     """Scaled dot-product attention softmax(scale q kᵀ + mask) v, MHA / GQA / MQA (k and v have
     kv_heads dividing q's heads), optionally with RoPE fused into the loads.
@@ -192,6 +270,15 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     where the rotated block starts in the head. seq_len: the frequencies' seq_len (None: the
     largest position + 1).
 
+    Other position encodings (one per call: RoPE, ALiBi and an absolute table are exclusive):
+      alibi_slopes:  [q_heads] slopes (rounded to float32; rotary.alibi_slopes(q_heads) gives the
+                     paper's): the score of query i at position p_i (offset + i) and key j gets
+                     -slope_h * |p_i - j| after the scale (flash-attention's convention);
+      absolute:      a float32 table [rows, head_dim] (rotary.sinusoidal_table(rows, head_dim), or
+                     a learned one): q_i + P[q_positions[i]] and k_j + P[k_positions[j]] are
+                     formed as they are loaded; positions as for fused RoPE (default: the
+                     mask's), each in [0, rows).
+
     out: a writable array of q's shape with v's head dim and q's dtype; default a new array.
     implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition).
 
@@ -214,7 +301,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     prepared = prepare(q.shape, k.shape, layout, query_offset=query_offset, query_offsets=query_offsets,
                        kv_lengths=kv_lengths, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                        spec_or_table=spec_or_table, q_positions=q_positions, k_positions=k_positions,
-                       precision=precision, seq_len=seq_len)
+                       precision=precision, seq_len=seq_len, alibi_slopes=alibi_slopes, absolute=absolute)
     if out is None:
         out = np.empty(output_shape(q.shape, v.shape), dtype=q.dtype)
     out_view = numpy_view(out, "out", layout, writable=True)
@@ -231,7 +318,19 @@ def _call(q_view, k_view, v_view, out_view, scale, causal, window, query_offset,
                       ints_descriptor(p.query_offsets), window, ints_descriptor(p.kv_lengths),
                       ints_descriptor(p.cu_seqlens_q), ints_descriptor(p.cu_seqlens_k), p.native_table,
                       ints_descriptor(p.q_positions), ints_descriptor(p.k_positions), rotary_offset, p.seq_len,
-                      implementation)
+                      implementation, floats_descriptor(p.alibi_slopes), table_descriptor(p.absolute))
+
+
+def floats_descriptor(array: Optional[np.ndarray]):
+    """(address, count) of a C-contiguous float32 array, or None."""
+    return None if array is None else (array.__array_interface__["data"][0], int(array.size))
+
+
+def table_descriptor(table: Optional[np.ndarray]):
+    """(address, count, rows, dim) of a C-contiguous float32 [rows, dim] table, or None."""
+    if table is None:
+        return None
+    return (table.__array_interface__["data"][0], int(table.size), int(table.shape[0]), int(table.shape[1]))
 
 
 def attention_scale(spec: Spec, qk_head_dim: Optional[int] = None) -> float:

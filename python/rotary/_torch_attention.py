@@ -27,7 +27,15 @@ import numpy as np
 import torch
 
 from . import _handles, _rotary
-from ._attention import check_causal, check_implementation, optional_scale, output_shape, prepare
+from ._attention import (
+    check_causal,
+    check_implementation,
+    floats_descriptor,
+    optional_scale,
+    output_shape,
+    prepare,
+    table_descriptor,
+)
 from ._rotary import RotaryError
 from ._table import PRECISIONS, check_source
 from ._torch_ops import _DTYPES, eager_tensors
@@ -54,15 +62,17 @@ def _check_cpu(tensors) -> None:
                               f"{tensor.device})")
 
 
-def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
-         precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) -> None:
+def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
+         alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset,
+         seq_len, implementation) -> None:
     """Checks the call (Python buffers here, the rest in C++) and writes out."""
     spec_or_table = _handles.lookup(source) if source else None
     prepared = prepare(tuple(q.shape), tuple(k.shape), layout, query_offset=query_offset,
                        query_offsets=_host(query_offsets), kv_lengths=_host(kv_lengths),
                        cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
                        spec_or_table=spec_or_table, q_positions=_host(q_positions), k_positions=_host(k_positions),
-                       precision=precision or None, seq_len=None if seq_len < 0 else seq_len)
+                       precision=precision or None, seq_len=None if seq_len < 0 else seq_len,
+                       alibi_slopes=_host(alibi_slopes), absolute=_host(absolute))
     f64 = torch.float64 in (q.dtype, k.dtype, v.dtype, out.dtype)
     _rotary.attention(_descriptor(q, "q", layout), _descriptor(k, "k", layout), _descriptor(v, "v", layout),
                       _descriptor(out, "out", layout), scale, causal, query_offset,
@@ -70,7 +80,8 @@ def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_
                       ints_descriptor(prepared.cu_seqlens_q), ints_descriptor(prepared.cu_seqlens_k),
                       prepared.native_table, ints_descriptor(prepared.q_positions),
                       ints_descriptor(prepared.k_positions), rotary_offset, prepared.seq_len,
-                      "reference" if f64 or implementation == "reference" else "kernels")
+                      "reference" if f64 or implementation == "reference" else "kernels",
+                      floats_descriptor(prepared.alibi_slopes), table_descriptor(prepared.absolute))
 
 
 # ---- the custom op ----------------------------------------------------------------------------------
@@ -80,18 +91,21 @@ def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_offsets: Optional[torch.Tensor],
                   kv_lengths: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
                   cu_seqlens_k: Optional[torch.Tensor], q_positions: Optional[torch.Tensor],
-                  k_positions: Optional[torch.Tensor], source: str, precision: str, scale: Optional[float],
+                  k_positions: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                  absolute: Optional[torch.Tensor], source: str, precision: str, scale: Optional[float],
                   causal: bool, window: int, query_offset: int, layout: str, rotary_offset: int, seq_len: int,
                   implementation: str) -> torch.Tensor:
     out = torch.empty(output_shape(q.shape, v.shape), dtype=q.dtype, device=q.device)
-    _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
-         precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation)
+    _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
+         absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len,
+         implementation)
     return out
 
 
 @_attention_op.register_fake
-def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision,
-      scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation):
+def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
+      absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len,
+      implementation):
     return q.new_empty(output_shape(q.shape, v.shape))
 
 
@@ -105,13 +119,20 @@ def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_position
 # float32 (float64 for float64 tensors). With fused RoPE the forward is o(R_q q, R_k k): the
 # gradients above are for the rotated q and k, and rotary's backward rotation (the transpose of
 # R, apply_rotary(direction="backward"), same table and seq_len) carries them to q and k.
-def _dense_grads(q, k, v, grad_out, visible, scale):
+# ALiBi adds a constant bias b to the scores (s = scale q k^T + b): the formulas are unchanged with
+# b in the recomputed P. An absolute table: the forward is o(q + P[pos_q], k + P[pos_k]), so dq and
+# dk pass through the add unchanged, and the table's gradient is their scatter-add by position
+# (dP[r] = sum over q tokens at r of dq + sum over k tokens at r of dk, over every head).
+def _dense_grads(q, k, v, grad_out, visible, scale, bias=None):
     """q [b, h, s_q, d], k [b, g, s_k, d], v [b, g, s_k, d_v], grad_out [b, h, s_q, d_v] (compute
-    dtype), visible bool broadcastable to [b, h, s_q, s_k]: (dq, dk, dv) in the compute dtype."""
+    dtype), visible bool broadcastable to [b, h, s_q, s_k], bias (ALiBi) None or broadcastable to
+    it: (dq, dk, dv) in the compute dtype."""
     group = q.shape[1] // k.shape[1]
     k_rep = k.repeat_interleave(group, dim=1)  # head h reads kv head h // group (repeat_kv)
     v_rep = v.repeat_interleave(group, dim=1)
     scores = scale * (q @ k_rep.transpose(-1, -2))
+    if bias is not None:
+        scores = scores + bias
     scores = scores.masked_fill(~visible, float("-inf"))
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: 0
     out = weights @ v_rep
@@ -147,9 +168,10 @@ def _visible(batch, q_len, kv_len, causal, window, offsets, kv_lengths, device):
 
 
 def _attention_setup(ctx, inputs, output):
-    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision,
-     scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) = inputs
-    ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions)
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
+     source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) = inputs
+    ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
+                          alibi_slopes, absolute)
     ctx.source = _handles.lookup(source) if source else None  # alive until backward
     ctx.args = (source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len)
 
@@ -163,10 +185,14 @@ def _rope_positions(positions, batch, seq, offsets):
 
 
 def _attention_backward(ctx, grad_out):
-    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions) = ctx.saved_tensors
-    dq, dk, dv = _attention_backward_op(q, k, v, grad_out.contiguous(), query_offsets, kv_lengths, cu_seqlens_q,
-                                        cu_seqlens_k, q_positions, k_positions, *ctx.args)
-    return (dq, dk, dv) + (None,) * 16
+    (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
+     absolute) = ctx.saved_tensors
+    dq, dk, dv, d_table = _attention_backward_op(q, k, v, grad_out.contiguous(), query_offsets, kv_lengths,
+                                                 cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
+                                                 absolute, *ctx.args)
+    # Inputs: q, k, v, 4 sequence tensors, 2 positions, alibi_slopes (no gradient: the wrapper
+    # refuses slopes that require one), absolute, then 10 non-tensor arguments.
+    return (dq, dk, dv) + (None,) * 7 + (d_table if absolute is not None else None,) + (None,) * 10
 
 
 # The backward runs as an op of its own: it reads values (cu_seqlens, positions, the table), which
@@ -176,10 +202,12 @@ def _attention_backward(ctx, grad_out):
 def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
                            query_offsets: Optional[torch.Tensor], kv_lengths: Optional[torch.Tensor],
                            cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
-                           q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor], source: str,
+                           q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
+                           alibi_slopes: Optional[torch.Tensor], absolute: Optional[torch.Tensor], source: str,
                            precision: str, scale: Optional[float], causal: bool, window: int, query_offset: int,
                            layout: str, rotary_offset: int,
-                           seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, d_table); d_table is empty [0] without an absolute table."""
     compute = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
     if layout == "thd":
         segments = []  # (q slice, k slice, offset, q positions, k positions) per cu_seqlens segment
@@ -216,7 +244,7 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
                 torch.full((batch,), query_offset, dtype=torch.int64)
             lengths = kv_lengths.to(torch.int64) if kv_lengths is not None else torch.full((batch,), kv_len)
         pq = pk = None
-        if spec_or_table is not None:
+        if spec_or_table is not None or absolute is not None:
             pq = _rope_positions(q_pos, batch, q_len, offsets)
             pk = _rope_positions(k_pos, batch, kv_len, torch.zeros(batch, dtype=torch.int64))
         parts.append((sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk))
@@ -226,26 +254,42 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
     from ._torch_ops import apply_rotary
 
     rope = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset, seq_len=call_seq_len)
+    table = None if absolute is None else absolute.to(compute)  # float32 values widened, as the reference
+    d_table = torch.zeros(table.shape if table is not None else (0,), dtype=compute)
+    slopes = None if alibi_slopes is None else alibi_slopes.to(torch.float32).to(compute)
     for sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk in parts:
         if spec_or_table is not None:
             tq = apply_rotary(tq, None, pq, spec_or_table, **rope)[0]
             tk = apply_rotary(tk, None, pk, spec_or_table, **rope)[0]
-        batch, _, q_len, head_dim = tq.shape
-        visible = _visible(batch, q_len, tk.shape[2], causal, window, offsets, lengths, tq.device)
+        if table is not None:
+            tq = tq + table[pq].unsqueeze(1)  # [batch, 1, seq, d]: every head adds its token's row
+            tk = tk + table[pk].unsqueeze(1)
+        batch, heads, q_len, head_dim = tq.shape
+        kv_len = tk.shape[2]
+        visible = _visible(batch, q_len, kv_len, causal, window, offsets, lengths, tq.device)
+        bias = None
+        if slopes is not None:  # -slope_h |p_i - j|, p_i = offset_b + i (attention.hpp)
+            p = torch.arange(q_len).view(1, 1, q_len, 1) + offsets.view(batch, 1, 1, 1)
+            distance = (p - torch.arange(kv_len).view(1, 1, 1, kv_len)).abs().to(compute)
+            bias = -slopes.view(1, heads, 1, 1) * distance
         used_scale = scale if scale is not None else 1.0 / (head_dim ** 0.5)
-        gq, gk, gv = _dense_grads(tq, tk, tv, tg, visible, used_scale)
+        gq, gk, gv = _dense_grads(tq, tk, tv, tg, visible, used_scale, bias)
         if spec_or_table is not None:
             gq = apply_rotary(gq, None, pq, spec_or_table, direction="backward", **rope)[0]
             gk = apply_rotary(gk, None, pk, spec_or_table, direction="backward", **rope)[0]
+        if table is not None:
+            d_table.index_add_(0, pq.reshape(-1), gq.sum(1).reshape(-1, head_dim))
+            d_table.index_add_(0, pk.reshape(-1), gk.sum(1).reshape(-1, head_dim))
         for (target, lay), g, sel in zip(grads, (gq, gk, gv), (sel_q, sel_k, sel_k)):
             target[sel].copy_(_from_bhsd(g, lay))
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_table.to(torch.float32)
 
 
 @_attention_backward_op.register_fake
-def _(q, k, v, grad_out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source,
-      precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _(q, k, v, grad_out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
+      alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len):
+    d_table = absolute.new_empty(absolute.shape) if absolute is not None else q.new_empty((0,), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), d_table
 
 
 _attention_op.register_autograd(_attention_backward, setup_context=_attention_setup)
@@ -257,7 +301,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               cu_seqlens_q: Optional[torch.Tensor] = None, cu_seqlens_k: Optional[torch.Tensor] = None,
               layout: str = "bhsd", spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
               k_positions: Optional[torch.Tensor] = None, rotary_offset: int = 0, precision: Optional[str] = None,
-              seq_len: Optional[int] = None, out: Optional[torch.Tensor] = None,
+              seq_len: Optional[int] = None, alibi_slopes: Optional[torch.Tensor] = None,
+              absolute: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
               implementation: str = "kernels") -> torch.Tensor:
     """rotary.attention for torch CPU tensors: the custom op ``rotary::attention`` (torch.compile
     keeps it as one node; fake implementation for the shapes). Same arguments and rules as
@@ -265,7 +310,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
     kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
     dtype to write into (no autograd). Gradients: the dense attention backward recomputed in torch
-    (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE."""
+    (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE.
+    alibi_slopes: a floating tensor [q_heads] (rounded to float32; no gradient: a slopes tensor
+    that requires one is refused). absolute: a float32 tensor [rows, head_dim], positions as for
+    fused RoPE; it may require a gradient (the scatter-add of dq and dk by position)."""
     check_layout(layout)
     check_implementation(implementation)
     causal = check_causal(causal)
@@ -288,15 +336,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                    or tensor.is_complex() or tensor.dtype == torch.bool):
             what = type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else f"dtype {tensor.dtype}"
             raise RotaryError(f"{name} must be an integer torch.Tensor or None (got {what})")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point() \
+                or alibi_slopes.dim() != 1:
+            what = type(alibi_slopes).__name__ if not isinstance(alibi_slopes, torch.Tensor) else \
+                f"dtype {alibi_slopes.dtype}, shape {tuple(alibi_slopes.shape)}"
+            raise RotaryError(f"alibi_slopes must be a 1-D floating torch.Tensor, one slope per q head (got {what})")
+        if torch.is_grad_enabled() and alibi_slopes.requires_grad:
+            raise RotaryError("alibi_slopes must not require a gradient (got requires_grad=True): rotary's attention "
+                              "backward gives none for the slopes; pass alibi_slopes.detach()")
+    if absolute is not None:
+        if not isinstance(absolute, torch.Tensor) or absolute.dtype != torch.float32 or absolute.dim() != 2:
+            what = type(absolute).__name__ if not isinstance(absolute, torch.Tensor) else \
+                f"dtype {absolute.dtype}, shape {tuple(absolute.shape)}"
+            raise RotaryError(f"absolute must be a float32 torch.Tensor [rows, head_dim] (got {what})")
+    encodings = (("alibi_slopes", alibi_slopes), ("absolute", absolute))
     if q.device.type != "meta":
-        _check_cpu((("q", q), ("k", k), ("v", v)) + ints)
+        _check_cpu((("q", q), ("k", k), ("v", v)) + ints + encodings)
     source = ""
     if spec_or_table is not None:
         source = check_source(spec_or_table)._handle
     elif rotary_offset:
         raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
-    args = (query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, source, precision or "",
-            scale, causal, window, query_offset, layout, rotary_offset, named_seq_len, implementation)
+    args = (query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
+            source, precision or "", scale, causal, window, query_offset, layout, rotary_offset, named_seq_len,
+            implementation)
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise RotaryError(f"out must be a torch.Tensor (got {type(out).__name__})")
@@ -304,13 +368,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         if tuple(out.shape) != want or out.dtype != q.dtype:
             raise RotaryError(f"out must have shape {want} and dtype {q.dtype} (got shape {tuple(out.shape)}, "
                               f"{out.dtype})")
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise RotaryError("out= does not record gradients (got q, k or v with requires_grad=True)")
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, absolute)):
+            raise RotaryError("out= does not record gradients (got q, k, v or absolute with requires_grad=True)")
         _check_cpu((("out", out),))
         _run(q, k, v, out, *args)
         torch.autograd.graph.increment_version(out)
         return out
-    if eager_tensors((q, k, v), tuple(t for _, t in ints)):
+    table_grad = absolute is not None and torch.is_grad_enabled() and absolute.requires_grad
+    if eager_tensors((q, k, v), tuple(t for _, t in ints + encodings)) and not table_grad:
         # Plain eager CPU call that records no gradient: the body without the op's dispatch (same checks, bits).
         result = torch.empty(output_shape(q.shape, v.shape), dtype=q.dtype)
         _run(q, k, v, result, *args)

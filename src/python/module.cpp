@@ -31,6 +31,7 @@
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/convert.hpp"
 #include "rotary/attention.hpp"
+#include "rotary/encodings.hpp"
 #include "rotary/diagnose.hpp"
 #include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
@@ -855,7 +856,8 @@ PYBIND11_MODULE(_rotary, m) {
          std::optional<double> scale, bool causal, int64_t query_offset, const py::handle& query_offsets, int64_t window,
          const py::handle& kv_lengths, const py::handle& cu_seqlens_q, const py::handle& cu_seqlens_k,
          const CosSinTable* table, const py::handle& q_positions, const py::handle& k_positions, int64_t rotary_offset,
-         int64_t seq_len, const std::string& implementation) {
+         int64_t seq_len, const std::string& implementation, const py::handle& alibi_slopes,
+         const py::handle& absolute) {
         if (implementation != "kernels" && implementation != "reference" && implementation != "checks") {
           fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + implementation + "')");
         }
@@ -879,6 +881,25 @@ PYBIND11_MODULE(_rotary, m) {
         rope.k_positions = span_of(k_positions);
         rope.rotary_offset = rotary_offset;
         rope.seq_len = seq_len;
+        // ALiBi: (address, count) of float32 slopes. Absolute: (address, count, rows, dim) of a
+        // float32 table; it reads the same per-token positions as fused RoPE (the C++ check
+        // refuses the two together, and ALiBi with either).
+        if (!alibi_slopes.is_none()) {
+          const auto items = alibi_slopes.cast<py::tuple>();
+          options.alibi_slopes = std::span<const float>(reinterpret_cast<const float*>(items[0].cast<uintptr_t>()),
+                                                        items[1].cast<size_t>());
+        }
+        AttentionAbsolute absolute_table;
+        if (!absolute.is_none()) {
+          const auto items = absolute.cast<py::tuple>();
+          absolute_table.table = std::span<const float>(reinterpret_cast<const float*>(items[0].cast<uintptr_t>()),
+                                                        items[1].cast<size_t>());
+          absolute_table.rows = items[2].cast<int64_t>();
+          absolute_table.dim = items[3].cast<int64_t>();
+          absolute_table.q_positions = rope.q_positions;
+          absolute_table.k_positions = rope.k_positions;
+          options.absolute = &absolute_table;
+        }
         const bool fused = table != nullptr;
         py::gil_scoped_release release;
         if (implementation == "checks") {
@@ -899,7 +920,18 @@ PYBIND11_MODULE(_rotary, m) {
       py::arg("query_offset"), py::arg("query_offsets").none(true), py::arg("window"), py::arg("kv_lengths").none(true),
       py::arg("cu_seqlens_q").none(true), py::arg("cu_seqlens_k").none(true), py::arg("table").none(true),
       py::arg("q_positions").none(true), py::arg("k_positions").none(true), py::arg("rotary_offset"),
-      py::arg("seq_len"), py::arg("implementation"));
+      py::arg("seq_len"), py::arg("implementation"), py::arg("alibi_slopes") = py::none(),
+      py::arg("absolute") = py::none());
+  // encodings.hpp, the one definition: ALiBi's slopes (float64 bytes) and the sinusoidal table
+  // (float32 bytes, row-major [rows][d_model]).
+  m.def("alibi_slopes", [](int64_t num_heads) { return floats_bytes(alibi_slopes(num_heads)); }, py::arg("num_heads"));
+  m.def(
+      "sinusoidal_table",
+      [](int64_t rows, int64_t d_model, double base) {
+        const std::vector<float> values = sinusoidal_table(rows, d_model, base);
+        return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+      },
+      py::arg("rows"), py::arg("d_model"), py::arg("base") = 10000.0);
   m.def("attention_scale", [](const RopeSpec& spec, int64_t qk_head_dim) { return attention_scale(spec, qk_head_dim); },
         py::arg("spec"), py::arg("qk_head_dim"));
   // ---- end attention ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ storage: u |ref| for float32; one unit in the last place of max(|fast|, |ref|) i
 float16 (the fast path rounds its float32 result once to the format).
 """
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -45,12 +46,15 @@ def visibility(batch, q_len, kv_len, causal, window, offsets, kv_lengths):
     return np.broadcast_to(visible, (batch, q_len, kv_len))
 
 
-def definition(q, k, v, visible, scale):
-    """softmax(scale q kᵀ) v over the visible keys in float64, BHSD; zeros for rows seeing nothing."""
+def definition(q, k, v, visible, scale, bias=None):
+    """softmax(scale q kᵀ + bias) v over the visible keys in float64, BHSD; zeros for rows seeing
+    nothing. bias (ALiBi's): None or broadcastable to [batch, q_heads, q_len, kv_len]."""
     group = q.shape[1] // k.shape[1]
     k = np.repeat(k.astype(np.float64), group, axis=1)
     v = np.repeat(v.astype(np.float64), group, axis=1)
     scores = scale * np.einsum("bhie,bhje->bhij", q.astype(np.float64), k)
+    if bias is not None:
+        scores = scores + bias
     mask = visible[:, None]
     scores = np.where(mask, scores, -np.inf)
     top = np.where(mask.any(-1, keepdims=True), scores.max(-1, keepdims=True), 0.0)
@@ -102,21 +106,32 @@ def random_call(rng):
                 layout=str(rng.choice(["bhsd", "bshd", "sbhd"])), scale=float(rng.choice([0.0, 0.3])))
 
 
-def run_random(rng, dtype, mutate_offset=0):
-    """One random call: (worst |reference - definition|, worst |kernels - reference| / bound)."""
-    c = random_call(rng)
-    b, qh, kh, d, dv, ql, kl = c["batch"], c["q_heads"], c["kv_heads"], c["d"], c["dv"], c["q_len"], c["kv_len"]
-    q = random_values(rng, (b, qh, ql, d), dtype)
-    k = random_values(rng, (b, kh, kl, d), dtype)
-    v = random_values(rng, (b, kh, kl, dv), dtype)
-    layout = c["layout"]
-    kwargs = dict(causal=c["causal"], window=c["window"], layout=layout, scale=c["scale"] or None)
+def call_kwargs(c):
+    """rotary.attention's mask arguments for a random_call."""
+    kwargs = dict(causal=c["causal"], window=c["window"], layout=c["layout"], scale=c["scale"] or None)
     if c["per_sequence"]:
         kwargs["query_offsets"] = c["offsets"]
     else:
         kwargs["query_offset"] = int(c["offsets"][0])
     if c["kv_lengths"] is not None:
         kwargs["kv_lengths"] = c["kv_lengths"]
+    return kwargs
+
+
+def random_qkv(rng, c, dtype):
+    """q, k, v of a random_call's shapes, BHSD."""
+    b, qh, kh, d, dv, ql, kl = c["batch"], c["q_heads"], c["kv_heads"], c["d"], c["dv"], c["q_len"], c["kv_len"]
+    return (random_values(rng, (b, qh, ql, d), dtype), random_values(rng, (b, kh, kl, d), dtype),
+            random_values(rng, (b, kh, kl, dv), dtype))
+
+
+def run_random(rng, dtype, mutate_offset=0):
+    """One random call: (worst |reference - definition|, worst |kernels - reference| / bound)."""
+    c = random_call(rng)
+    b, qh, d, ql, kl = c["batch"], c["q_heads"], c["d"], c["q_len"], c["kv_len"]
+    q, k, v = random_qkv(rng, c, dtype)
+    layout = c["layout"]
+    kwargs = call_kwargs(c)
     args = [np.ascontiguousarray(from_bhsd(x, layout)) for x in (q, k, v)]
     fast = to_bhsd(rotary.attention(*args, **kwargs), layout).astype(np.float64)
     ref = to_bhsd(rotary.attention(*args, implementation="reference", **kwargs), layout).astype(np.float64)
@@ -239,7 +254,8 @@ def test_attention_scale_rule():
     (dict(implementation="fast"), "implementation must be 'kernels' or 'reference' (got 'fast')"),
     (dict(scale=float("nan")), "scale"),
     (dict(scale="0.1"), "scale must be a number (got '0.1')"),
-    (dict(q_positions=[0, 1, 2]), "q_positions is for fused RoPE and needs spec_or_table"),
+    (dict(q_positions=[0, 1, 2]), "q_positions is for fused RoPE or an absolute table and needs spec_or_table or "
+                                  "absolute (got q_positions without either)"),
     (dict(rotary_offset=2), "rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)"),
     (dict(query_offset=1.5), "query_offset must be an integer (got 1.5)"),
     (dict(cu_seqlens_q=[0, 3]), "cu_seqlens"),
@@ -270,3 +286,205 @@ def test_refusals_of_shapes_and_positions(rng):
         rotary.attention(q, k, v, out=out)
     with pytest.raises(rotary.RotaryError, match="q dtype must be"):
         rotary.attention(q.astype(np.int32), k, v)
+
+
+# ---- the other position encodings: ALiBi and an absolute table (docs/attention.md, "Position encodings") ----
+def alibi_bias(slopes, batch, q_len, kv_len, offsets):
+    """[batch, heads, q_len, kv_len]: -slope_h |p_i - j|, p_i = offset_b + i, slopes widened from
+    float32 (attention.hpp: flash-attention's alibi_slopes convention)."""
+    p = np.arange(q_len)[None, None, :, None] + np.asarray(offsets).reshape(batch, 1, 1, 1)
+    j = np.arange(kv_len)[None, None, None, :]
+    return -np.asarray(slopes, np.float32).astype(np.float64).reshape(1, -1, 1, 1) * np.abs(p - j)
+
+
+def encoded_definition(q, k, v, visible, scale, bias=None, table=None, q_pos=None, k_pos=None):
+    """The float64 definition with the encodings: bias added to the scores after the scale; the
+    table's rows (float32 widened) added to q and k by position ([batch, seq] each). BHSD."""
+    q = q.astype(np.float64)
+    k = k.astype(np.float64)
+    if table is not None:
+        wide = table.astype(np.float64)
+        q = q + wide[q_pos][:, None]
+        k = k + wide[k_pos][:, None]
+    return definition(q, k, v, visible, scale, bias), q, k
+
+
+def encoded_bound(q_mag, k_mag, v, visible, scale, ref, fast_dtype, fast, bias=None):
+    """bound() with docs/attention.md's ALiBi term: E = (d + 7) u A + 3 u max_visible |b| (step 5);
+    an absolute table changes only A, computed by the caller from |q + P| and |k + P| (step 6)."""
+    if bias is None:
+        return bound(q_mag, k_mag, v, visible, scale, ref, fast_dtype, fast)
+    group = q_mag.shape[1] // k_mag.shape[1]
+    k_rep = np.repeat(k_mag, group, axis=1)
+    d = q_mag.shape[-1]
+    mask = visible[:, None]
+    a_max = np.where(mask, scale * np.einsum("bhie,bhje->bhij", q_mag, k_rep), 0).max(-1)[..., None]
+    b_max = np.where(mask, np.abs(bias), 0).max(-1)[..., None]
+    # bound()'s tolerance with E = (d + 6) u A, plus the difference: u A + 3 u b, times its factor.
+    base = bound(q_mag, k_mag, v, visible, scale, ref, fast_dtype, fast)
+    v_abs = np.repeat(np.abs(v.astype(np.float64)), group, axis=1)
+    v_bar = np.where(mask[..., None], v_abs[:, :, None], 0).max(-2)
+    eta_old = (d + 6) * U * a_max + 110 * U
+    eta_new = (d + 7) * U * a_max + 3 * U * b_max + 110 * U
+    return base + v_bar * (2 * eta_new * (1 + 2 * eta_new) - 2 * eta_old * (1 + 2 * eta_old))
+
+
+def run_encoded(rng, dtype, encoding, mutate=0):
+    """One random call with ALiBi or an absolute table: (|reference - definition|, worst
+    |kernels - definition| / bound). mutate shifts the definition's positions by one (the bound
+    must then fail somewhere)."""
+    c = random_call(rng)
+    b, qh, d, ql, kl = c["batch"], c["q_heads"], c["d"], c["q_len"], c["kv_len"]
+    q, k, v = random_qkv(rng, c, dtype)
+    layout = c["layout"]
+    kwargs = call_kwargs(c)
+    scale = c["scale"] or 1.0 / math.sqrt(d)
+    lengths = c["kv_lengths"] if c["kv_lengths"] is not None else np.full(b, kl)
+    visible = visibility(b, ql, kl, c["causal"], c["window"], c["offsets"], lengths)
+    bias = table = q_pos = k_pos = None
+    if encoding == "alibi":
+        slopes = rotary.alibi_slopes(qh) if rng.integers(0, 2) else rng.uniform(-1.0, 1.0, qh)
+        kwargs["alibi_slopes"] = slopes
+        bias = alibi_bias(slopes, b, ql, kl, c["offsets"] + mutate)
+    else:
+        rows = int(rng.integers(kl + ql, 3 * kl + 8))
+        table = rotary.sinusoidal_table(rows, d) if rng.integers(0, 2) else \
+            rng.uniform(-1.0, 1.0, (rows, d)).astype(np.float32)
+        q_pos = rng.integers(0, rows, size=(b, ql))
+        k_pos = rng.integers(0, rows, size=(b, kl))
+        kwargs.update(absolute=table, q_positions=q_pos, k_positions=k_pos)
+        k_pos = np.minimum(k_pos + mutate, rows - 1) if mutate else k_pos
+    args = [np.ascontiguousarray(from_bhsd(x, layout)) for x in (q, k, v)]
+    fast = to_bhsd(rotary.attention(*args, **kwargs), layout).astype(np.float64)
+    ref = to_bhsd(rotary.attention(*args, implementation="reference", **kwargs), layout).astype(np.float64)
+    want, q_sum, k_sum = encoded_definition(q, k, v, visible, scale, bias, table, q_pos, k_pos)
+    tol = encoded_bound(np.abs(q_sum), np.abs(k_sum), v, visible, scale, want, dtype, fast, bias)
+    return np.abs(ref - want).max() if dtype == np.float32 else 0.0, worst_ratio(fast, want, tol)
+
+
+@pytest.mark.parametrize("encoding", ["alibi", "absolute"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16], ids=["float32", "bfloat16", "float16"])
+def test_encodings_match_the_definition_on_random_calls(rng, dtype, encoding):
+    worst = 0.0
+    for _ in range(30):
+        ref_error, ratio = run_encoded(rng, dtype, encoding)
+        assert ref_error <= 1e-6  # the reference rounds once to float32
+        worst = max(worst, ratio)
+    assert worst <= 1.0, f"worst |kernels - definition| / bound = {worst:.4f} ({encoding})"
+
+
+@pytest.mark.parametrize("encoding", ["alibi", "absolute"])
+def test_encoding_bound_rejects_positions_moved_by_one(rng, encoding):
+    ratios = [run_encoded(rng, np.float32, encoding, mutate=1)[1] for _ in range(10)]
+    assert max(ratios) > 1.0
+
+
+def test_encodings_on_varlen_thd_equal_one_call_per_sequence(rng):
+    cu_q, cu_k = np.array([0, 3, 3, 8]), np.array([0, 6, 10, 18])
+    q = random_values(rng, (8, 4, 16), np.float32)
+    k = random_values(rng, (18, 2, 16), np.float32)
+    v = random_values(rng, (18, 2, 16), np.float32)
+    offsets = np.diff(cu_k) - np.diff(cu_q)
+    slopes = rotary.alibi_slopes(4)
+    table = rotary.sinusoidal_table(40, 16)
+    q_pos, k_pos = rng.integers(0, 40, 8), rng.integers(0, 40, 18)
+    common = dict(causal=True, layout="thd", cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, query_offsets=offsets)
+    with_alibi = rotary.attention(q, k, v, alibi_slopes=slopes, **common)
+    with_table = rotary.attention(q, k, v, absolute=table, q_positions=q_pos, k_positions=k_pos, **common)
+    for n in range(3):
+        qs, ks = slice(cu_q[n], cu_q[n + 1]), slice(cu_k[n], cu_k[n + 1])
+        one = dict(causal=True, layout="bshd", query_offset=int(offsets[n]))
+        a = rotary.attention(q[None, qs], k[None, ks], v[None, ks], alibi_slopes=slopes, **one)
+        t = rotary.attention(q[None, qs], k[None, ks], v[None, ks], absolute=table, q_positions=q_pos[qs],
+                             k_positions=k_pos[ks], **one)
+        assert np.array_equal(with_alibi[qs], a[0]) and np.array_equal(with_table[qs], t[0])
+
+
+def test_absolute_table_default_positions_follow_the_mask(rng):
+    q = random_values(rng, (2, 4, 3, 8), np.float32)
+    k = v = random_values(rng, (2, 2, 7, 8), np.float32)
+    table = rotary.sinusoidal_table(7, 8)
+    default = rotary.attention(q, k, v, causal=True, query_offset=4, absolute=table)
+    explicit = rotary.attention(q, k, v, causal=True, query_offset=4, absolute=table, q_positions=np.arange(4, 7),
+                                k_positions=np.arange(7))
+    assert np.array_equal(default, explicit)
+    assert not np.array_equal(default, rotary.attention(q, k, v, causal=True, query_offset=4))
+
+
+def paper_slopes(n):
+    """Press et al.'s get_slopes (github.com/ofirpress/attention_with_linear_biases, transcribed)."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][:n - closest]
+
+
+@pytest.mark.parametrize("heads", [8, 12, 16])
+def test_alibi_slopes_equal_the_papers(heads):
+    got = rotary.alibi_slopes(heads)
+    assert got.dtype == np.float64 and got.shape == (heads,)
+    assert np.allclose(got, paper_slopes(heads), rtol=1e-14, atol=0)  # the paper's code rounds start ** i
+    explicit = {8: [2.0 ** -(h + 1) for h in range(8)],
+                12: [2.0 ** -(h + 1) for h in range(8)] + [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5],
+                16: [2.0 ** -((h + 1) / 2) for h in range(16)]}[heads]
+    assert np.allclose(got, explicit, rtol=1e-15, atol=0)
+
+
+def test_sinusoidal_table_is_vaswanis():
+    rows, d = 50, 12
+    table = rotary.sinusoidal_table(rows, d)
+    assert table.dtype == np.float32 and table.shape == (rows, d)
+    angle = np.arange(rows)[:, None] / 10000.0 ** (np.arange(0, d, 2)[None, :] / d)
+    want = np.empty((rows, d))
+    want[:, 0::2], want[:, 1::2] = np.sin(angle), np.cos(angle)
+    assert np.all(np.abs(table - want) <= 2.0 ** -24 * np.abs(want) + 1e-30)  # rounded once to float32
+    assert rotary.sinusoidal_table(3, 4, 100.0)[2, 3] == np.float32(np.cos(2 / 10.0))  # base: 100^(2/4) = 10
+
+
+def small_spec():
+    return rotary.Spec.from_hf_config({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+                                       "rope_theta": 10000.0, "max_position_embeddings": 64})
+
+
+@pytest.mark.parametrize("make_kwargs,message", [
+    (lambda: dict(alibi_slopes=[0.5, 0.25, 0.125]), "options.alibi_slopes must hold one slope per q head, 4 (got 3)"),
+    (lambda: dict(alibi_slopes=[0.5, np.inf, 0.1, 0.1]), "options.alibi_slopes[1] must be finite (got inf)"),
+    (lambda: dict(alibi_slopes=[[0.5]]), "alibi_slopes must be a 1-D array of real numbers"),
+    (lambda: dict(alibi_slopes=[0.5, 0.5, 1e300, 0.5]), "alibi_slopes[2] must fit in float32 (got 1e+300)"),
+    (lambda: dict(absolute=rotary.sinusoidal_table(9, 6)), "absolute.dim must equal q's head dim, 8 (got 6)"),
+    (lambda: dict(absolute=rotary.sinusoidal_table(9, 8).astype(np.float64)),
+     "absolute must be a float32 array [rows, head_dim] (got dtype float64, shape (9, 8))"),
+    (lambda: dict(absolute=np.zeros(8, np.float32)), "absolute must be a float32 array [rows, head_dim]"),
+    (lambda: dict(absolute=rotary.sinusoidal_table(3, 8), k_positions=[0, 1, 3]),
+     "absolute.k_positions[2] must be in [0, 2] (the table's rows) (got 3)"),
+    (lambda: dict(absolute=rotary.sinusoidal_table(3, 8), q_positions=[0, -1, 2]),
+     "absolute.q_positions[1] must be in [0, 2] (the table's rows) (got -1)"),
+    (lambda: dict(absolute=rotary.sinusoidal_table(3, 8), alibi_slopes=rotary.alibi_slopes(4)),
+     "options.alibi_slopes must be empty with an absolute table: one position encoding per call (got 4 slopes)"),
+    (lambda: dict(spec_or_table=small_spec(), alibi_slopes=rotary.alibi_slopes(4)),
+     "options.alibi_slopes must be empty with fused RoPE: one position encoding per call (got 4 slopes)"),
+    (lambda: dict(spec_or_table=small_spec(), absolute=rotary.sinusoidal_table(3, 8)),
+     "options.absolute must be null with fused RoPE: one position encoding per call (got a table)"),
+])
+def test_encoding_refusals_name_the_argument_and_value(rng, make_kwargs, message):
+    q = random_values(rng, (1, 4, 3, 8), np.float32)
+    k = v = random_values(rng, (1, 2, 3, 8), np.float32)
+    out = np.full((1, 4, 3, 8), 7.0, np.float32)
+    with pytest.raises(rotary.RotaryError, match=re.escape(message)):
+        rotary.attention(q, k, v, out=out, **make_kwargs())
+    assert np.all(out == 7.0)  # nothing written
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: rotary.alibi_slopes(0), "0"),
+    (lambda: rotary.alibi_slopes(2.0), "num_heads must be an integer (got 2.0)"),
+    (lambda: rotary.sinusoidal_table(4, 5), "5"),
+    (lambda: rotary.sinusoidal_table(-1, 4), "-1"),
+    (lambda: rotary.sinusoidal_table(4, 4, 1.0), "1"),
+])
+def test_encoding_helper_refusals(call, message):
+    with pytest.raises(rotary.RotaryError, match=re.escape(message)):
+        call()

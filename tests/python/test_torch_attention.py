@@ -25,6 +25,7 @@ apart) and every later bfloat16 op rounds again; we allow 16 bfloat16 units of m
 1.1 Llama, 1.7 Qwen3, 3.6 Gemma 3 units).
 """
 import copy
+import re
 import ml_dtypes
 import numpy as np
 import pytest
@@ -189,8 +190,8 @@ def test_gradcheck_fails_on_a_wrong_backward(monkeypatch):
 
     original = module._dense_grads
 
-    def wrong(q, k, v, grad_out, visible, scale):
-        dq, dk, dv = original(q, k, v, grad_out, visible, scale)
+    def wrong(q, k, v, grad_out, visible, scale, bias=None):
+        dq, dk, dv = original(q, k, v, grad_out, visible, scale, bias)
         return dq * 1.001, dk, dv
 
     monkeypatch.setattr(module, "_dense_grads", wrong)
@@ -216,6 +217,179 @@ def test_op_refusals_name_the_argument_and_value():
         rt.attention(q, k, v, out=torch.empty(1, 4, 3, 7))
     with pytest.raises(rotary.RotaryError, match="heads"):
         rt.attention(torch.zeros(1, 3, 3, 8), k, v)
+
+
+# ---- the other position encodings: ALiBi and an absolute table -------------------------------------------
+def test_encodings_equal_the_numpy_function_bit_for_bit():
+    gen = torch.Generator().manual_seed(21)
+    q = random_tensor(gen, (2, 4, 5, 16))
+    k = random_tensor(gen, (2, 2, 9, 16))
+    v = random_tensor(gen, (2, 2, 9, 8))
+    slopes = torch.tensor(rotary.alibi_slopes(4))
+    table = torch.from_numpy(rotary.sinusoidal_table(30, 16))
+    q_pos, k_pos = torch.randint(0, 30, (2, 5), generator=gen), torch.randint(0, 30, (2, 9), generator=gen)
+    common = dict(causal=True, query_offsets=torch.tensor([4, 1]), kv_lengths=torch.tensor([9, 7]))
+    numpy_common = dict(causal=True, query_offsets=[4, 1], kv_lengths=[9, 7])
+    with_alibi = rt.attention(q, k, v, alibi_slopes=slopes, **common)
+    assert torch.equal(with_alibi, torch.from_numpy(rotary.attention(q.numpy(), k.numpy(), v.numpy(),
+                                                                     alibi_slopes=slopes.numpy(), **numpy_common)))
+    with_table = rt.attention(q, k, v, absolute=table, q_positions=q_pos, k_positions=k_pos, **common)
+    assert torch.equal(with_table, torch.from_numpy(rotary.attention(
+        q.numpy(), k.numpy(), v.numpy(), absolute=table.numpy(), q_positions=q_pos.numpy(), k_positions=k_pos.numpy(),
+        **numpy_common)))
+    # Through the op's dispatch (a leaf that requires grad), the same bits.
+    through_op = rt.attention(q.clone().requires_grad_(), k, v, alibi_slopes=slopes, **common)
+    assert torch.equal(through_op.detach(), with_alibi)
+    table_leaf = table.clone().requires_grad_()
+    through_op = rt.attention(q, k, v, absolute=table_leaf, q_positions=q_pos, k_positions=k_pos, **common)
+    assert torch.equal(through_op.detach(), with_table)
+
+
+def test_encoding_gradients_pass_gradcheck():
+    """float64 (the forward is the reference): ALiBi's bias in the recomputed P, and an absolute
+    table's gradient passing through the add to q and k; GQA, masks, THD."""
+    gen = torch.Generator().manual_seed(22)
+    table = torch.from_numpy(rotary.sinusoidal_table(20, 8))
+    random_slopes = torch.tensor([0.9, -0.3, 0.05, 0.5])
+    cases = {
+        "alibi bhsd causal gqa offsets lengths window": (
+            lambda q, k, v: rt.attention(q, k, v, causal=True, window=4, query_offsets=torch.tensor([2, 0]),
+                                         kv_lengths=torch.tensor([6, 5]), alibi_slopes=random_slopes),
+            (_leaf(gen, 2, 4, 4, 8), _leaf(gen, 2, 2, 6, 8), _leaf(gen, 2, 2, 6, 5))),
+        "alibi non-causal, the paper's slopes, sbhd": (
+            lambda q, k, v: rt.attention(q, k, v, layout="sbhd", query_offset=1,
+                                         alibi_slopes=torch.tensor(rotary.alibi_slopes(4))),
+            (_leaf(gen, 3, 1, 4, 8), _leaf(gen, 5, 1, 1, 8), _leaf(gen, 5, 1, 1, 8))),
+        "alibi thd varlen": (
+            lambda q, k, v: rt.attention(q, k, v, layout="thd", causal=True, cu_seqlens_q=torch.tensor([0, 2, 5]),
+                                         cu_seqlens_k=torch.tensor([0, 3, 7]), query_offsets=torch.tensor([1, 1]),
+                                         alibi_slopes=random_slopes[:2]),
+            (_leaf(gen, 5, 2, 8), _leaf(gen, 7, 1, 8), _leaf(gen, 7, 1, 8))),
+        "absolute, positions, bshd": (
+            lambda q, k, v: rt.attention(q, k, v, layout="bshd", causal=True, query_offset=2, absolute=table,
+                                         q_positions=torch.tensor([[7, 8], [1, 19]]),
+                                         k_positions=torch.tensor([[5, 6, 7, 8], [3, 3, 0, 19]])),
+            (_leaf(gen, 2, 2, 4, 8), _leaf(gen, 2, 4, 2, 8), _leaf(gen, 2, 4, 2, 3))),
+        "absolute thd, the mask's positions": (
+            lambda q, k, v: rt.attention(q, k, v, layout="thd", causal=True, absolute=table,
+                                         cu_seqlens_q=torch.tensor([0, 2, 5]), cu_seqlens_k=torch.tensor([0, 3, 7]),
+                                         query_offsets=torch.tensor([1, 1])),
+            (_leaf(gen, 5, 2, 8), _leaf(gen, 7, 1, 8), _leaf(gen, 7, 1, 8))),
+    }
+    for name, (fn, args) in cases.items():
+        assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-7, rtol=1e-5), name
+
+
+def test_absolute_table_gradient_passes_gradcheck():
+    """The table's gradient (a scatter-add of dq and dk by position, repeated positions included).
+    The op takes float32 tables, so the float64 leaf is cast: its values are float32 numbers of
+    magnitude < 2, and eps = 2^-10 keeps every perturbed value exact in float32."""
+    gen = torch.Generator().manual_seed(23)
+    q, k, v = (random_tensor(gen, s, torch.float64) for s in ((2, 4, 3, 8), (2, 2, 5, 8), (2, 2, 5, 4)))
+    table = torch.from_numpy(rotary.sinusoidal_table(6, 8)).double().requires_grad_()
+    q_pos, k_pos = torch.tensor([[0, 1, 1], [5, 2, 3]]), torch.tensor([[0, 1, 2, 3, 4], [5, 5, 0, 2, 1]])
+
+    def fn(t, q, k):
+        return rt.attention(q, k, v, causal=True, query_offset=2, absolute=t.float(), q_positions=q_pos,
+                            k_positions=k_pos)
+
+    assert torch.autograd.gradcheck(fn, (table, q.requires_grad_(), k.requires_grad_()), eps=2.0**-10, atol=1e-5,
+                                    rtol=1e-4)
+    # And it can fail: a table gradient that forgets the k side is caught.
+    import rotary._torch_attention as module
+
+    original = module._attention_backward_op
+
+    def without_k(*args):
+        dq, dk, dv, d_table = original(*args)
+        absolute, k_positions = args[11], args[9]
+        rows = d_table.new_zeros(d_table.shape)
+        if absolute is not None:
+            rows.index_add_(0, torch.broadcast_to(k_positions, (2, 5)).reshape(-1).to(torch.int64),
+                            dk.sum(1).reshape(-1, 8).float())  # dk [batch, kv_heads, seq, d]
+        return dq, dk, dv, d_table - rows
+
+    module._attention_backward_op = without_k
+    try:
+        assert not torch.autograd.gradcheck(fn, (table, q, k), eps=2.0**-10, atol=1e-5, rtol=1e-4,
+                                            raise_exception=False)
+    finally:
+        module._attention_backward_op = original
+
+
+def test_gradcheck_fails_when_the_backward_drops_alibis_bias(monkeypatch):
+    import rotary._torch_attention as module
+
+    original = module._dense_grads
+    monkeypatch.setattr(module, "_dense_grads", lambda q, k, v, g, visible, scale, bias=None:
+                        original(q, k, v, g, visible, scale, None))
+    gen = torch.Generator().manual_seed(24)
+    args = (_leaf(gen, 1, 2, 3, 8), _leaf(gen, 1, 2, 4, 8), _leaf(gen, 1, 2, 4, 8))
+    assert not torch.autograd.gradcheck(
+        lambda q, k, v: rt.attention(q, k, v, causal=True, query_offset=1, alibi_slopes=torch.tensor([0.5, 0.25])),
+        args, eps=1e-6, atol=1e-7, rtol=1e-5, raise_exception=False)
+
+
+def test_torch_compile_fullgraph_with_alibi_and_a_table():
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(25)
+    leaves = [random_tensor(gen, s).requires_grad_() for s in ((2, 4, 5, 32), (2, 2, 7, 32), (2, 2, 7, 16))]
+    slopes = torch.tensor(rotary.alibi_slopes(4))
+    table = torch.from_numpy(rotary.sinusoidal_table(16, 32)).requires_grad_()
+
+    def loss(q, k, v, table):
+        a = rt.attention(q * 1.0, k, v, causal=True, query_offset=2, kv_lengths=torch.tensor([7, 6]),
+                         alibi_slopes=slopes)
+        b = rt.attention(q, k, v, causal=True, query_offset=2, absolute=table)
+        return (a.square() + b.square()).sum()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    value = compiled(*leaves, table)
+    value.backward()
+    grads = [t.grad.clone() for t in leaves + [table]]
+    for t in leaves + [table]:
+        t.grad = None
+    eager = loss(*leaves, table)
+    eager.backward()
+    assert torch.allclose(value, eager, rtol=1e-6, atol=0)  # inductor fuses the square and the sum its own way
+    assert all(torch.allclose(c, t.grad, rtol=1e-6, atol=1e-7) for c, t in zip(grads, leaves + [table]))
+    # The ops themselves, compiled: the same bits as eager.
+    outputs = lambda q, k, v, table: (  # noqa: E731
+        rt.attention(q, k, v, causal=True, alibi_slopes=slopes), rt.attention(q, k, v, absolute=table))
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(torch.compile(outputs, fullgraph=True)(*leaves, table),
+                                                     outputs(*leaves, table)))
+
+
+def test_encoding_refusals_name_the_argument_and_value():
+    q = torch.zeros(1, 4, 3, 8)
+    k = v = torch.zeros(1, 2, 3, 8)
+    spec = rotary.Spec.from_hf_config({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,
+                                       "rope_theta": 10000.0, "max_position_embeddings": 64})
+    table = torch.from_numpy(rotary.sinusoidal_table(3, 8))
+    refusals = [
+        (dict(alibi_slopes=torch.tensor([0.5, 0.25])), "options.alibi_slopes must hold one slope per q head, 4 (got 2)"),
+        (dict(alibi_slopes=torch.tensor([1, 2, 3, 4])), "alibi_slopes must be a 1-D floating torch.Tensor, one slope "
+                                                        "per q head (got dtype torch.int64, shape (4,))"),
+        (dict(alibi_slopes=torch.ones(4, requires_grad=True)), "alibi_slopes must not require a gradient (got "
+                                                               "requires_grad=True)"),
+        (dict(absolute=table.double()), "absolute must be a float32 torch.Tensor [rows, head_dim] (got dtype "
+                                        "torch.float64, shape (3, 8))"),
+        (dict(absolute=torch.zeros(3, 6)), "absolute.dim must equal q's head dim, 8 (got 6)"),
+        (dict(absolute=table, k_positions=torch.tensor([0, 3, 1])),
+         "absolute.k_positions[1] must be in [0, 2] (the table's rows) (got 3)"),
+        (dict(absolute=table, alibi_slopes=torch.ones(4)),
+         "options.alibi_slopes must be empty with an absolute table: one position encoding per call (got 4 slopes)"),
+        (dict(spec_or_table=spec, alibi_slopes=torch.ones(4)),
+         "options.alibi_slopes must be empty with fused RoPE: one position encoding per call (got 4 slopes)"),
+        (dict(spec_or_table=spec, absolute=table),
+         "options.absolute must be null with fused RoPE: one position encoding per call (got a table)"),
+    ]
+    for kwargs, message in refusals:
+        with pytest.raises(rotary.RotaryError, match=re.escape(message)):
+            rt.attention(q, k, v, **kwargs)
+        with pytest.raises(rotary.RotaryError, match=re.escape(message)):  # through the op
+            rt.attention(q.clone().requires_grad_(), k, v, **kwargs)
 
 
 # ---- the transformers backend ------------------------------------------------------------------------
@@ -437,14 +611,25 @@ def test_opcheck_schema_fake_and_aot_dispatch():
     spec = rotary.Spec.preset("llama-3.1-8b")
     q_rope = random_tensor(gen, (2, 4, 5, 128))
     k_rope = random_tensor(gen, (2, 2, 7, 128))
+    table = torch.from_numpy(rotary.sinusoidal_table(9, 16))
     cases = [
-        (_attention_op, (q, k, v, None, torch.tensor([7, 5]), None, None, None, None, "", "", None, True, 0, 2, "bhsd",
-                         0, -1, "kernels")),
-        (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, spec._handle, "", 0.1,
-                         True, 3, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, torch.tensor([7, 5]), None, None, None, None, None, None, "", "", None, True,
+                         0, 2, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q_rope, k_rope, v, torch.tensor([2, 0]), None, None, None, None, None, None, None,
+                         spec._handle, "", 0.1, True, 3, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, None, None, None, None, None, torch.tensor(rotary.alibi_slopes(4)), None, "",
+                         "", None, True, 0, 0, "bhsd", 0, -1, "kernels")),
+        (_attention_op, (q, k, v, None, None, None, None, torch.tensor([3, 4, 5, 6, 7]), None, None, table, "", "",
+                         None, True, 0, 2, "bhsd", 0, -1, "kernels")),
         (_hf_attention_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2), True, 0, None)),
         (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, torch.tensor([7, 5]), None, None,
-                                  None, None, "", "", None, True, 0, 2, "bhsd", 0, -1)),
+                                  None, None, None, None, "", "", None, True, 0, 2, "bhsd", 0, -1)),
+        (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, None, None, None, None, None,
+                                  torch.tensor(rotary.alibi_slopes(4)), None, "", "", None, True, 0, 0, "bhsd", 0,
+                                  -1)),
+        (_attention_backward_op, (q, k, v, random_tensor(gen, (2, 4, 5, 12)), None, None, None, None,
+                                  torch.tensor([3, 4, 5, 6, 7]), None, None, table, "", "", None, True, 0, 2, "bhsd",
+                                  0, -1)),
         (_hf_attention_backward_op, (q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool).tril(2),
                                      random_tensor(gen, (2, 5, 4, 12)), True, None)),
     ]
