@@ -15,6 +15,16 @@ come from the same C++ analysis module as `rotary report` and `rotary check`
     extrapolation(spec, n)     the largest angle per pair in training vs at a target context
     compare(specs)             wavelengths of several specs on one plot
 
+  and the plots of a length-generalization results dict (rotary.experiments, the results.json of
+  `python -m rotary.experiments length-generalization`; docs/experiments.md):
+
+    experiment_accuracy(results, task)          accuracy against eval length per encoding, mean
+                                                over seeds with the spread as error bars
+    experiment_scaling(results, task)           RoPE's test-time scaling schemes side by side
+    experiment_loss_by_position(results, task)  loss per position bucket at one eval length
+    experiment_attention(results, task)         attention mass by distance (or entropy by query
+                                                position) per encoding at one eval length
+
     import rotary, rotary.viz
     rotary.viz.decay(rotary.Spec.preset("llama-3.1-8b"))
 """
@@ -27,7 +37,8 @@ import numpy as np
 from . import _rotary
 from ._spec import Spec
 
-__all__ = ["frequencies", "angles", "similarity", "decay", "scaling", "extrapolation", "compare"]
+__all__ = ["frequencies", "angles", "similarity", "decay", "scaling", "extrapolation", "compare",
+           "experiment_accuracy", "experiment_scaling", "experiment_loss_by_position", "experiment_attention"]
 
 
 def _axes(ax, figsize=(7.0, 4.2)):
@@ -168,4 +179,140 @@ def compare(specs, *, ax=None):
     ax.set_ylabel("wavelength (tokens per turn)")
     ax.set_title("wavelength per pair, side by side")
     ax.legend(fontsize=8)
+    return ax
+
+
+# ---- length-generalization results (rotary.experiments) ---------------------------------------------
+EXPERIMENT_LABELS = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned (last row past L)",
+                     "alibi": "ALiBi", "rope": "RoPE", "linear": "RoPE + linear (PI)", "ntk": "RoPE + NTK-aware",
+                     "dynamic": "RoPE + dynamic NTK", "yarn": "RoPE + YaRN"}
+ROPE_SCHEMES = ("rope", "linear", "ntk", "dynamic", "yarn")
+
+
+def _runs(results: dict, task: str, variant: str, length: int | None = None) -> list:
+    return [r for r in results["runs"] if r["task"] == task and r["variant"] == variant
+            and (length is None or r["length"] == length)]
+
+
+def _check_task(results: dict, task: str) -> None:
+    tasks = results["config"]["tasks"]
+    if task not in tasks:
+        from ._rotary import RotaryError
+
+        raise RotaryError(f"task {task!r} is not in these results (they have {', '.join(tasks)})")
+
+
+def _accuracy_lines(results: dict, task: str, variants, ax, title: str):
+    _check_task(results, task)
+    config = results["config"]
+    train_len = config["train_len"]
+    for variant in variants:
+        lengths, means, spreads = [], [], []
+        for length in config["eval_lengths"]:
+            values = [r["mean_accuracy"] for r in _runs(results, task, variant, length)]
+            if values:
+                lengths.append(length)
+                means.append(float(np.mean(values)))
+                spreads.append(float(np.std(values, ddof=1)) if len(values) > 1 else 0.0)
+        if lengths:
+            ax.errorbar(lengths, means, yerr=spreads, marker="o", ms=4, capsize=3,
+                        label=EXPERIMENT_LABELS.get(variant, variant))
+    chance = results.get("chance_accuracy", {}).get(task)
+    if chance is not None:
+        ax.axhline(chance, color="gray", ls="--", lw=1, label=f"chance {chance:.3g}")
+    ax.axvline(train_len, color="gray", ls=":", lw=1, label=f"trained length {train_len}")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("eval length (tokens)")
+    ax.set_ylabel(f"accuracy (mean of {len(results['seeds'])} seeds, bars: sd)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def experiment_accuracy(results: dict, task: str, *, variants=None, ax=None):
+    """Accuracy against eval length (log2 axis), one line per encoding (RoPE as trained), mean over
+    seeds with the sample standard deviation as error bars; chance and the trained length marked."""
+    ax = _axes(ax)
+    variants = variants or results["config"]["encodings"]
+    return _accuracy_lines(results, task, variants, ax, f"{task}: accuracy by eval length, per encoding")
+
+
+def experiment_scaling(results: dict, task: str, *, ax=None):
+    """RoPE's test-time scaling schemes side by side: accuracy against eval length of the same RoPE
+    models with each scheme (factor = eval length / trained length unless the run fixed it)."""
+    ax = _axes(ax)
+    schemes = [s for s in ROPE_SCHEMES if s in results["config"]["scalings"]]
+    return _accuracy_lines(results, task, schemes, ax, f"{task}: RoPE with test-time scaling")
+
+
+def experiment_loss_by_position(results: dict, task: str, *, length: int | None = None, variants=None, ax=None):
+    """Per-token loss (nats) per position bucket ([0, L), [L, 2L), ...) at one eval length (default
+    the longest), mean over seeds, one line per encoding or scheme."""
+    _check_task(results, task)
+    ax = _axes(ax)
+    config = results["config"]
+    length = length or max(config["eval_lengths"])
+    variants = variants or list(config["encodings"]) + [s for s in config["scalings"] if s != "rope"]
+    for variant in variants:
+        rows = _runs(results, task, variant, length)
+        if not rows:
+            continue
+        middles = [(start + end) / 2 for start, end in rows[0]["buckets"]]
+        loss = np.array([r["loss"] for r in rows], dtype=float)  # None (no scored token) -> NaN, not drawn
+        seen = np.isfinite(loss).sum(axis=0)
+        mean = np.where(seen > 0, np.nansum(loss, axis=0) / np.maximum(seen, 1), np.nan)
+        ax.plot(middles, mean, marker="o", ms=4,
+                ls="-" if variant in config["encodings"] else "--", label=EXPERIMENT_LABELS.get(variant, variant))
+    ax.axvline(config["train_len"], color="gray", ls=":", lw=1, label=f"trained length {config['train_len']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position (tokens, middle of bucket)")
+    ax.set_ylabel("loss (nats per scored token)")
+    ax.set_title(f"{task}: loss by position at {length} tokens")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def experiment_attention(results: dict, task: str, *, length: int | None = None, layer: int = -1,
+                         measure: str = "mass", variants=None, ax=None):
+    """The attention of one layer at one eval length (default the longest), mean over seeds:
+    measure="mass": the share of attention weight on keys at each distance (log2 buckets);
+    measure="entropy": the rows' entropy (nats) by query position, against log(position + 1),
+    the entropy of uniform attention."""
+    _check_task(results, task)
+    if measure not in ("mass", "entropy"):
+        from ._rotary import RotaryError
+
+        raise RotaryError(f"measure must be 'mass' or 'entropy' (got {measure!r})")
+    ax = _axes(ax)
+    config = results["config"]
+    length = length or max(config["eval_lengths"])
+    variants = variants or list(config["encodings"]) + [s for s in config["scalings"] if s != "rope"]
+    key = "attention_mass_by_distance" if measure == "mass" else "attention_entropy_by_position"
+    field = "mass" if measure == "mass" else "entropy"
+    edges = None
+    for variant in variants:
+        rows = _runs(results, task, variant, length)
+        if not rows:
+            continue
+        edges = rows[0][key]["edges"]
+        values = np.mean([np.asarray(r[key][field])[layer] for r in rows], axis=0)
+        x = np.maximum(edges[:-1], 0.5)
+        ax.plot(x, values, marker="o", ms=4, ls="-" if variant in config["encodings"] else "--",
+                label=EXPERIMENT_LABELS.get(variant, variant))
+    if measure == "entropy" and edges is not None:
+        x = np.maximum(edges[:-1], 0.5)
+        ax.plot(x, np.log(np.asarray(edges[:-1]) + 1), color="gray", ls=":", lw=1, label="uniform: log(p + 1)")
+    ax.axvline(config["train_len"], color="gray", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    layer_name = config["layers"] + layer if layer < 0 else layer
+    if measure == "mass":
+        ax.set_xlabel("distance query - key (tokens, bucket start; 0 = itself)")
+        ax.set_ylabel("share of attention weight")
+        ax.set_title(f"{task}: attention by distance at {length} tokens (layer {layer_name})")
+    else:
+        ax.set_xlabel("query position (tokens, bucket start)")
+        ax.set_ylabel("attention entropy (nats)")
+        ax.set_title(f"{task}: attention entropy at {length} tokens (layer {layer_name})")
+    ax.legend(fontsize=7)
     return ax

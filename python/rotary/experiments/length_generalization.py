@@ -7,20 +7,27 @@ scheme of rotary's specs.
 What runs (docs/experiments.md gives the results and their caveats):
   tasks      made here, no data to download:
                recall  associative recall: key/value pairs, then a key; predict its value
-               copy    every token repeats the one `offset` tokens back (loss after `offset`)
+               copy    every token repeats the one `copy_offset` tokens back
                local   a fixed random order-2 Markov chain: next-token prediction, local structure
-  model      token embedding, `layers` pre-norm blocks of causal multi-head attention (GQA
-             optional) and a GELU MLP, tied output; attention computed in torch (softmax(QK^T/sqrt d)V,
-             causal) so that its weights are measured, with rotary's RoPE (rotary.torch.apply_rotary,
-             differentiable) on q and k. rotary's C++ attention has no torch binding yet.
+  model      token embedding, `layers` pre-norm blocks of causal multi-head attention (GQA) and a
+             GELU MLP, tied output. The attention is torch's scaled_dot_product_attention (SDPA:
+             training needs gradients), with rotary's RoPE (rotary.torch.apply_rotary, a
+             differentiable custom op) on q and k; at evaluation the attention weights are also
+             computed explicitly from the same q, k and mask, to be measured.
   encodings  none (NoPE), sinusoidal (added to the embeddings), learned absolute (a table of
              train_len rows; past it, position p uses row min(p, train_len - 1): the rule says so),
              ALiBi (Press et al.'s slopes, 2^(-8 i / heads)), RoPE (theta 10000).
-  scaling    RoPE at test time with rotary specs whose factor is eval_len / train_len: linear (PI),
-             static NTK-aware (ntk_alpha, alpha = factor), YaRN; dynamic NTK (factor 2, growing with
-             the length as transformers' does); plain RoPE as trained.
-  measures   per-token loss and accuracy by eval length and position bucket; the attention's
-             entropy and its mass by distance (log2 buckets) at each eval length.
+  scaling    RoPE at test time with rotary specs whose factor s is eval_len / train_len (or a fixed
+             scaling_factor): linear (PI), static NTK-aware (ntk_alpha, alpha = s), YaRN, and
+             dynamic NTK (transformers' rule: its factor grows with the sequence's own length);
+             plain RoPE as trained.
+  measures   per-token loss and accuracy by eval length and position bucket; per layer, the
+             attention's mass by distance and its row entropy by query position (log2 buckets).
+
+Determinism: every random draw comes from a torch.Generator (or torch.manual_seed) seeded from the
+run's seed alone, each (task, encoding, seed) model is trained and evaluated on its own, and torch
+runs `threads` intra-op threads (default 1). The same seed and thread count give bit-identical
+results, whatever the other seeds and whatever `jobs` (the number of worker processes).
 """
 from __future__ import annotations
 
@@ -28,10 +35,12 @@ import json
 import math
 import os
 import platform
+import queue
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -39,11 +48,13 @@ import torch.nn.functional as F
 
 import rotary
 import rotary.torch as rt
+from rotary import RotaryError
 
 ENCODINGS = ("none", "sinusoidal", "learned", "alibi", "rope")
 SCALINGS = ("rope", "linear", "ntk", "dynamic", "yarn")  # RoPE variants at test time ("rope": as trained)
 TASKS = ("recall", "copy", "local")
 MULTIPLIERS = (1, 2, 4, 8, 16)
+IGNORE = -100  # a target that is not scored
 
 
 @dataclass
@@ -59,32 +70,106 @@ class Config:
     lr: float = 3e-3
     eval_batches: int = 2
     eval_batch: int = 8
+    probe_sequences: int = 2  # sequences of each eval batch whose attention weights are measured
     copy_offset: int = 8
     seeds: tuple = (0, 1, 2)
-    multipliers: tuple = MULTIPLIERS
+    eval_lengths: tuple = ()  # tokens; () = train_len x (1, 2, 4, 8, 16)
     tasks: tuple = TASKS
     encodings: tuple = ENCODINGS
+    scalings: tuple = SCALINGS
+    scaling_factor: float | None = None  # None: eval_len / train_len at each eval length
+    dynamic_factor: float = 2.0  # the `factor` of the dynamic NTK spec (its growth rule, not a length ratio)
     threads: int = 1  # tiny ops: one intra-op thread (two pay a barrier per op on a shared machine)
+    jobs: int = 1  # worker processes (one model each at a time); results do not depend on it
+
+    def __post_init__(self):
+        for name in ("seeds", "eval_lengths", "tasks", "encodings", "scalings"):
+            setattr(self, name, tuple(getattr(self, name)))
+        if not self.eval_lengths:
+            self.eval_lengths = tuple(self.train_len * m for m in MULTIPLIERS)
+        self.validate()
 
     @classmethod
-    def quick(cls, seeds=(0,)) -> "Config":
-        """A smoke run in seconds: the same pipeline, too short to learn much."""
-        return cls(train_len=16, vocab=32, d_model=32, layers=1, steps=20, batch=8, eval_batches=1,
-                   eval_batch=4, copy_offset=4, seeds=tuple(seeds), multipliers=(1, 2, 4))
+    def quick(cls, seeds=(0,), **overrides) -> "Config":
+        """A run in seconds (the one make test runs): long enough for copy and local to be learnt
+        at the training length, evaluated to 4x it."""
+        values = dict(train_len=16, vocab=16, d_model=32, layers=2, steps=120, batch=16, lr=1e-2,
+                      eval_batches=2, eval_batch=16, copy_offset=2, seeds=tuple(seeds), eval_lengths=(16, 32, 64))
+        if "train_len" in overrides and "eval_lengths" not in overrides:
+            values["eval_lengths"] = tuple(overrides["train_len"] * m for m in (1, 2, 4))
+        values.update(overrides)
+        return cls(**values)
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    def validate(self) -> None:
+        """Raises rotary.RotaryError naming the argument and its value for a config the experiment
+        cannot run as asked."""
+        def known(name, values, allowed):
+            for value in values:
+                if value not in allowed:
+                    raise RotaryError(f"unknown {name} {value!r} (known: {', '.join(allowed)})")
+            if not values:
+                raise RotaryError(f"{name}s is empty: name at least one of {', '.join(allowed)}")
+        known("encoding", self.encodings, ENCODINGS)
+        known("task", self.tasks, TASKS)
+        known("scaling", self.scalings, SCALINGS)
+        for name in ("train_len", "vocab", "d_model", "heads", "kv_heads", "layers", "steps", "batch",
+                     "eval_batches", "eval_batch", "probe_sequences", "threads", "jobs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise RotaryError(f"{name} must be an integer >= 1 (got {value!r})")
+        if self.d_model % self.heads or self.head_dim % 2:
+            raise RotaryError(f"d_model {self.d_model} must split into {self.heads} heads of an even head_dim")
+        if self.heads % self.kv_heads:
+            raise RotaryError(f"heads {self.heads} must be a multiple of kv_heads {self.kv_heads}")
+        if self.vocab < 4 or self.vocab % 2:
+            raise RotaryError(f"vocab must be even and >= 4 (recall splits it into keys and values; got {self.vocab})")
+        if not 1 <= self.copy_offset < self.train_len:
+            raise RotaryError(f"copy_offset must be in [1, train_len) = [1, {self.train_len}) (got {self.copy_offset})")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise RotaryError(f"seeds must be distinct and at least one (got {list(self.seeds)})")
+        for length in self.eval_lengths:
+            if not isinstance(length, int) or isinstance(length, bool):
+                raise RotaryError(f"eval length must be an integer number of tokens (got {length!r})")
+            if length < self.train_len:
+                raise RotaryError(f"eval length {length} is under the training length {self.train_len}: "
+                                  "the experiment measures at and past the trained length")
+        if len(set(self.eval_lengths)) != len(self.eval_lengths):
+            raise RotaryError(f"eval lengths must be distinct (got {list(self.eval_lengths)})")
+        for name in ("scaling_factor", "dynamic_factor"):
+            value = getattr(self, name)
+            if value is None and name == "scaling_factor":
+                continue
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+                raise RotaryError(f"{name} must be a finite number >= 1 (got {value!r}): a factor under 1 "
+                                  "would shrink the positions' range instead of stretching it")
+        if not 0 < self.lr < 1:
+            raise RotaryError(f"lr must be in (0, 1) (got {self.lr!r})")
+
+
+def chance_accuracy(task: str, vocab: int) -> float:
+    """The accuracy of guessing uniformly among the tokens a target can be: recall's values are the
+    upper half of the vocabulary, copy's and local's targets any token."""
+    return 2.0 / vocab if task == "recall" else 1.0 / vocab
+
 
 # ---- tasks -------------------------------------------------------------------------------------------
+def markov_chain(vocab: int) -> torch.Tensor:
+    """The `local` task's order-2 chain: the token after (a, b) is chain[a, b]; fixed for every seed."""
+    return torch.randint(0, vocab, (vocab, vocab), generator=torch.Generator().manual_seed(7))
+
+
 def make_batch(task: str, config: Config, length: int, batch: int, generator: torch.Generator,
                chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens [batch, length], targets [batch, length]); target -100 is not scored."""
+    """(tokens [batch, length], targets [batch, length]); target -100 is not scored. The target at t
+    is the token the model should predict after reading tokens 0..t."""
     vocab = config.vocab
     if task == "copy":
         tokens = torch.randint(0, vocab, (batch, length), generator=generator)
-        targets = torch.full_like(tokens, -100)
+        targets = torch.full_like(tokens, IGNORE)
         k = config.copy_offset
         targets[:, k - 1:-1] = tokens[:, :length - k]  # the prediction at t is token t + 1 = token t + 1 - k
         return tokens, targets
@@ -96,33 +181,31 @@ def make_batch(task: str, config: Config, length: int, batch: int, generator: to
         for t in range(2, length):
             follow = chain[tokens[:, t - 2], tokens[:, t - 1]]
             tokens[:, t] = torch.where(noise[:, t] < 0.9, follow, fresh[:, t])
-        targets = torch.full_like(tokens, -100)
+        targets = torch.full_like(tokens, IGNORE)
         targets[:, :-1] = tokens[:, 1:]
         return tokens, targets
-    # recall: keys from the lower half of the vocabulary, values from the upper half; pairs fill the
-    # sequence, and after each pair past the first few a query repeats an earlier key whose value
-    # the model must produce.
+    # recall: keys from the lower half of the vocabulary, values from the upper half, one random
+    # key -> value table per sequence; the sequence is key, value pairs. From the fifth pair on,
+    # with probability 0.3 a pair is a query: it repeats the key of a uniformly chosen earlier pair,
+    # and the model, reading that key, must predict its value (the only scored tokens).
     half = vocab // 2
+    pairs = length // 2
+    table = torch.randint(half, vocab, (batch, half), generator=generator)
+    keys = torch.randint(0, half, (batch, pairs), generator=generator)
+    is_query = torch.rand((batch, pairs), generator=generator) < 0.3
+    is_query[:, :4] = False
+    earlier = (torch.rand((batch, pairs), generator=generator) * torch.arange(pairs)).long()
+    rows = torch.arange(batch)
+    for j in range(4, pairs):  # in order: a query may repeat an earlier query's key
+        keys[:, j] = torch.where(is_query[:, j], keys[rows, earlier[:, j]], keys[:, j])
+    values = table.gather(1, keys)
     tokens = torch.empty((batch, length), dtype=torch.int64)
-    targets = torch.full((batch, length), -100, dtype=torch.int64)
-    for b in range(batch):
-        table = torch.randint(half, vocab, (half,), generator=generator)
-        t = 0
-        seen = []
-        while t + 1 < length:
-            if len(seen) >= 4 and t + 2 < length and float(torch.rand((), generator=generator)) < 0.3:
-                key = seen[int(torch.randint(0, len(seen), (), generator=generator))]
-                tokens[b, t] = key
-                tokens[b, t + 1] = table[key]
-                targets[b, t] = table[key]  # predicting the token after the repeated key
-            else:
-                key = int(torch.randint(0, half, (), generator=generator))
-                tokens[b, t] = key
-                tokens[b, t + 1] = table[key]
-                seen.append(key)
-            t += 2
-        if t < length:
-            tokens[b, t] = int(torch.randint(0, half, (), generator=generator))
+    tokens[:, 0:2 * pairs:2] = keys
+    tokens[:, 1:2 * pairs:2] = values
+    if length % 2:
+        tokens[:, -1] = torch.randint(0, half, (batch,), generator=generator)
+    targets = torch.full((batch, length), IGNORE, dtype=torch.int64)
+    targets[:, 0:2 * pairs:2] = torch.where(is_query, values, IGNORE)
     return tokens, targets
 
 
@@ -149,23 +232,79 @@ def sinusoidal(length: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def scheme_factor(config: Config, eval_len: int) -> float:
+    """The factor a scaling scheme is given at eval_len: scaling_factor when fixed, else the ratio
+    eval_len / train_len. Refuses an eval length under the training length."""
+    if eval_len < config.train_len:
+        raise RotaryError(f"eval length {eval_len} is under the training length {config.train_len}: "
+                          "a scaling factor under 1 makes no sense here")
+    return float(config.scaling_factor) if config.scaling_factor is not None else eval_len / config.train_len
+
+
 def rope_spec(config: Config, scaling: str, eval_len: int) -> rotary.Spec:
-    """The RoPE spec of the model (theta 1e4, head_dim) with a test-time scaling scheme whose factor
-    is eval_len / train_len (1: the trained RoPE). Dynamic NTK keeps the usual factor 2 and grows
-    with the call's length by itself (transformers' rule), so it is not given the ratio again."""
-    factor = max(1.0, eval_len / config.train_len)
+    """The RoPE spec of the model (theta 1e4, head_dim) with a test-time scaling scheme at eval_len.
+    linear, ntk (ntk_alpha) and yarn get the factor of scheme_factor; at factor 1 they are plain
+    RoPE. dynamic gets its own `factor` (dynamic_factor) and max_position_embeddings = train_len:
+    it stays plain RoPE up to the trained length and grows with the call's length past it
+    (transformers' rule, base * (f * n / L - (f - 1))^(d / (d - 2))), so the eval length sets it."""
+    if scaling not in SCALINGS:
+        raise RotaryError(f"unknown scaling {scaling!r} (known: {', '.join(SCALINGS)})")
+    factor = scheme_factor(config, eval_len)
     rope = {"rope_type": "default"}
-    if scaling != "rope" and factor > 1:
+    if scaling == "dynamic":
+        rope = {"rope_type": "dynamic", "factor": float(config.dynamic_factor)}
+    elif scaling != "rope" and factor > 1:
         rope = {"linear": {"rope_type": "linear", "factor": factor},
                 "ntk": {"rope_type": "ntk_alpha", "alpha": factor},
-                "dynamic": {"rope_type": "dynamic", "factor": 2.0},
                 "yarn": {"rope_type": "yarn", "factor": factor,
                          "original_max_position_embeddings": config.train_len}}[scaling]
+    context = config.train_len if scaling in ("rope", "dynamic") else max(eval_len, round(factor * config.train_len))
     return rotary.Spec.from_hf_config({
         "model_type": "llama", "hidden_size": config.d_model, "num_attention_heads": config.heads,
         "num_key_value_heads": config.kv_heads, "head_dim": config.head_dim,
-        "max_position_embeddings": config.train_len if scaling in ("rope", "dynamic") else eval_len,
-        "rope_theta": 10000.0, "rope_scaling": rope})
+        "max_position_embeddings": context, "rope_theta": 10000.0, "rope_scaling": rope})
+
+
+class AttentionProbe:
+    """Per layer, the attention weights' mass by distance (log2 buckets of query - key) and their
+    row entropy (nats) by query position (the same buckets), summed over the rows it saw."""
+
+    def __init__(self, layers: int, length: int):
+        self.edges = distance_edges(length)
+        buckets = len(self.edges) - 1
+        self.mass = np.zeros((layers, buckets))
+        self.entropy = np.zeros((layers, buckets))
+        self.rows = np.zeros((layers, buckets))
+        position = torch.arange(length)
+        self.distance = (position[:, None] - position[None, :]).clamp(min=0)
+        self.bucket_of = torch.bucketize(torch.arange(length), torch.tensor(self.edges[1:]), right=True)
+
+    def add(self, layer: int, weights: torch.Tensor) -> None:
+        """weights [batch, heads, q, k] (float32), rows summing to 1, zero above the diagonal.
+        Sums over a row, then over batch and heads, accumulate in float64."""
+        rows = weights.shape[0] * weights.shape[1]
+        buckets = len(self.edges) - 1
+        summed = weights.sum((0, 1)).double()  # [q, k]
+        by_distance = torch.bincount(self.distance.flatten(), weights=summed.flatten(), minlength=summed.shape[0])
+        self.mass[layer] += torch.zeros(buckets, dtype=torch.float64).index_add_(
+            0, self.bucket_of, by_distance).numpy()
+        entropy = torch.special.entr(weights).sum(-1, dtype=torch.float64).sum((0, 1))  # per query position
+        self.entropy[layer] += torch.zeros(buckets, dtype=torch.float64).index_add_(
+            0, self.bucket_of, entropy).numpy()
+        self.rows[layer] += np.bincount(self.bucket_of.numpy(), minlength=buckets) * rows
+
+    def result(self) -> dict:
+        rows = np.maximum(self.rows, 1)
+        return {"edges": self.edges, "mass": (self.mass / rows.sum(1, keepdims=True)).tolist(),
+                "entropy": (self.entropy / rows).tolist()}
+
+
+def distance_edges(length: int) -> list:
+    """[0, 1, 2, 4, ..., length]: bucket n holds distances (or query positions) [edges[n], edges[n+1])."""
+    edges = [0, 1]
+    while edges[-1] * 2 < length:
+        edges.append(edges[-1] * 2)
+    return edges + [length]
 
 
 class Block(torch.nn.Module):
@@ -180,7 +319,7 @@ class Block(torch.nn.Module):
         self.norm2 = torch.nn.LayerNorm(d)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
 
-    def forward(self, x, encoding, spec, bias, record):
+    def forward(self, x, encoding, spec, bias, probe, layer):
         c = self.config
         batch, length, _ = x.shape
         h = self.norm1(x)
@@ -188,15 +327,24 @@ class Block(torch.nn.Module):
         k, v = self.kv(h).view(batch, length, 2, c.kv_heads, c.head_dim).unbind(2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if encoding == "rope":
-            # rotary's custom op, [batch, heads, seq, head_dim] as Hugging Face passes it.
+            # rotary's custom op, [batch, heads, seq, head_dim] as Hugging Face passes it; dynamic
+            # NTK takes its length from the largest position + 1 (Hugging Face's rule).
             q, k = rt.apply_rotary(q, k, torch.arange(length)[None], spec)
-        group = c.heads // c.kv_heads
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(c.head_dim) + bias
-        weights = scores.softmax(-1)
-        if record is not None:
-            record.append(weights.detach())
-        out = (weights @ v).transpose(1, 2).reshape(batch, length, -1)
+        if bias is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+        if probe is not None:
+            # The weights SDPA used, computed again from the same q, k and mask (SDPA does not
+            # return them), only to be measured.
+            # The first probe_sequences sequences of the batch are measured (enough rows, and the
+            # O(length^2) weights are the evaluation's largest cost).
+            n, group = c.probe_sequences, c.heads // c.kv_heads
+            scores = q[:n] @ k[:n].repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(c.head_dim)
+            causal = torch.ones(length, length, dtype=torch.bool).tril()
+            scores = scores.masked_fill(~causal, float("-inf")) if bias is None else scores + bias
+            probe.add(layer, scores.softmax(-1))
+        out = out.transpose(1, 2).reshape(batch, length, -1)
         x = x + self.proj(out)
         return x + self.mlp(self.norm2(x))
 
@@ -204,6 +352,8 @@ class Block(torch.nn.Module):
 class TinyTransformer(torch.nn.Module):
     def __init__(self, config: Config, encoding: str):
         super().__init__()
+        if encoding not in ENCODINGS:
+            raise RotaryError(f"unknown encoding {encoding!r} (known: {', '.join(ENCODINGS)})")
         self.config = config
         self.encoding = encoding
         self.embed = torch.nn.Embedding(config.vocab, config.d_model)
@@ -217,7 +367,7 @@ class TinyTransformer(torch.nn.Module):
         if encoding == "learned":
             torch.nn.init.normal_(self.positions.weight, std=0.02)
 
-    def forward(self, tokens, spec=None, record=None):
+    def forward(self, tokens, spec=None, probe=None):
         c = self.config
         length = tokens.shape[1]
         x = self.embed(tokens)
@@ -226,13 +376,13 @@ class TinyTransformer(torch.nn.Module):
         elif self.encoding == "learned":
             # Past the trained length there is no row: the last row is reused (the rule, stated).
             x = x + self.positions(torch.arange(length).clamp(max=c.train_len - 1))
-        i = torch.arange(length)
-        distance = (i[:, None] - i[None, :]).float()
-        bias = torch.where(distance >= 0, 0.0, float("-inf"))
+        bias = None  # causal only: SDPA's is_causal
         if self.encoding == "alibi":
-            bias = bias - self.slopes[:, None, None] * distance.clamp(min=0)
-        for block in self.blocks:
-            x = block(x, self.encoding, spec, bias, record)
+            i = torch.arange(length)
+            distance = (i[:, None] - i[None, :]).float()
+            bias = torch.where(distance >= 0, -self.slopes[:, None, None] * distance, float("-inf"))
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self.encoding, spec, bias, probe, layer)
         return self.norm(x) @ self.embed.weight.T
 
 
@@ -249,7 +399,7 @@ def train(config: Config, task: str, encoding: str, seed: int, chain, progress) 
     for step in range(config.steps):
         tokens, targets = make_batch(task, config, config.train_len, config.batch, generator, chain)
         logits = model(tokens, spec)
-        loss = F.cross_entropy(logits.reshape(-1, config.vocab), targets.reshape(-1), ignore_index=-100)
+        loss = F.cross_entropy(logits.reshape(-1, config.vocab), targets.reshape(-1), ignore_index=IGNORE)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -273,59 +423,53 @@ def evaluate(model, config: Config, task: str, spec, length: int, seed: int, cha
     loss_sum = np.zeros(len(buckets))
     correct = np.zeros(len(buckets))
     count = np.zeros(len(buckets))
-    distance_edges = [0] + [2 ** e for e in range(int(math.log2(length)) + 1)] + [length]
-    mass = np.zeros(len(distance_edges) - 1)
-    entropy = []
+    probe = AttentionProbe(config.layers, length)
     for _ in range(config.eval_batches):
         tokens, targets = make_batch(task, config, length, config.eval_batch, generator, chain)
-        record = []
-        logits = model(tokens, spec, record)
-        token_loss = F.cross_entropy(logits.reshape(-1, config.vocab), targets.reshape(-1), ignore_index=-100,
+        logits = model(tokens, spec, probe)
+        token_loss = F.cross_entropy(logits.reshape(-1, config.vocab), targets.reshape(-1), ignore_index=IGNORE,
                                      reduction="none").view_as(targets)
-        hit = (logits.argmax(-1) == targets)
-        scored = targets != -100
+        hit = logits.argmax(-1) == targets
+        scored = targets != IGNORE
         for n, (start, end) in enumerate(buckets):
             m = scored[:, start:end]
-            loss_sum[n] += float(token_loss[:, start:end][m].sum())
+            loss_sum[n] += float(token_loss[:, start:end][m].double().sum())
             correct[n] += float(hit[:, start:end][m].sum())
             count[n] += float(m.sum())
-        # Attention of the last layer: mass by distance (log2 buckets) and mean row entropy.
-        weights = record[-1].double()  # [batch, heads, q, k]
-        i = torch.arange(length)
-        distance = (i[:, None] - i[None, :]).clamp(min=0)
-        for n in range(len(distance_edges) - 1):
-            mask = (distance >= distance_edges[n]) & (distance < max(distance_edges[n + 1], distance_edges[n] + 1))
-            mask &= i[:, None] >= i[None, :]
-            mass[n] += float((weights * mask).sum() / (weights.shape[0] * weights.shape[1] * length))
-        p = weights.clamp(min=1e-30)
-        entropy.append(float(-(p * p.log()).sum(-1).mean()))
-    safe = np.maximum(count, 1)
+    attention = probe.result()
+    # A bucket without scored tokens (recall's first pairs) has no loss or accuracy: None.
+    per_bucket = lambda sums: [float(a / n) if n else None for a, n in zip(sums, count)]  # noqa: E731
     return {
         "length": length,
         "buckets": [list(b) for b in buckets],
-        "loss": (loss_sum / safe).tolist(),
-        "accuracy": (correct / safe).tolist(),
+        "loss": per_bucket(loss_sum),
+        "accuracy": per_bucket(correct),
         "scored_tokens": count.astype(int).tolist(),
         "mean_loss": float(loss_sum.sum() / max(count.sum(), 1)),
         "mean_accuracy": float(correct.sum() / max(count.sum(), 1)),
-        "attention_mass_by_distance": {"edges": distance_edges, "mass": (mass / config.eval_batches).tolist()},
-        "attention_entropy": float(np.mean(entropy)),
+        "attention_mass_by_distance": {"edges": attention["edges"], "mass": attention["mass"]},
+        "attention_entropy_by_position": {"edges": attention["edges"], "entropy": attention["entropy"]},
     }
 
 
 class Progress:
-    """steps done / total, the last loss and the time left, on one line of stderr."""
+    """steps done / total, the last loss, elapsed time and the time left, on one line of the stream.
+    The time left is elapsed / steps done x steps left: it includes the evaluations done so far."""
 
-    def __init__(self, total: int, stream=sys.stderr):
+    def __init__(self, total: int, stream=sys.stderr, every: int = 20):
         self.total = total
         self.done = 0
         self.start = time.monotonic()
         self.stream = stream
+        self.every = every
         self.label = ""
+        self.loss = float("nan")
 
-    def step(self, loss: float) -> None:
-        self.done += 1
-        if self.done % 20 and self.done != self.total:
+    def step(self, loss: float, count: int = 1) -> None:
+        before = self.done
+        self.done += count
+        self.loss = loss
+        if self.done // self.every == before // self.every and self.done != self.total:
             return
         elapsed = time.monotonic() - self.start
         eta = elapsed / self.done * (self.total - self.done)
@@ -334,38 +478,95 @@ class Progress:
         self.stream.flush()
 
 
-def run(config: Config, out_dir: str | None = None, stream=sys.stderr) -> dict:
+class _QueueProgress:
+    """A worker's progress: every `every` steps, (steps, last loss, label) onto the parent's queue."""
+
+    def __init__(self, channel, label, every=20):
+        self.channel, self.label, self.every, self.pending = channel, label, every, 0
+
+    def step(self, loss: float) -> None:
+        self.pending += 1
+        if self.pending == self.every:
+            self.flush(loss)
+
+    def flush(self, loss: float) -> None:
+        if self.pending:
+            self.channel.put((self.pending, loss, self.label))
+            self.pending = 0
+
+
+def run_job(config: Config, task: str, encoding: str, seed: int, progress) -> list:
+    """One (task, encoding, seed): trains the model, evaluates it at every eval length (RoPE with
+    every scaling scheme); returns one record per (variant, length)."""
+    chain = markov_chain(config.vocab)
+    t0 = time.monotonic()
+    model = train(config, task, encoding, seed, chain, progress)
+    trained = time.monotonic() - t0
+    records = []
+    for variant in (config.scalings if encoding == "rope" else (encoding,)):
+        for length in config.eval_lengths:
+            spec = rope_spec(config, variant, length) if encoding == "rope" else None
+            t1 = time.monotonic()
+            result = evaluate(model, config, task, spec, length, seed, chain)
+            records.append({"task": task, "encoding": encoding, "variant": variant, "seed": seed,
+                            "factor": length / config.train_len,
+                            "scheme_factor": scheme_factor(config, length) if variant in ("linear", "ntk", "yarn") else None,
+                            "train_seconds": trained, "eval_seconds": time.monotonic() - t1, **result})
+    return records
+
+
+_worker_channel = None
+
+
+def _worker_init(channel, threads):
+    global _worker_channel
+    _worker_channel = channel
+    torch.set_num_threads(threads)
+    rotary.set_num_threads(1)
+
+
+def _worker_job(args):
+    config, task, encoding, seed = args
+    progress = _QueueProgress(_worker_channel, f"{task}/{encoding}/seed {seed}")
+    records = run_job(config, task, encoding, seed, progress)
+    progress.flush(float("nan"))
+    return records
+
+
+def run(config: Config, out_dir: str | None = None, stream=sys.stderr, command: str | None = None) -> dict:
     """Trains and evaluates every (task, encoding, seed); returns the results (and writes
-    results.json and the plots into out_dir when given, each by a temporary file and a rename)."""
+    results.json, the plots and the HTML page into out_dir when given, each by a temporary file
+    and a rename)."""
+    config.validate()
     torch.set_num_threads(config.threads)
     rotary.set_num_threads(1)
     started = time.monotonic()
-    progress = Progress(len(config.tasks) * len(config.encodings) * len(config.seeds) * config.steps, stream)
-    runs = []
-    for task in config.tasks:
-        chain = torch.randint(0, config.vocab, (config.vocab, config.vocab), generator=torch.Generator().manual_seed(7))
-        for encoding in config.encodings:
-            for seed in config.seeds:
-                progress.label = f"{task}/{encoding}/seed {seed}"
-                t0 = time.monotonic()
-                model = train(config, task, encoding, seed, chain, progress)
-                trained = time.monotonic() - t0
-                variants = SCALINGS if encoding == "rope" else (encoding,)
-                for variant in variants:
-                    for multiplier in config.multipliers:
-                        length = config.train_len * multiplier
-                        spec = rope_spec(config, variant, length) if encoding == "rope" else None
-                        result = evaluate(model, config, task, spec, length, seed, chain)
-                        runs.append({"task": task, "encoding": encoding, "variant": variant, "seed": seed,
-                                     "multiplier": multiplier, "train_seconds": trained, **result})
+    load_before = _load_average()
+    jobs = [(task, encoding, seed) for task in config.tasks for encoding in config.encodings for seed in config.seeds]
+    progress = Progress(len(jobs) * config.steps, stream)
+    records = {}
+    if config.jobs == 1:
+        for job in jobs:
+            progress.label = "{}/{}/seed {}".format(*job)
+            records[job] = run_job(config, *job, progress)
+    else:
+        records = _run_parallel(config, jobs, progress)
     stream.write("\n")
+    runs = [r for job in jobs for r in records[job]]  # in job order, whatever finished first
     results = {
         "experiment": "length-generalization",
+        "command": command,
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+        "seeds": list(config.seeds),
+        "chance_accuracy": {task: chance_accuracy(task, config.vocab) for task in config.tasks},
         "versions": {"rotary": rotary.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "python": platform.python_version()},
-        "machine": {"cpu": _cpu_model(), "threads": config.threads, "platform": platform.platform()},
-        "attention": "torch softmax(QK^T / sqrt(d)) V in the model (weights measured), rotary.torch.apply_rotary for RoPE",
+        "machine": {"cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": config.threads,
+                    "processes": config.jobs, "platform": platform.platform(),
+                    "load_average_start": load_before, "load_average_end": _load_average()},
+        "attention": "torch.nn.functional.scaled_dot_product_attention (is_causal, or the ALiBi bias as a float "
+                     "mask; GQA by enable_gqa); RoPE by rotary.torch.apply_rotary on q and k; the measured "
+                     "weights are softmax(QK^T / sqrt(d) + mask) from the same q and k",
         "seconds": time.monotonic() - started,
         "runs": runs,
         "summary": summarize(runs),
@@ -375,13 +576,61 @@ def run(config: Config, out_dir: str | None = None, stream=sys.stderr) -> dict:
     return results
 
 
+def _run_parallel(config: Config, jobs: list, progress: Progress) -> dict:
+    """config.jobs spawned worker processes, each with config.threads torch threads; the parent
+    draws the progress from their queue. Results are keyed by job, so their order is fixed."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # not fork: torch's thread pools do not survive it
+    channel = context.Queue()
+    done = threading.Event()
+
+    def drain():
+        while not done.is_set() or not channel.empty():
+            try:
+                steps, loss, label = channel.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            progress.label = label
+            progress.step(loss if math.isfinite(loss) else progress.loss, steps)
+
+    drawer = threading.Thread(target=drain, daemon=True)
+    drawer.start()
+    try:
+        with context.Pool(config.jobs, initializer=_worker_init, initargs=(channel, config.threads)) as pool:
+            outputs = pool.map(_worker_job, [(config, *job) for job in jobs], chunksize=1)
+    finally:
+        done.set()
+        drawer.join()
+    return dict(zip(jobs, outputs))
+
+
 def summarize(runs: list) -> list:
-    """Mean and spread over seeds of the accuracy, per (task, variant, multiplier)."""
+    """Per (task, variant, eval length), over seeds: the accuracy's and the loss's mean, sample
+    standard deviation (ddof 1; 0 for one seed), min and max, and the accuracy per position bucket."""
     groups = {}
     for r in runs:
-        groups.setdefault((r["task"], r["variant"], r["multiplier"]), []).append(r["mean_accuracy"])
-    return [{"task": t, "variant": v, "multiplier": m, "accuracy_mean": float(np.mean(a)),
-             "accuracy_std": float(np.std(a)), "seeds": len(a)} for (t, v, m), a in sorted(groups.items())]
+        groups.setdefault((r["task"], r["encoding"], r["variant"], r["length"]), []).append(r)
+    rows = []
+    for (task, encoding, variant, length), group in sorted(groups.items()):
+        accuracy = np.array([r["mean_accuracy"] for r in group])
+        loss = np.array([r["mean_loss"] for r in group])
+        ddof = 1 if len(group) > 1 else 0
+        rows.append({"task": task, "encoding": encoding, "variant": variant, "length": length,
+                     "factor": group[0]["factor"], "seeds": len(group),
+                     "accuracy_mean": float(accuracy.mean()), "accuracy_std": float(accuracy.std(ddof=ddof)),
+                     "accuracy_min": float(accuracy.min()), "accuracy_max": float(accuracy.max()),
+                     "loss_mean": float(loss.mean()), "loss_std": float(loss.std(ddof=ddof)),
+                     "bucket_accuracy_mean": [None if math.isnan(v) else float(v) for v in _nanmean(
+                         [r["accuracy"] for r in group])]})
+    return rows
+
+
+def _nanmean(rows: list) -> np.ndarray:
+    """The column means of rows holding None (no scored tokens), NaN where a column has none."""
+    values = np.array(rows, dtype=float)
+    counts = np.sum(~np.isnan(values), axis=0)
+    return np.where(counts > 0, np.nansum(values, axis=0) / np.maximum(counts, 1), np.nan)
 
 
 def _cpu_model() -> str:
@@ -395,10 +644,20 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _load_average():
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
 def _write_atomically(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a results file is for everyone to read
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.replace(temporary, path)
@@ -409,9 +668,18 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 
 def write_results(results: dict, out_dir: str) -> None:
+    """results.json, the SVG plots and report.html (the plots on one self-contained page)."""
     os.makedirs(out_dir, exist_ok=True)
     _write_atomically(os.path.join(out_dir, "results.json"), json.dumps(results, indent=1).encode())
+    write_plots(results, out_dir)
+
+
+def write_plots(results: dict, out_dir: str) -> None:
+    """The SVG plots and report.html of a results dict (python -m rotary.experiments plot)."""
+    os.makedirs(out_dir, exist_ok=True)
     from . import plots
 
-    for name, svg in plots.render(results).items():
+    svgs = plots.render(results)
+    for name, svg in svgs.items():
         _write_atomically(os.path.join(out_dir, name), svg)
+    _write_atomically(os.path.join(out_dir, "report.html"), plots.html_page(results, svgs).encode())

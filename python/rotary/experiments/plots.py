@@ -1,89 +1,150 @@
-"""The length-generalization plots (matplotlib, SVG): accuracy against eval length per encoding,
-loss by position at the longest length, and RoPE's test-time scaling schemes side by side."""
+"""The length-generalization plots as SVG (matplotlib through rotary.viz) and the page that holds
+them: rotary's HTML report (the C++ render_report, the page of `rotary report`) of the RoPE spec
+the models were trained with, with the experiment's plots, its table and its provenance added as
+the first section. The page is self-contained: inline SVG, no scripts, no URL.
+
+    accuracy_by_length.svg       accuracy against eval length, one line per encoding (per task)
+    rope_scaling.svg             RoPE's test-time scaling schemes side by side (per task)
+    loss_by_position.svg         loss by position bucket at the longest eval length (per task)
+    attention_by_distance.svg    last layer's attention mass by distance at the longest length
+    attention_entropy.svg        last layer's attention entropy by query position, same length
+"""
 from __future__ import annotations
 
+import html
 import io
+import re
 
-import numpy as np
+from .. import viz
 
-LABELS = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned (last row past L)", "alibi": "ALiBi",
-          "rope": "RoPE", "linear": "RoPE + linear (PI)", "ntk": "RoPE + NTK-aware", "dynamic": "RoPE + dynamic NTK",
-          "yarn": "RoPE + YaRN"}
+CAPTIONS = {
+    "accuracy_by_length.svg": "Accuracy against eval length per encoding: mean over seeds, error bars one sample "
+                              "standard deviation; the dotted line is the trained length, the dashed one chance.",
+    "rope_scaling.svg": "The same RoPE models evaluated with each test-time scaling scheme (no fine-tuning): "
+                        "linear, NTK-aware and YaRN with factor eval length / trained length, dynamic NTK "
+                        "growing with the sequence's length.",
+    "loss_by_position.svg": "Per-token loss in each position bucket ([0, L), [L, 2L), ...) at the longest eval "
+                            "length; dashed lines are RoPE with a scaling scheme.",
+    "attention_by_distance.svg": "Share of the last layer's attention weight on keys at each distance (log2 "
+                                 "buckets) at the longest eval length: how each encoding uses distance.",
+    "attention_entropy.svg": "Entropy of the last layer's attention rows by query position at the longest eval "
+                             "length; the dotted gray curve is uniform attention over the visible keys.",
+}
 
 
-def _figure(tasks, title):
+def _figure(tasks):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), layout="constrained", squeeze=False)
-    fig.suptitle(title)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.9), layout="constrained", squeeze=False)
     return fig, axes[0]
 
 
 def _svg(fig) -> bytes:
+    """The figure as SVG text with text kept as <text> (no glyph definitions, whose ids would
+    collide between plots inlined in one page) and fixed ids and no date (the same results give
+    the same bytes)."""
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="svg")
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "rotary-experiments"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     return buffer.getvalue()
 
 
-def _mean_std(runs, task, variant, multiplier, key="mean_accuracy"):
-    values = [r[key] for r in runs if r["task"] == task and r["variant"] == variant and r["multiplier"] == multiplier]
-    return (float(np.mean(values)), float(np.std(values))) if values else (np.nan, np.nan)
-
-
 def render(results: dict) -> dict:
-    runs = results["runs"]
-    config = results["config"]
-    tasks = config["tasks"]
-    multipliers = config["multipliers"]
-    train_len = config["train_len"]
+    """{file name: SVG bytes} of every plot, one panel per task."""
+    tasks = results["config"]["tasks"]
+    encodings = results["config"]["encodings"]
+    plots = {"accuracy_by_length.svg": lambda task, ax: viz.experiment_accuracy(results, task, ax=ax),
+             "loss_by_position.svg": lambda task, ax: viz.experiment_loss_by_position(results, task, ax=ax),
+             "attention_by_distance.svg": lambda task, ax: viz.experiment_attention(results, task, ax=ax),
+             "attention_entropy.svg": lambda task, ax: viz.experiment_attention(results, task, measure="entropy",
+                                                                                 ax=ax)}
+    if "rope" in encodings:
+        plots["rope_scaling.svg"] = lambda task, ax: viz.experiment_scaling(results, task, ax=ax)
     out = {}
-
-    def accuracy_plot(variants, title, name):
-        fig, axes = _figure(tasks, title)
-        for ax, task in zip(axes, tasks):
-            for variant in variants:
-                stats = [_mean_std(runs, task, variant, m) for m in multipliers]
-                means = np.array([s[0] for s in stats])
-                spread = np.array([s[1] for s in stats])
-                lengths = np.array(multipliers) * train_len
-                ax.errorbar(lengths, means, yerr=spread, marker="o", capsize=3, label=LABELS[variant])
-            ax.set_xscale("log", base=2)
-            ax.axvline(train_len, color="#999999", linestyle=":", label=f"trained length {train_len}")
-            ax.set_title(task)
-            ax.set_xlabel("eval length (tokens)")
-            ax.set_ylabel("accuracy (mean over seeds)")
-            ax.set_ylim(-0.02, 1.02)
-        axes[-1].legend(fontsize=7, loc="best")
-        out[name] = _svg(fig)
-
-    variants = [e for e in config["encodings"]]
-    accuracy_plot(variants, "Accuracy against eval length, by encoding (error bars: spread over seeds)",
-                  "accuracy_by_length.svg")
-    if "rope" in config["encodings"]:
-        accuracy_plot(["rope", "linear", "ntk", "dynamic", "yarn"],
-                      "RoPE with test-time scaling, factor = eval length / trained length", "rope_scaling.svg")
-
-    longest = max(multipliers)
-    fig, axes = _figure(tasks, f"Loss by position at {longest * train_len} tokens (trained at {train_len})")
-    for ax, task in zip(axes, tasks):
-        for variant in variants:
-            rows = [r for r in runs if r["task"] == task and r["variant"] == variant and r["multiplier"] == longest]
-            if not rows:
-                continue
-            starts = [b[0] for b in rows[0]["buckets"]]
-            loss = np.mean([r["loss"] for r in rows], axis=0)
-            ax.plot(np.maximum(starts, 1), loss, marker="o", label=LABELS[variant])
-        ax.set_xscale("log", base=2)
-        ax.axvline(train_len, color="#999999", linestyle=":")
-        ax.set_title(task)
-        ax.set_xlabel("position bucket start (tokens)")
-        ax.set_ylabel("loss (nats per token)")
-    axes[-1].legend(fontsize=7, loc="best")
-    out["loss_by_position.svg"] = _svg(fig)
+    for name in CAPTIONS:
+        if name in plots:
+            fig, axes = _figure(tasks)
+            for task, ax in zip(tasks, axes):
+                plots[name](task, ax)
+            out[name] = _svg(fig)
     return out
+
+
+def inline_svg(svg: bytes) -> str:
+    """matplotlib's SVG file as an element for an HTML5 page: no XML prolog, no DOCTYPE, no
+    namespace URLs (HTML parses inline SVG, xlink:href included, without them) and no RDF
+    metadata, class "plot" for the report's style."""
+    text = svg.decode()
+    start = text.index("<svg")
+    text = text[start:]
+    text = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", text, count=2)
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)  # RDF with namespace URLs
+    return text.replace("<svg ", '<svg class="plot" ', 1)
+
+
+def _summary_table(results: dict) -> str:
+    config = results["config"]
+    lengths = config["eval_lengths"]
+    head = "".join(f"<th>{n}</th>" for n in lengths)
+    rows = []
+    for task in config["tasks"]:
+        for variant in list(config["encodings"]) + [s for s in config.get("scalings", []) if s != "rope"]:
+            cells = []
+            for length in lengths:
+                row = next((r for r in results["summary"] if r["task"] == task and r["variant"] == variant
+                            and r["length"] == length), None)
+                cells.append("<td class=\"num\"></td>" if row is None else
+                             f"<td class=\"num\">{row['accuracy_mean']:.3f} ± {row['accuracy_std']:.3f}</td>")
+            if any(c != "<td class=\"num\"></td>" for c in cells):
+                label = viz.EXPERIMENT_LABELS.get(variant, variant)
+                rows.append(f"<tr><td>{html.escape(task)}</td><td>{html.escape(label)}</td>{''.join(cells)}</tr>")
+    return ("<table class=\"checks\"><caption>Accuracy, mean ± sample sd over seeds, by eval length (tokens)"
+            f"</caption>\n<tr><th>task</th><th>encoding / scheme</th>{head}</tr>\n" + "\n".join(rows) + "\n</table>\n")
+
+
+def experiment_section(results: dict, svgs: dict) -> str:
+    config = results["config"]
+    machine = results.get("machine", {})
+    load = machine.get("load_average_start")
+    parts = [
+        '<section class="experiment">\n<h2>Does it extrapolate? Length generalization</h2>\n',
+        f"<p class=\"provenance\">Made by <code>{html.escape(results.get('command') or 'rotary.experiments')}</code>"
+        f" with rotary {html.escape(results['versions']['rotary'])}, torch {html.escape(results['versions']['torch'])}"
+        f" on {html.escape(machine.get('cpu', '?'))} ({machine.get('processes', 1)} processes x "
+        f"{machine.get('torch_threads', 1)} thread; load average at start "
+        f"{'?' if load is None else ', '.join(f'{v:.1f}' for v in load)}) in {results['seconds']:.0f} s.</p>\n",
+        f"<p>Tiny causal transformers ({config['layers']} layers, d_model {config['d_model']}, {config['heads']} "
+        f"heads, {config['kv_heads']} key/value heads) trained for {config['steps']} steps at "
+        f"{config['train_len']} tokens on each task with each encoding, seeds {', '.join(map(str, results['seeds']))},"
+        " then evaluated at longer lengths. Attention: torch's scaled_dot_product_attention, RoPE by "
+        "rotary.torch.apply_rotary. What each task is and the caveats: docs/experiments.md. Below it, rotary's "
+        "analysis of the RoPE spec the models were trained with.</p>\n",
+        # One figure per row: each holds a panel per task.
+        '<div class="plots" style="grid-template-columns:1fr">\n',
+    ]
+    for name, svg in svgs.items():
+        parts.append(f"<figure>\n{inline_svg(svg)}<figcaption>{html.escape(CAPTIONS[name])}</figcaption>\n</figure>\n")
+    parts.append("</div>\n" + _summary_table(results) + "</section>\n")
+    return "".join(parts)
+
+
+def html_page(results: dict, svgs: dict) -> str:
+    """rotary's report of the trained RoPE spec with the experiment's section first."""
+    from .. import _rotary
+    from .length_generalization import Config, rope_spec
+
+    known = {k: v for k, v in results["config"].items() if k in Config.__dataclass_fields__}
+    config = Config(**known)
+    spec = rope_spec(config, "rope", config.train_len).replace(
+        name=f"the experiment's RoPE (trained at {config.train_len} tokens)")
+    page = _rotary.render_report([spec._native], "rotary report: length generalization")
+    at = page.find("<section")
+    if at < 0:
+        raise RuntimeError("rotary's report has no <section>: the experiment's section has no place in it")
+    return page[:at] + experiment_section(results, svgs) + page[at:]
