@@ -198,6 +198,7 @@ void bind_convert_weights(py::module_& m) {
     return out;
   }, py::arg("in_path"), py::arg("out_path"), py::arg("config_text"), py::arg("config_source"), py::arg("to"),
      py::arg("q_modules"), py::arg("k_modules"), py::arg("dry_run"));
+}
 
 // ---- rotary.torch's eager call (python/rotary/_torch_ops.py, apply_rotary) ---------------------------
 // A plain eager CPU call of rotary.torch.apply_rotary read straight from the torch tensors, in one
