@@ -840,7 +840,9 @@ TEST(AttentionCpu, Bf16DotScoresMatchReferenceAndTheFallback) {
       EXPECT_EQ(outcome.failures, 0) << (dot ? "vdpbf16ps: " : "fallback: ") << outcome.first_failure;
       const int64_t used = attention_internal::bf16_dot_items.load() - before;
       if (dot) dot_items += used;
-      if (!dot || c.absolute) EXPECT_EQ(used, 0);  // the fallback really is the fallback
+      if (!dot || c.absolute) {
+        EXPECT_EQ(used, 0);  // the fallback really is the fallback
+      }
     }
     attention_internal::use_avx512_bf16 = true;
   }
