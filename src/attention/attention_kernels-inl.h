@@ -106,15 +106,16 @@ HWY_INLINE void AddAlibiRow(float* HWY_RESTRICT s, float neg_slope, float from, 
 }
 
 // o[0, width) = alpha * o + sum_j p_j v_j[0, width), a vector at a time (width: whole vectors).
-// V rows are v_stride floats apart (a tile's dv_pad, or the tensor's seq stride when decode reads
-// float32 V in place).
+// V rows are v_stride elements apart (a float32 tile's dv_pad, or the tensor's seq stride when
+// decode reads V in place, widened on load: exact).
+template <DType kV = DType::F32>
 HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
-                               const float* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1) {
+                               const void* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t e = 0; e < width; e += N) {
     VF o0 = hn::Mul(hn::LoadU(df, o + e), hn::Set(df, alpha));
-    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * v_stride + e), o0);
+    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), cpu::LoadF32<kV>(v, j * v_stride + e), o0);
     hn::StoreU(o0, df, o + e);
   }
 }
@@ -123,12 +124,14 @@ HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* 
 // it arrives; a burst of prefetches at the start of a tile stalls the loads behind it, so the
 // in-place loops prefetch as they go: with rows j .. j + count - 1, the same rows `ahead` keys
 // later (width floats each), those below ahead_end (the item's keys, counted from the tile).
-HWY_INLINE void PrefetchAhead(const float* rows, int64_t stride, int64_t width, int64_t j, int64_t count, int64_t ahead,
+template <DType kT = DType::F32>
+HWY_INLINE void PrefetchAhead(const void* rows, int64_t stride, int64_t width, int64_t j, int64_t count, int64_t ahead,
                               int64_t ahead_end) {
+  constexpr int64_t kBytes = kT == DType::F32 ? 4 : 2;
   if (ahead <= 0) return;
   for (int64_t c = 0; c < count && j + c + ahead < ahead_end; ++c) {
-    const char* row = reinterpret_cast<const char*>(rows + (j + c + ahead) * stride);
-    for (int64_t offset = 0; offset < width * static_cast<int64_t>(sizeof(float)); offset += 64) hwy::Prefetch(row + offset);
+    const char* row = static_cast<const char*>(rows) + (j + c + ahead) * stride * kBytes;
+    for (int64_t offset = 0; offset < width * kBytes; offset += 64) hwy::Prefetch(row + offset);
   }
 }
 
@@ -147,10 +150,10 @@ constexpr int64_t kBlockRows = 2;
 // o + r * o_stride, p_r at p + r * p_row_stride. Each row's arithmetic is the one-row loop's, in
 // the same order (one rounding of alpha * o, then one FMA per key in key order): grouping rows
 // changes no result bit.
-template <int64_t R>
+template <int64_t R, DType kV = DType::F32>
 HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, const float* HWY_RESTRICT alpha,
                                      const float* HWY_RESTRICT p, int64_t p_row_stride, int64_t p_key_stride,
-                                     const float* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1,
+                                     const void* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1,
                                      int64_t ahead = 0, int64_t ahead_end = 0) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
@@ -162,10 +165,10 @@ HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, co
       for (int64_t i = 0; i < 4; ++i) acc[r][i] = hn::Mul(hn::LoadU(df, o + r * o_stride + e + i * N), a);
     }
     for (int64_t j = j0; j < j1; ++j) {
-      if (e == 0) PrefetchAhead(v, v_stride, width, j, 1, ahead, ahead_end);
-      const float* v_row = v + j * v_stride + e;
-      const VF v0 = hn::LoadU(df, v_row), v1 = hn::LoadU(df, v_row + N);
-      const VF v2 = hn::LoadU(df, v_row + 2 * N), v3 = hn::LoadU(df, v_row + 3 * N);
+      if (e == 0) PrefetchAhead<kV>(v, v_stride, width, j, 1, ahead, ahead_end);
+      const int64_t v_row = j * v_stride + e;
+      const VF v0 = cpu::LoadF32<kV>(v, v_row), v1 = cpu::LoadF32<kV>(v, v_row + N);
+      const VF v2 = cpu::LoadF32<kV>(v, v_row + 2 * N), v3 = cpu::LoadF32<kV>(v, v_row + 3 * N);
       for (int64_t r = 0; r < R; ++r) {
         const VF pr = hn::Set(df, p[r * p_row_stride + j * p_key_stride]);
         acc[r][0] = hn::MulAdd(pr, v0, acc[r][0]);
@@ -179,7 +182,8 @@ HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, co
   }
   if (e < width) {  // the last vectors: row by row
     for (int64_t r = 0; r < R; ++r) {
-      AccumulateTail(o + r * o_stride + e, alpha[r], p + r * p_row_stride, p_key_stride, v + e, v_stride, width - e, j0, j1);
+      AccumulateTail<kV>(o + r * o_stride + e, alpha[r], p + r * p_row_stride, p_key_stride,
+                         static_cast<const char*>(v) + e * (kV == DType::F32 ? 4 : 2), v_stride, width - e, j0, j1);
     }
   }
 }
@@ -250,8 +254,9 @@ HWY_INLINE void AddAlibiTransposed(Scratch& t, int64_t rows_pad, int64_t tile, i
 // The p.v update of a tile for every row with visible keys in it ([j0, j1) in t.j0 / t.j1; row r's
 // p_j at p[r * row_stride + j * key_stride]; V rows at v, v_stride floats apart, dv_pad wide),
 // up to kBlockRows rows at a time where consecutive rows see the same keys.
+template <DType kV = DType::F32>
 HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t row_stride, int64_t key_stride,
-                               const float* v, int64_t v_stride, int64_t dv_pad, int64_t ahead = 0, int64_t ahead_end = 0) {
+                               const void* v, int64_t v_stride, int64_t dv_pad, int64_t ahead = 0, int64_t ahead_end = 0) {
   for (int64_t r = 0; r < rows;) {
     const auto u = static_cast<size_t>(r);
     const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
@@ -265,11 +270,11 @@ HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t
     const float* alpha = t.alpha.data() + r;
     const float* p_r = p + r * row_stride;
     switch (count) {
-      case 1: AccumulateValuesRows<1>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
-      case 2: AccumulateValuesRows<2>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 1: AccumulateValuesRows<1, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 2: AccumulateValuesRows<2, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      case 3: AccumulateValuesRows<3>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
-      default: AccumulateValuesRows<4>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 3: AccumulateValuesRows<3, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      default: AccumulateValuesRows<4, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
 #else
       default: break;
 #endif
@@ -474,12 +479,13 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   }
 #endif
 
-  // float32 storage, in the decode form: the scores read K rows where they are (no copy into the
-  // tile first) unless they are rotated or have an absolute row added on load; p.v reads V rows in
-  // place. Only when the head dims are whole vectors: the loops run over dq_pad / dv_pad floats,
-  // which must then all lie inside the row.
+  // In the decode form, with float32 storage, the scores read K rows where they are (no copy into
+  // the tile first) unless they are rotated or have an absolute row added on load; in every storage
+  // type p.v reads V rows in place, widened as it loads them (exact: the tile held the same
+  // floats). Only when the head dims are whole vectors: the loops run over dq_pad / dv_pad
+  // elements, which must then all lie inside the row.
   const bool f32_k_in_place = kType == DType::F32 && call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad;
-  const bool f32_v_in_place = kType == DType::F32 && dv == dv_pad;
+  const bool v_in_place_ok = dv == dv_pad;
 
   for (int64_t item_index = begin; item_index < end; ++item_index) {
     const Item& item = call.items[item_index];
@@ -491,7 +497,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
     const bool transposed = rows >= N;
     const bool dot_scores = bf16_dot && !transposed;
-    const bool k_in_place = f32_k_in_place && !transposed, v_in_place = f32_v_in_place && !transposed;
+    const bool k_in_place = f32_k_in_place && !transposed, v_in_place = v_in_place_ok && !transposed;
     if (dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
     int64_t first_key = seq.num_keys, last_key = 0;
     for (int64_t r = rows; r < rows_pad; ++r) {
@@ -573,18 +579,14 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       // K and V of the tile: float32 rows in place, or the tiles.
       const float* k_tile = t.k.data();
       int64_t k_stride = dq_pad;
-      const float* v_tile = t.v.data();
-      int64_t v_stride = dv_pad;
       if constexpr (kType == DType::F32) {
         if (k_in_place) {
           k_tile = static_cast<const float*>(call.k) + seq.k_base + tile * plan.k.stride_seq + item.kv_head * plan.k.stride_heads;
           k_stride = plan.k.stride_seq;
         }
-        if (v_in_place) {
-          v_tile = static_cast<const float*>(call.v) + seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads;
-          v_stride = plan.v.stride_seq;
-        }
       }
+      const void* v_rows = static_cast<const char*>(call.v) +
+                           (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes;
       // In-place rows are prefetched a tile ahead as the loops go (PrefetchAhead); 16 to 128 keys
       // ahead measured the same (rotary_attention_bench BM_Decode, 2026-11-25).
       const int64_t k_ahead = k_in_place ? kKeyBlock : 0, v_ahead = v_in_place ? kKeyBlock : 0;
@@ -665,7 +667,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
 
         t.alpha[static_cast<size_t>(r)] = alpha;
       }
-      AccumulateRows(t, rows, t.s.data(), s_stride, 1, v_tile, v_stride, dv_pad, v_ahead, ahead_end);
+      if (v_in_place) {
+        AccumulateRows<kType>(t, rows, t.s.data(), s_stride, 1, v_rows, plan.v.stride_seq, dv_pad, v_ahead, ahead_end);
+      } else {
+        AccumulateRows(t, rows, t.s.data(), s_stride, 1, t.v.data(), dv_pad, dv_pad);
+      }
     }
 
     // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge.
