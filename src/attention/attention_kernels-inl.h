@@ -556,7 +556,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         // hundred bytes every heads * head_dim elements, a pattern the hardware prefetchers
         // follow poorly (decode spent half its time waiting on these loads; perf, 2026-11-25).
         if (key + kKeyBlock < last_key) {
-          if (!k_in_place) PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
+          if (!k_in_place && !dot_scores) PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
           if (!v_in_place) PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
         }
         if (!dot_scores && !k_in_place) {
@@ -609,15 +609,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         while (count < kBlockRows && r + count < rows && t.j0[u + count] == t.j0[u] && t.j1[u + count] == t.j1[u]) ++count;
         float* s = t.s.data() + r * s_stride;
         if (dot_scores) {  // q and K as stored (bf16), scale applied to each finished dot product
-          for (int64_t c = r; c < r + count; ++c) {
-            const int64_t head = item.kv_head * plan.group + c / item.q_count;
-            const int64_t query = item.q_first + c % item.q_count;
-            const auto* q_bits = static_cast<const uint16_t*>(call.q) + seq.q_base + query * plan.q.stride_seq +
-                                 head * plan.q.stride_heads;
-            const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + (tile + j0) * plan.k.stride_seq +
-                                 item.kv_head * plan.k.stride_heads;
-            scores_bf16_dot(q_bits, k_bits, plan.k.stride_seq, j1 - j0, dq, call.scale, t.s.data() + c * s_stride + j0);
+          const uint16_t* q_bits[4] = {};
+          for (int64_t c = 0; c < count; ++c) {
+            const int64_t head = item.kv_head * plan.group + (r + c) / item.q_count;
+            const int64_t query = item.q_first + (r + c) % item.q_count;
+            q_bits[c] = static_cast<const uint16_t*>(call.q) + seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads;
           }
+          const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + (tile + j0) * plan.k.stride_seq +
+                               item.kv_head * plan.k.stride_heads;
+          scores_bf16_dot_rows(q_bits, count, k_bits, plan.k.stride_seq, j1 - j0, dq, call.scale, s + j0, s_stride,
+                               kKeyBlock, ahead_end - j0);
         } else {
           const float* q_rows = t.q.data() + r * dq_pad;
           switch (count) {
