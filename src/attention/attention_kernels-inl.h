@@ -106,74 +106,85 @@ HWY_INLINE void AddAlibiRow(float* HWY_RESTRICT s, float neg_slope, float from, 
 }
 
 // o[0, width) = alpha * o + sum_j p_j v_j[0, width), a vector at a time (width: whole vectors).
+// V rows are v_stride elements apart (a float32 tile's dv_pad, or the tensor's seq stride when
+// decode reads V in place, widened on load: exact).
+template <DType kV = DType::F32>
 HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
-                               const float* HWY_RESTRICT v, int64_t dv_pad, int64_t width, int64_t j0, int64_t j1) {
+                               const void* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t e = 0; e < width; e += N) {
     VF o0 = hn::Mul(hn::LoadU(df, o + e), hn::Set(df, alpha));
-    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), hn::LoadU(df, v + j * dv_pad + e), o0);
+    for (int64_t j = j0; j < j1; ++j) o0 = hn::MulAdd(hn::Set(df, p[j * p_stride]), cpu::LoadF32<kV>(v, j * v_stride + e), o0);
     hn::StoreU(o0, df, o + e);
   }
 }
 
-// o = alpha * o + sum_{j in [j0, j1)} p[j * p_stride] v_j over a zero-padded V tile (rows of
-// dv_pad floats), four vectors of o held in registers across the keys.
-HWY_INLINE void AccumulateValues(float* HWY_RESTRICT o_row, float alpha, const float* HWY_RESTRICT p, int64_t p_stride,
-                                 const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
-  const DF df;
-  const auto N = static_cast<int64_t>(hn::Lanes(df));
-  const VF va = hn::Set(df, alpha);
-  int64_t e = 0;
-  for (; e + 4 * N <= dv_pad; e += 4 * N) {
-    VF o0 = hn::Mul(hn::LoadU(df, o_row + e), va), o1 = hn::Mul(hn::LoadU(df, o_row + e + N), va);
-    VF o2 = hn::Mul(hn::LoadU(df, o_row + e + 2 * N), va), o3 = hn::Mul(hn::LoadU(df, o_row + e + 3 * N), va);
-    for (int64_t j = j0; j < j1; ++j) {
-      const VF pj = hn::Set(df, p[j * p_stride]);
-      const float* v_row = v + j * dv_pad + e;
-      o0 = hn::MulAdd(pj, hn::LoadU(df, v_row), o0);
-      o1 = hn::MulAdd(pj, hn::LoadU(df, v_row + N), o1);
-      o2 = hn::MulAdd(pj, hn::LoadU(df, v_row + 2 * N), o2);
-      o3 = hn::MulAdd(pj, hn::LoadU(df, v_row + 3 * N), o3);
-    }
-    hn::StoreU(o0, df, o_row + e);
-    hn::StoreU(o1, df, o_row + e + N);
-    hn::StoreU(o2, df, o_row + e + 2 * N);
-    hn::StoreU(o3, df, o_row + e + 3 * N);
+// Decode reads float32 K and V in place at a few hundred bytes per key and computes on each row as
+// it arrives; a burst of prefetches at the start of a tile stalls the loads behind it, so the
+// in-place loops prefetch as they go: with rows j .. j + count - 1, the same rows `ahead` keys
+// later (width floats each), those below ahead_end (the item's keys, counted from the tile).
+template <DType kT = DType::F32>
+HWY_INLINE void PrefetchAhead(const void* rows, int64_t stride, int64_t width, int64_t j, int64_t count, int64_t ahead,
+                              int64_t ahead_end) {
+  constexpr int64_t kBytes = kT == DType::F32 ? 4 : 2;
+  if (ahead <= 0) return;
+  for (int64_t c = 0; c < count && j + c + ahead < ahead_end; ++c) {
+    const char* row = static_cast<const char*>(rows) + (j + c + ahead) * stride * kBytes;
+    for (int64_t offset = 0; offset < width * kBytes; offset += 64) hwy::Prefetch(row + offset);
   }
-  if (e < dv_pad) AccumulateTail(o_row + e, alpha, p, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
 }
 
-// The same for two rows that see the same keys (a tile's rows mostly do): each V load serves both,
-// 6 loads per 8 FMAs instead of 5 per 4.
-HWY_INLINE void AccumulateValues2(float* HWY_RESTRICT o_a, float* HWY_RESTRICT o_b, float alpha_a, float alpha_b,
-                                  const float* HWY_RESTRICT p_a, const float* HWY_RESTRICT p_b, int64_t p_stride,
-                                  const float* HWY_RESTRICT v, int64_t dv_pad, int64_t j0, int64_t j1) {
+// Rows that see the same keys share every V load (a decode item's rows all do: the q heads of one
+// kv head, one query). Up to kBlockRows rows at a time, each holding four vectors of o in
+// registers across the keys: for R rows, 4 V loads and R broadcasts per 4R FMAs. AVX3 has 32
+// vector registers (4 x 4 accumulators + 4 V + 1 p); the other targets 16 (2 x 4 + 4 + 1).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // AVX3 and its successors (a lower value is a newer target)
+constexpr int64_t kBlockRows = 4;
+#else
+constexpr int64_t kBlockRows = 2;
+#endif
+
+// For rows r < R: o_r = alpha_r * o_r + sum_{j in [j0, j1)} p_r[j * p_key_stride] v_j, over `width`
+// floats (whole vectors; V rows v_stride floats apart, readable over the width), o_r at
+// o + r * o_stride, p_r at p + r * p_row_stride. Each row's arithmetic is the one-row loop's, in
+// the same order (one rounding of alpha * o, then one FMA per key in key order): grouping rows
+// changes no result bit.
+template <int64_t R, DType kV = DType::F32>
+HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, const float* HWY_RESTRICT alpha,
+                                     const float* HWY_RESTRICT p, int64_t p_row_stride, int64_t p_key_stride,
+                                     const void* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1,
+                                     int64_t ahead = 0, int64_t ahead_end = 0) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
-  const VF va = hn::Set(df, alpha_a), vb = hn::Set(df, alpha_b);
   int64_t e = 0;
-  for (; e + 4 * N <= dv_pad; e += 4 * N) {
-    VF a0 = hn::Mul(hn::LoadU(df, o_a + e), va), a1 = hn::Mul(hn::LoadU(df, o_a + e + N), va);
-    VF a2 = hn::Mul(hn::LoadU(df, o_a + e + 2 * N), va), a3 = hn::Mul(hn::LoadU(df, o_a + e + 3 * N), va);
-    VF b0 = hn::Mul(hn::LoadU(df, o_b + e), vb), b1 = hn::Mul(hn::LoadU(df, o_b + e + N), vb);
-    VF b2 = hn::Mul(hn::LoadU(df, o_b + e + 2 * N), vb), b3 = hn::Mul(hn::LoadU(df, o_b + e + 3 * N), vb);
-    for (int64_t j = j0; j < j1; ++j) {
-      const VF pa = hn::Set(df, p_a[j * p_stride]), pb = hn::Set(df, p_b[j * p_stride]);
-      const float* v_row = v + j * dv_pad + e;
-      const VF v0 = hn::LoadU(df, v_row), v1 = hn::LoadU(df, v_row + N);
-      const VF v2 = hn::LoadU(df, v_row + 2 * N), v3 = hn::LoadU(df, v_row + 3 * N);
-      a0 = hn::MulAdd(pa, v0, a0), b0 = hn::MulAdd(pb, v0, b0);
-      a1 = hn::MulAdd(pa, v1, a1), b1 = hn::MulAdd(pb, v1, b1);
-      a2 = hn::MulAdd(pa, v2, a2), b2 = hn::MulAdd(pb, v2, b2);
-      a3 = hn::MulAdd(pa, v3, a3), b3 = hn::MulAdd(pb, v3, b3);
+  for (; e + 4 * N <= width; e += 4 * N) {
+    VF acc[R][4];
+    for (int64_t r = 0; r < R; ++r) {
+      const VF a = hn::Set(df, alpha[r]);
+      for (int64_t i = 0; i < 4; ++i) acc[r][i] = hn::Mul(hn::LoadU(df, o + r * o_stride + e + i * N), a);
     }
-    hn::StoreU(a0, df, o_a + e), hn::StoreU(a1, df, o_a + e + N), hn::StoreU(a2, df, o_a + e + 2 * N), hn::StoreU(a3, df, o_a + e + 3 * N);
-    hn::StoreU(b0, df, o_b + e), hn::StoreU(b1, df, o_b + e + N), hn::StoreU(b2, df, o_b + e + 2 * N), hn::StoreU(b3, df, o_b + e + 3 * N);
+    for (int64_t j = j0; j < j1; ++j) {
+      if (e == 0) PrefetchAhead<kV>(v, v_stride, width, j, 1, ahead, ahead_end);
+      const int64_t v_row = j * v_stride + e;
+      const VF v0 = cpu::LoadF32<kV>(v, v_row), v1 = cpu::LoadF32<kV>(v, v_row + N);
+      const VF v2 = cpu::LoadF32<kV>(v, v_row + 2 * N), v3 = cpu::LoadF32<kV>(v, v_row + 3 * N);
+      for (int64_t r = 0; r < R; ++r) {
+        const VF pr = hn::Set(df, p[r * p_row_stride + j * p_key_stride]);
+        acc[r][0] = hn::MulAdd(pr, v0, acc[r][0]);
+        acc[r][1] = hn::MulAdd(pr, v1, acc[r][1]);
+        acc[r][2] = hn::MulAdd(pr, v2, acc[r][2]);
+        acc[r][3] = hn::MulAdd(pr, v3, acc[r][3]);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < 4; ++i) hn::StoreU(acc[r][i], df, o + r * o_stride + e + i * N);
   }
-  if (e < dv_pad) {  // the last vectors: row by row
-    AccumulateTail(o_a + e, alpha_a, p_a, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
-    AccumulateTail(o_b + e, alpha_b, p_b, p_stride, v + e, dv_pad, dv_pad - e, j0, j1);
+  if (e < width) {  // the last vectors: row by row
+    for (int64_t r = 0; r < R; ++r) {
+      AccumulateTail<kV>(o + r * o_stride + e, alpha[r], p + r * p_row_stride, p_key_stride,
+                         static_cast<const char*>(v) + e * (kV == DType::F32 ? 4 : 2), v_stride, width - e, j0, j1);
+    }
   }
 }
 
@@ -241,20 +252,77 @@ HWY_INLINE void AddAlibiTransposed(Scratch& t, int64_t rows_pad, int64_t tile, i
 }
 
 // The p.v update of a tile for every row with visible keys in it ([j0, j1) in t.j0 / t.j1; row r's
-// p_j at p[r * row_stride + j * key_stride]), two rows at a time where they see the same keys.
+// p_j at p[r * row_stride + j * key_stride]; V rows at v, v_stride floats apart, dv_pad wide),
+// up to kBlockRows rows at a time where consecutive rows see the same keys.
+template <DType kV = DType::F32>
 HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t row_stride, int64_t key_stride,
-                               int64_t dv_pad) {
-  for (int64_t r = 0; r < rows; ++r) {
+                               const void* v, int64_t v_stride, int64_t dv_pad, int64_t ahead = 0, int64_t ahead_end = 0) {
+  for (int64_t r = 0; r < rows;) {
     const auto u = static_cast<size_t>(r);
     const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
-    if (j0 >= j1) continue;  // alpha is 1: m did not change
-    if (r + 1 < rows && t.j0[u + 1] == t.j0[u] && t.j1[u + 1] == t.j1[u]) {
-      AccumulateValues2(t.o.data() + r * dv_pad, t.o.data() + (r + 1) * dv_pad, t.alpha[u], t.alpha[u + 1], p + r * row_stride,
-                        p + (r + 1) * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+    if (j0 >= j1) {  // alpha is 1: m did not change
       ++r;
       continue;
     }
-    AccumulateValues(t.o.data() + r * dv_pad, t.alpha[u], p + r * row_stride, key_stride, t.v.data(), dv_pad, j0, j1);
+    int64_t count = 1;
+    while (count < kBlockRows && r + count < rows && t.j0[u + count] == t.j0[u] && t.j1[u + count] == t.j1[u]) ++count;
+    float* o = t.o.data() + r * dv_pad;
+    const float* alpha = t.alpha.data() + r;
+    const float* p_r = p + r * row_stride;
+    switch (count) {
+      case 1: AccumulateValuesRows<1, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 2: AccumulateValuesRows<2, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+      case 3: AccumulateValuesRows<3, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      default: AccumulateValuesRows<4, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+#else
+      default: break;
+#endif
+    }
+    r += count;
+  }
+}
+
+// Decode scores of R rows that see the same keys [j0, j1): s_r[j] = <q_r, k_j>, each K vector
+// loaded once for the R rows (R x 4 accumulators: 4 K loads and R q loads per 4R FMAs, where a
+// row at a time took 5 loads per 4 FMAs). q_r at q + r * dq_pad, K rows at k, k_stride floats
+// apart and readable over dq_pad floats (a zero-padded tile, or float32 K in place when the head
+// dim is whole vectors), s_r at s + r * s_stride. Per row the arithmetic is a row at a time's:
+// one accumulator per key over the vectors in order, SumOfFour per four keys, SumOfLanes for the
+// last keys, so grouping rows changes no result bit.
+template <int64_t R>
+HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const float* HWY_RESTRICT k, int64_t k_stride,
+                             int64_t j0, int64_t j1, float* HWY_RESTRICT s, int64_t s_stride, int64_t ahead,
+                             int64_t ahead_end) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const float* k0 = k + j * k_stride;
+    PrefetchAhead(k, k_stride, dq_pad, j, 4, ahead, ahead_end);
+    VF acc[R][4];
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < 4; ++i) acc[r][i] = hn::Zero(df);
+    for (int64_t e = 0; e < dq_pad; e += N) {
+      const VF c0 = hn::LoadU(df, k0 + e), c1 = hn::LoadU(df, k0 + k_stride + e);
+      const VF c2 = hn::LoadU(df, k0 + 2 * k_stride + e), c3 = hn::LoadU(df, k0 + 3 * k_stride + e);
+      for (int64_t r = 0; r < R; ++r) {
+        const VF qv = hn::LoadU(df, q + r * dq_pad + e);
+        acc[r][0] = hn::MulAdd(qv, c0, acc[r][0]);
+        acc[r][1] = hn::MulAdd(qv, c1, acc[r][1]);
+        acc[r][2] = hn::MulAdd(qv, c2, acc[r][2]);
+        acc[r][3] = hn::MulAdd(qv, c3, acc[r][3]);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) SumOfFour(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s + r * s_stride + j);
+  }
+  for (; j < j1; ++j) {
+    const float* k_row = k + j * k_stride;
+    for (int64_t r = 0; r < R; ++r) {
+      VF a = hn::Zero(df);
+      for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q + r * dq_pad + e), hn::LoadU(df, k_row + e), a);
+      s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(df, a));
+    }
   }
 }
 
@@ -358,7 +426,7 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
     hn::StoreU(alpha, df, t.alpha.data() + rb);
   }
 
-  AccumulateRows(t, rows, st, 1, rows_pad, dv_pad);
+  AccumulateRows(t, rows, st, 1, rows_pad, t.v.data(), dv_pad, dv_pad);
 }
 
 // Prefetches the cache lines of `bytes` bytes of storage from element `index` on.
@@ -411,6 +479,14 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   }
 #endif
 
+  // In the decode form, with float32 storage, the scores read K rows where they are (no copy into
+  // the tile first) unless they are rotated or have an absolute row added on load; in every storage
+  // type p.v reads V rows in place, widened as it loads them (exact: the tile held the same
+  // floats). Only when the head dims are whole vectors: the loops run over dq_pad / dv_pad
+  // elements, which must then all lie inside the row.
+  const bool f32_k_in_place = kType == DType::F32 && call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad;
+  const bool v_in_place_ok = dv == dv_pad;
+
   for (int64_t item_index = begin; item_index < end; ++item_index) {
     const Item& item = call.items[item_index];
     const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
@@ -421,6 +497,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
     const bool transposed = rows >= N;
     const bool dot_scores = bf16_dot && !transposed;
+    const bool k_in_place = f32_k_in_place && !transposed, v_in_place = v_in_place_ok && !transposed;
     if (dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
     int64_t first_key = seq.num_keys, last_key = 0;
     for (int64_t r = rows; r < rows_pad; ++r) {
@@ -479,10 +556,10 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         // hundred bytes every heads * head_dim elements, a pattern the hardware prefetchers
         // follow poorly (decode spent half its time waiting on these loads; perf, 2026-11-25).
         if (key + kKeyBlock < last_key) {
-          PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
-          PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
+          if (!k_in_place && !dot_scores) PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
+          if (!v_in_place) PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
         }
-        if (!dot_scores) {
+        if (!dot_scores && !k_in_place) {
           float* k_row = t.k.data() + j * dq_pad;
           LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
           if (call.k_rope != nullptr) {
@@ -490,51 +567,79 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           }
           if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], dq);
         }
-        LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
-                       t.v.data() + j * dv_pad);
+        if (!v_in_place) {
+          LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
+                         t.v.data() + j * dv_pad);
+        }
       }
       if (transposed) {
         TileTransposed(t, ranges.data(), rows, rows_pad, tile, tile_keys, dq, dq_pad, dv_pad);
         continue;
       }
+      // K and V of the tile: float32 rows in place, or the tiles.
+      const float* k_tile = t.k.data();
+      int64_t k_stride = dq_pad;
+      if constexpr (kType == DType::F32) {
+        if (k_in_place) {
+          k_tile = static_cast<const float*>(call.k) + seq.k_base + tile * plan.k.stride_seq + item.kv_head * plan.k.stride_heads;
+          k_stride = plan.k.stride_seq;
+        }
+      }
+      const void* v_rows = static_cast<const char*>(call.v) +
+                           (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes;
+      // In-place rows are prefetched a tile ahead as the loops go (PrefetchAhead); 16 to 128 keys
+      // ahead measured the same (rotary_attention_bench BM_Decode, 2026-11-25).
+      const int64_t k_ahead = k_in_place ? kKeyBlock : 0, v_ahead = v_in_place ? kKeyBlock : 0;
+      const int64_t ahead_end = last_key - tile;
       for (int64_t r = 0; r < rows; ++r) {
         const KeyRange range = ranges[static_cast<size_t>(r)];
         const int64_t j0 = std::max(range.first, tile) - tile, j1 = std::min(range.last, tile + tile_keys) - tile;
-        t.j0[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j0 : 0);  // for the p.v pass below
+        t.j0[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j0 : 0);  // for the scores and p.v below
         t.j1[static_cast<size_t>(r)] = static_cast<float>(j0 < j1 ? j1 : 0);
-        if (j0 >= j1) continue;
-        const float* q_row = t.q.data() + r * dq_pad;
+      }
+      // Scores, for up to kBlockRows consecutive rows that see the same keys at a time.
+      for (int64_t r = 0; r < rows;) {
+        const auto u = static_cast<size_t>(r);
+        const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
+        if (j0 >= j1) {
+          ++r;
+          continue;
+        }
+        int64_t count = 1;
+        while (count < kBlockRows && r + count < rows && t.j0[u + count] == t.j0[u] && t.j1[u + count] == t.j1[u]) ++count;
         float* s = t.s.data() + r * s_stride;
-        int64_t j = j0;
         if (dot_scores) {  // q and K as stored (bf16), scale applied to each finished dot product
-          const int64_t head = item.kv_head * plan.group + r / item.q_count;
-          const int64_t query = item.q_first + r % item.q_count;
-          const auto* q_bits = static_cast<const uint16_t*>(call.q) + seq.q_base + query * plan.q.stride_seq +
-                               head * plan.q.stride_heads;
+          const uint16_t* q_bits[4] = {};
+          for (int64_t c = 0; c < count; ++c) {
+            const int64_t head = item.kv_head * plan.group + (r + c) / item.q_count;
+            const int64_t query = item.q_first + (r + c) % item.q_count;
+            q_bits[c] = static_cast<const uint16_t*>(call.q) + seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads;
+          }
           const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + (tile + j0) * plan.k.stride_seq +
                                item.kv_head * plan.k.stride_heads;
-          scores_bf16_dot(q_bits, k_bits, plan.k.stride_seq, j1 - j0, dq, call.scale, s + j0);
-          j = j1;
-        }
-        // Scores, four keys at a time (each q vector loaded once for four K rows).
-        for (; j + 4 <= j1; j += 4) {
-          const float* k0 = t.k.data() + j * dq_pad;
-          VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-          for (int64_t e = 0; e < dq_pad; e += N) {
-            const VF qv = hn::LoadU(df, q_row + e);
-            a0 = hn::MulAdd(qv, hn::LoadU(df, k0 + e), a0);
-            a1 = hn::MulAdd(qv, hn::LoadU(df, k0 + dq_pad + e), a1);
-            a2 = hn::MulAdd(qv, hn::LoadU(df, k0 + 2 * dq_pad + e), a2);
-            a3 = hn::MulAdd(qv, hn::LoadU(df, k0 + 3 * dq_pad + e), a3);
+          scores_bf16_dot_rows(q_bits, count, k_bits, plan.k.stride_seq, j1 - j0, dq, call.scale, s + j0, s_stride,
+                               kKeyBlock, ahead_end - j0);
+        } else {
+          const float* q_rows = t.q.data() + r * dq_pad;
+          switch (count) {
+            case 1: DecodeScores<1>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+            case 2: DecodeScores<2>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+            case 3: DecodeScores<3>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+            default: DecodeScores<4>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+#else
+            default: break;
+#endif
           }
-          SumOfFour(a0, a1, a2, a3, s + j);
         }
-        for (; j < j1; ++j) {
-          const float* k_row = t.k.data() + j * dq_pad;
-          VF a = hn::Zero(df);
-          for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q_row + e), hn::LoadU(df, k_row + e), a);
-          s[j] = hn::GetLane(hn::SumOfLanes(df, a));
-        }
+        r += count;
+      }
+      // Per row: ALiBi, then the online softmax update.
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto j0 = static_cast<int64_t>(t.j0[static_cast<size_t>(r)]), j1 = static_cast<int64_t>(t.j1[static_cast<size_t>(r)]);
+        if (j0 >= j1) continue;
+        float* s = t.s.data() + r * s_stride;
+        int64_t j = j0;
         if (t.alibi) {
           AddAlibiRow(s, t.neg_slope[static_cast<size_t>(r)], static_cast<float>(t.position[static_cast<size_t>(r)] - tile), j0, j1);
         }
@@ -563,7 +668,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
 
         t.alpha[static_cast<size_t>(r)] = alpha;
       }
-      AccumulateRows(t, rows, t.s.data(), s_stride, 1, dv_pad);
+      if (v_in_place) {
+        AccumulateRows<kType>(t, rows, t.s.data(), s_stride, 1, v_rows, plan.v.stride_seq, dv_pad, v_ahead, ahead_end);
+      } else {
+        AccumulateRows(t, rows, t.s.data(), s_stride, 1, t.v.data(), dv_pad, dv_pad);
+      }
     }
 
     // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge.

@@ -58,9 +58,59 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16
   }
 }
 
+namespace {
+
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void scores_rows(
+    const uint16_t* const* q, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim, float scale, float* s,
+    int64_t s_stride, int64_t ahead, int64_t ahead_end) {
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    if (ahead > 0) {
+      for (int64_t c = 0; c < 4 && j + c + ahead < ahead_end; ++c) {
+        const char* row = reinterpret_cast<const char*>(k + (j + c + ahead) * k_stride);
+        for (int64_t offset = 0; offset < dim * 2; offset += 64) _mm_prefetch(row + offset, _MM_HINT_T0);
+      }
+    }
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_ps();
+    const uint16_t* k0 = k + j * k_stride;
+    for (int64_t e = 0; e < dim; e += 32) {
+      const __m512bh c0 = load_bf16(k0 + e, dim - e), c1 = load_bf16(k0 + k_stride + e, dim - e);
+      const __m512bh c2 = load_bf16(k0 + 2 * k_stride + e, dim - e), c3 = load_bf16(k0 + 3 * k_stride + e, dim - e);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh qv = load_bf16(q[r] + e, dim - e);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qv, c0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qv, c1);
+        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], qv, c2);
+        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], qv, c3);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) s[r * s_stride + j + i] = scale * _mm512_reduce_add_ps(acc[r][i]);
+  }
+  for (int r = 0; r < R; ++r) scores_bf16_dot(q[r], k + j * k_stride, k_stride, keys - j, dim, scale, s + r * s_stride + j);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16_dot_rows(
+    const uint16_t* const* q, int64_t rows, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim, float scale,
+    float* s, int64_t s_stride, int64_t ahead, int64_t ahead_end) {
+  switch (rows) {
+    case 1: scores_rows<1>(q, k, k_stride, keys, dim, scale, s, s_stride, ahead, ahead_end); return;
+    case 2: scores_rows<2>(q, k, k_stride, keys, dim, scale, s, s_stride, ahead, ahead_end); return;
+    case 3: scores_rows<3>(q, k, k_stride, keys, dim, scale, s, s_stride, ahead, ahead_end); return;
+    default: scores_rows<4>(q, k, k_stride, keys, dim, scale, s, s_stride, ahead, ahead_end); return;
+  }
+}
+
 #else
 
 bool cpu_has_avx512_bf16() { return false; }
+void scores_bf16_dot_rows(const uint16_t* const*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float, float*,
+                          int64_t, int64_t, int64_t) {}
 void scores_bf16_dot(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float, float*) {}
 
 #endif

@@ -30,4 +30,12 @@ extern std::atomic<int64_t> bf16_dot_items;
 void scores_bf16_dot(const uint16_t* q, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim, float scale,
                      float* s);
 
+// The same for `rows` q rows (1 to 4) over the same keys, each K vector loaded once for all of
+// them: row r's q at q[r], its scores at s + r * s_stride. Row by row the arithmetic is
+// scores_bf16_dot's (one accumulator per key, the dim in order, one reduction, then the scale):
+// the same bits. While it goes it prefetches the K rows `ahead` keys later, those below
+// ahead_end (0: none).
+void scores_bf16_dot_rows(const uint16_t* const* q, int64_t rows, const uint16_t* k, int64_t k_stride, int64_t keys,
+                          int64_t dim, float scale, float* s, int64_t s_stride, int64_t ahead, int64_t ahead_end);
+
 }  // namespace rotary::attention_internal
