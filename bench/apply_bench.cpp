@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "random_inputs.hpp"
 #include "cpu/bandwidth/buffer.hpp"
 #include "cpu/bandwidth/streams.hpp"
 #include "rotary/apply.hpp"
@@ -46,8 +47,17 @@ constexpr int64_t kPrefillTokens = 4096;
 constexpr int64_t kMaxPosition = 32767;  // decode positions are drawn from [0, this]
 constexpr std::array<int64_t, 8> kVarlenLengths = {2048, 512, 1536, 128, 1024, 2560, 256, 128};
 
+// The preset's frequencies; the head counts are the bench's own (decode: 40 q heads), as in
+// `rotary bench`: unset, so that apply() does not hold the tensors to the preset's 32 / 8.
+rotary::RopeSpec bench_spec() {
+  rotary::RopeSpec spec = rotary::preset(rotary::kDefaultPreset).spec;
+  spec.num_attention_heads = 0;
+  spec.num_key_value_heads = 0;
+  return spec;
+}
+
 const rotary::CosSinTable& llama_table() {
-  static const rotary::CosSinTable table(rotary::preset(rotary::kDefaultPreset).spec,
+  static const rotary::CosSinTable table(bench_spec(),
                                          {.precision = rotary::Precision::Exact, .storage = rotary::Storage::Stored});
   static const bool reserved = (table.reserve_positions(kMaxPosition + 1), true);
   (void)reserved;
@@ -55,20 +65,6 @@ const rotary::CosSinTable& llama_table() {
 }
 
 DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
-
-// Random non-zero values: sign random, magnitude in [0.25, 2), rounded to the dtype.
-void fill_random(std::byte* data, DType dtype, int64_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> magnitude(0.25f, 2.0f);
-  for (int64_t i = 0; i < count; ++i) {
-    const float value = (generator() & 1) ? -magnitude(generator) : magnitude(generator);
-    if (dtype == DType::BF16) {
-      reinterpret_cast<uint16_t*>(data)[i] = rotary::float_to_bf16(value);
-    } else {
-      reinterpret_cast<float*>(data)[i] = value;
-    }
-  }
-}
 
 int64_t product(const std::array<int64_t, 4>& shape, Layout layout) {
   const int rank = rotary::layout_rank(layout);
@@ -90,8 +86,8 @@ void run_apply(benchmark::State& state, Layout layout, std::array<int64_t, 4> q_
   rotary::bandwidth::Buffer k(static_cast<size_t>(k_elements * element_bytes));
   rotary::bandwidth::Buffer q_out(in_place ? 0 : q.bytes());
   rotary::bandwidth::Buffer k_out(in_place ? 0 : k.bytes());
-  fill_random(q.data(), dtype, q_elements, 1);
-  fill_random(k.data(), dtype, k_elements, 2);
+  rotary::bench_inputs::fill_random(q.data(), dtype, q_elements, 1, 0.25f, 2.0f);
+  rotary::bench_inputs::fill_random(k.data(), dtype, k_elements, 2, 0.25f, 2.0f);
   const rotary::TensorView q_view = rotary::contiguous_view(q.data(), dtype, layout, q_shape);
   const rotary::TensorView k_view = rotary::contiguous_view(k.data(), dtype, layout, k_shape);
   const rotary::TensorView q_out_view =
