@@ -19,9 +19,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <random>
 #include <vector>
 
+#include "random_inputs.hpp"
 #include "cpu/bandwidth/buffer.hpp"
 #include "cpu/bandwidth/streams.hpp"
 #include "rotary/apply.hpp"
@@ -52,20 +52,6 @@ const rotary::CosSinTable& llama_table() {
   return table;
 }
 
-// Random non-zero values in +-[0.05, 0.5) (scores of a few units), rounded to the dtype.
-void fill_random(std::byte* data, DType dtype, int64_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> magnitude(0.05f, 0.5f);
-  for (int64_t i = 0; i < count; ++i) {
-    const float value = (generator() & 1) ? -magnitude(generator) : magnitude(generator);
-    if (dtype == DType::BF16) {
-      reinterpret_cast<uint16_t*>(data)[i] = rotary::float_to_bf16(value);
-    } else {
-      reinterpret_cast<float*>(data)[i] = value;
-    }
-  }
-}
-
 struct Buffers {
   rotary::bandwidth::Buffer q, k, v, out;
   rotary::TensorView q_view, k_view, v_view, out_view;
@@ -74,9 +60,9 @@ struct Buffers {
         k(static_cast<size_t>(kv_tokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype))),
         v(k.bytes()),
         out(q.bytes()) {
-    fill_random(q.data(), dtype, q_tokens * kQHeads * kHeadDim, 1);
-    fill_random(k.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 2);
-    fill_random(v.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 3);
+    rotary::bench_inputs::fill_random(q.data(), dtype, q_tokens * kQHeads * kHeadDim, 1, 0.05f, 0.5f);  // scores of a few units
+    rotary::bench_inputs::fill_random(k.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 2, 0.05f, 0.5f);
+    rotary::bench_inputs::fill_random(v.data(), dtype, kv_tokens * kKvHeads * kHeadDim, 3, 0.05f, 0.5f);
     q_view = rotary::contiguous_view(q.data(), dtype, Layout::BSHD, {1, q_tokens, kQHeads, kHeadDim});
     k_view = rotary::contiguous_view(k.data(), dtype, Layout::BSHD, {1, kv_tokens, kKvHeads, kHeadDim});
     v_view = rotary::contiguous_view(v.data(), dtype, Layout::BSHD, {1, kv_tokens, kKvHeads, kHeadDim});

@@ -25,6 +25,7 @@
 
 #include <time.h>
 
+#include "random_inputs.hpp"
 #include "cpu/bandwidth/buffer.hpp"
 #include "cpu/bandwidth/streams.hpp"
 #include "rotary/apply.hpp"
@@ -47,19 +48,6 @@ struct Call {
   rotary::Positions positions;
 };
 
-void fill(std::byte* data, DType dtype, int64_t count, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> magnitude(0.25f, 2.0f);
-  for (int64_t i = 0; i < count; ++i) {
-    const float value = (generator() & 1) ? -magnitude(generator) : magnitude(generator);
-    if (dtype == DType::BF16) {
-      reinterpret_cast<uint16_t*>(data)[i] = rotary::float_to_bf16(value);
-    } else {
-      reinterpret_cast<float*>(data)[i] = value;
-    }
-  }
-}
-
 Call make_call(DType dtype, std::array<int64_t, 4> q_shape, std::array<int64_t, 4> k_shape, bool in_place,
                rotary::Positions positions) {
   const int64_t q_n = q_shape[0] * q_shape[1] * q_shape[2] * q_shape[3];
@@ -68,8 +56,8 @@ Call make_call(DType dtype, std::array<int64_t, 4> q_shape, std::array<int64_t, 
   Call c{rotary::bandwidth::Buffer(static_cast<size_t>(q_n) * size), rotary::bandwidth::Buffer(static_cast<size_t>(k_n) * size),
          rotary::bandwidth::Buffer(in_place ? 0 : static_cast<size_t>(q_n) * size),
          rotary::bandwidth::Buffer(in_place ? 0 : static_cast<size_t>(k_n) * size), {}, {}, {}, {}, positions};
-  fill(c.q.data(), dtype, q_n, 1);
-  fill(c.k.data(), dtype, k_n, 2);
+  rotary::bench_inputs::fill_random(c.q.data(), dtype, q_n, 1, 0.25f, 2.0f);
+  rotary::bench_inputs::fill_random(c.k.data(), dtype, k_n, 2, 0.25f, 2.0f);
   c.qv = rotary::contiguous_view(c.q.data(), dtype, Layout::BSHD, q_shape);
   c.kv = rotary::contiguous_view(c.k.data(), dtype, Layout::BSHD, k_shape);
   c.qov = in_place ? c.qv : rotary::contiguous_view(c.q_out.data(), dtype, Layout::BSHD, q_shape);
