@@ -309,6 +309,7 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
       s.out_base = q0 * co.axes.stride_seq;
       s.k_base = k0 * ck.axes.stride_seq;
       s.v_base = k0 * cv.axes.stride_seq;
+      s.kv_rows = std::min(ck.axes.seq, cv.axes.seq) - k0;
     } else {
       s.q_token0 = b * cq.axes.seq;
       s.k_token0 = b * ck.axes.seq;
@@ -318,6 +319,7 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
       s.out_base = b * co.axes.stride_batch;
       s.k_base = b * ck.axes.stride_batch;
       s.v_base = b * cv.axes.stride_batch;
+      s.kv_rows = std::min(ck.axes.seq, cv.axes.seq);
       if (!options.kv_lengths.empty()) {
         const int64_t length = options.kv_lengths[ub];
         if (length < 0 || length > ck.axes.seq) {

@@ -33,6 +33,7 @@
 #include "hwy/highway.h"
 #include "src/attention/bf16_dot.hpp"
 #include "src/attention/kernels.hpp"
+#include "src/attention/prefetch.hpp"
 // The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
 #include "src/cpu/rotate_kernels-inl.h"
 
@@ -120,10 +121,11 @@ HWY_INLINE void AccumulateTail(float* HWY_RESTRICT o, float alpha, const float* 
   }
 }
 
-// Decode reads float32 K and V in place at a few hundred bytes per key and computes on each row as
-// it arrives; a burst of prefetches at the start of a tile stalls the loads behind it, so the
-// in-place loops prefetch as they go: with rows j .. j + count - 1, the same rows `ahead` keys
-// later (width floats each), those below ahead_end (the item's keys, counted from the tile).
+// 16-bit V rows read in place are prefetched a row at a time as the p.v loop reaches each key
+// (with rows j .. j + count - 1, the same rows `ahead` keys later, width elements each, those below
+// ahead_end, counted from the tile). float32 K and V rows take the paced PrefetchCursor instead
+// (prefetch.hpp): measured, the pacing is what float32 needs, while the 16-bit loops, with half
+// the bytes per FMA, ran 4-8% faster with these cheaper per-row bursts (docs/performance.md).
 template <DType kT = DType::F32>
 HWY_INLINE void PrefetchAhead(const void* rows, int64_t stride, int64_t width, int64_t j, int64_t count, int64_t ahead,
                               int64_t ahead_end) {
@@ -134,6 +136,8 @@ HWY_INLINE void PrefetchAhead(const void* rows, int64_t stride, int64_t width, i
     for (int64_t offset = 0; offset < width * kBytes; offset += 64) hwy::Prefetch(row + offset);
   }
 }
+
+constexpr int64_t kPrefetchKeys = 2;  // p.v moves the float32 cursor every this many keys
 
 // Rows that see the same keys share every V load (a decode item's rows all do: the q heads of one
 // kv head, one query). Up to kBlockRows rows at a time, each holding four vectors of o in
@@ -154,11 +158,17 @@ template <int64_t R, DType kV = DType::F32>
 HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, const float* HWY_RESTRICT alpha,
                                      const float* HWY_RESTRICT p, int64_t p_row_stride, int64_t p_key_stride,
                                      const void* HWY_RESTRICT v, int64_t v_stride, int64_t width, int64_t j0, int64_t j1,
-                                     int64_t ahead = 0, int64_t ahead_end = 0) {
+                                     int64_t ahead = 0, int64_t ahead_end = 0, PrefetchCursor* prefetch = nullptr) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
+  // The cursor's pacing (prefetch.hpp): pass p of `passes` over the keys reads 1 / passes of each
+  // row, so after key j of pass p the loop has read (p * keys + j - j0 + 1) / passes rows' lines;
+  // the cursor is moved every kPrefetchKeys keys.
+  const int64_t passes = width / (4 * N), keys = j1 - j0;
+  const int64_t row_lines = prefetch != nullptr ? prefetch->row_lines() : 0;
+  const int64_t per_key = passes > 0 ? (row_lines + passes - 1) / passes : 0;
   int64_t e = 0;
-  for (; e + 4 * N <= width; e += 4 * N) {
+  for (int64_t pass = 0; e + 4 * N <= width; e += 4 * N, ++pass) {
     VF acc[R][4];
     for (int64_t r = 0; r < R; ++r) {
       const VF a = hn::Set(df, alpha[r]);
@@ -166,6 +176,9 @@ HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, co
     }
     for (int64_t j = j0; j < j1; ++j) {
       if (e == 0) PrefetchAhead<kV>(v, v_stride, width, j, 1, ahead, ahead_end);
+      if (prefetch != nullptr && ((j - j0) % kPrefetchKeys == kPrefetchKeys - 1 || j + 1 == j1)) {
+        prefetch->follow(j0, std::min((pass * keys + j - j0 + 1) * per_key, keys * row_lines), 2 * kPrefetchKeys * per_key);
+      }
       const int64_t v_row = j * v_stride + e;
       const VF v0 = cpu::LoadF32<kV>(v, v_row), v1 = cpu::LoadF32<kV>(v, v_row + N);
       const VF v2 = cpu::LoadF32<kV>(v, v_row + 2 * N), v3 = cpu::LoadF32<kV>(v, v_row + 3 * N);
@@ -181,6 +194,7 @@ HWY_INLINE void AccumulateValuesRows(float* HWY_RESTRICT o, int64_t o_stride, co
       for (int64_t i = 0; i < 4; ++i) hn::StoreU(acc[r][i], df, o + r * o_stride + e + i * N);
   }
   if (e < width) {  // the last vectors: row by row
+    if (passes == 0 && prefetch != nullptr) prefetch->follow(j1, 0, 2 * row_lines * keys);
     for (int64_t r = 0; r < R; ++r) {
       AccumulateTail<kV>(o + r * o_stride + e, alpha[r], p + r * p_row_stride, p_key_stride,
                          static_cast<const char*>(v) + e * (kV == DType::F32 ? 4 : 2), v_stride, width - e, j0, j1);
@@ -256,7 +270,8 @@ HWY_INLINE void AddAlibiTransposed(Scratch& t, int64_t rows_pad, int64_t tile, i
 // up to kBlockRows rows at a time where consecutive rows see the same keys.
 template <DType kV = DType::F32>
 HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t row_stride, int64_t key_stride,
-                               const void* v, int64_t v_stride, int64_t dv_pad, int64_t ahead = 0, int64_t ahead_end = 0) {
+                               const void* v, int64_t v_stride, int64_t dv_pad, int64_t ahead = 0, int64_t ahead_end = 0,
+                               PrefetchCursor* prefetch = nullptr) {
   for (int64_t r = 0; r < rows;) {
     const auto u = static_cast<size_t>(r);
     const auto j0 = static_cast<int64_t>(t.j0[u]), j1 = static_cast<int64_t>(t.j1[u]);
@@ -270,11 +285,11 @@ HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t
     const float* alpha = t.alpha.data() + r;
     const float* p_r = p + r * row_stride;
     switch (count) {
-      case 1: AccumulateValuesRows<1, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
-      case 2: AccumulateValuesRows<2, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 1: AccumulateValuesRows<1, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end, prefetch); break;
+      case 2: AccumulateValuesRows<2, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end, prefetch); break;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      case 3: AccumulateValuesRows<3, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
-      default: AccumulateValuesRows<4, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end); break;
+      case 3: AccumulateValuesRows<3, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end, prefetch); break;
+      default: AccumulateValuesRows<4, kV>(o, dv_pad, alpha, p_r, row_stride, key_stride, v, v_stride, dv_pad, j0, j1, ahead, ahead_end, prefetch); break;
 #else
       default: break;
 #endif
@@ -292,18 +307,24 @@ HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t
 // last keys, so grouping rows changes no result bit.
 template <int64_t R>
 HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const float* HWY_RESTRICT k, int64_t k_stride,
-                             int64_t j0, int64_t j1, float* HWY_RESTRICT s, int64_t s_stride, int64_t ahead,
-                             int64_t ahead_end) {
+                             int64_t j0, int64_t j1, float* HWY_RESTRICT s, int64_t s_stride,
+                             PrefetchCursor* prefetch) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
+  // The cursor's pacing (prefetch.hpp): after step `step` of dq_pad / N the loop has read that
+  // share of four rows' lines; the cursor is moved every other step.
+  const int64_t steps = dq_pad / N, block_lines = prefetch != nullptr ? 4 * prefetch->row_lines() : 0;
+  const int64_t per_step = (block_lines + steps - 1) / steps;
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     const float* k0 = k + j * k_stride;
-    PrefetchAhead(k, k_stride, dq_pad, j, 4, ahead, ahead_end);
     VF acc[R][4];
     for (int64_t r = 0; r < R; ++r)
       for (int64_t i = 0; i < 4; ++i) acc[r][i] = hn::Zero(df);
-    for (int64_t e = 0; e < dq_pad; e += N) {
+    for (int64_t e = 0, step = 1; e < dq_pad; e += N, ++step) {
+      if (prefetch != nullptr && (step % 2 == 0 || step == steps)) {
+        prefetch->follow(j, std::min(step * per_step, block_lines), 4 * per_step);
+      }
       const VF c0 = hn::LoadU(df, k0 + e), c1 = hn::LoadU(df, k0 + k_stride + e);
       const VF c2 = hn::LoadU(df, k0 + 2 * k_stride + e), c3 = hn::LoadU(df, k0 + 3 * k_stride + e);
       for (int64_t r = 0; r < R; ++r) {
@@ -548,8 +569,31 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       }
     }
 
+    // In-place rows are prefetched a tile ahead as the loops read them, past the item's keys into
+    // the rows that follow it in the view (a split decode's next chunk, which this thread usually
+    // takes next: its first tile is then not read cold), at most a tile further.
+    const int64_t prefetch_end = std::max(last_key, std::min(last_key + kKeyBlock, seq.kv_rows));
+    // float32: paced cursors (prefetch.hpp), starting a tile in when the previous item of this
+    // thread ended where this one starts (its prefetches covered that tile).
+    PrefetchCursor k_prefetch, v_prefetch;
+    if (first_key < last_key && (k_in_place || (v_in_place && kType == DType::F32))) {
+      const Item* previous = item_index > begin ? &call.items[item_index - 1] : nullptr;
+      const bool continues = previous != nullptr && previous->sequence == item.sequence && previous->kv_head == item.kv_head &&
+                             previous->key_last == first_key;
+      const int64_t first_row = std::min(first_key + (continues ? kKeyBlock : 0), prefetch_end);
+      if (k_in_place) {
+        k_prefetch = PrefetchCursor(static_cast<const char*>(call.k) + (seq.k_base + item.kv_head * plan.k.stride_heads) * kBytes,
+                                    plan.k.stride_seq * kBytes, dq * kBytes, first_row, prefetch_end, kKeyBlock);
+      }
+      if (v_in_place && kType == DType::F32) {
+        v_prefetch = PrefetchCursor(static_cast<const char*>(call.v) + (seq.v_base + item.kv_head * plan.v.stride_heads) * kBytes,
+                                    plan.v.stride_seq * kBytes, dv * kBytes, first_row, prefetch_end, kKeyBlock);
+      }
+    }
     for (int64_t tile = first_key; tile < last_key; tile += kKeyBlock) {
       const int64_t tile_keys = std::min(kKeyBlock, last_key - tile);
+      k_prefetch.at_tile(tile);
+      v_prefetch.at_tile(tile);
       for (int64_t j = 0; j < tile_keys; ++j) {
         const int64_t key = tile + j;
         // The same row of the next tile, ahead of time: an item reads its kv head's rows, a few
@@ -587,10 +631,12 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       }
       const void* v_rows = static_cast<const char*>(call.v) +
                            (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes;
-      // In-place rows are prefetched a tile ahead as the loops go (PrefetchAhead); 16 to 128 keys
-      // ahead measured the same (rotary_attention_bench BM_Decode, 2026-11-25).
-      const int64_t k_ahead = k_in_place ? kKeyBlock : 0, v_ahead = v_in_place ? kKeyBlock : 0;
-      const int64_t ahead_end = last_key - tile;
+      // 16-bit in-place rows: bursts a tile ahead as the loops go, up to prefetch_end.
+      const bool v_bursts = v_in_place && kType != DType::F32;
+      const int64_t v_ahead = v_bursts ? kKeyBlock : 0;
+      const int64_t ahead_end = prefetch_end - tile;
+      PrefetchCursor* k_cursor = k_in_place ? &k_prefetch : nullptr;
+      PrefetchCursor* v_cursor = v_in_place && !v_bursts ? &v_prefetch : nullptr;
       for (int64_t r = 0; r < rows; ++r) {
         const KeyRange range = ranges[static_cast<size_t>(r)];
         const int64_t j0 = std::max(range.first, tile) - tile, j1 = std::min(range.last, tile + tile_keys) - tile;
@@ -622,11 +668,11 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         } else {
           const float* q_rows = t.q.data() + r * dq_pad;
           switch (count) {
-            case 1: DecodeScores<1>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
-            case 2: DecodeScores<2>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+            case 1: DecodeScores<1>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
+            case 2: DecodeScores<2>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-            case 3: DecodeScores<3>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
-            default: DecodeScores<4>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_ahead, ahead_end); break;
+            case 3: DecodeScores<3>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
+            default: DecodeScores<4>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
 #else
             default: break;
 #endif
@@ -669,7 +715,8 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         t.alpha[static_cast<size_t>(r)] = alpha;
       }
       if (v_in_place) {
-        AccumulateRows<kType>(t, rows, t.s.data(), s_stride, 1, v_rows, plan.v.stride_seq, dv_pad, v_ahead, ahead_end);
+        AccumulateRows<kType>(t, rows, t.s.data(), s_stride, 1, v_rows, plan.v.stride_seq, dv_pad, v_ahead, ahead_end,
+                              v_cursor);
       } else {
         AccumulateRows(t, rows, t.s.data(), s_stride, 1, t.v.data(), dv_pad, dv_pad);
       }

@@ -24,6 +24,9 @@ struct Sequence {
   int64_t num_queries = 0;
   int64_t num_keys = 0;       // visible length: kv_lengths[b], else the keys the tensor holds
   int64_t query_offset = 0;   // position of query 0
+  // K and V rows that exist from k_base / v_base on (the views' seq extent from this sequence's
+  // first token; >= num_keys): how far a prefetch may run past the visible keys.
+  int64_t kv_rows = 0;
 };
 
 struct Plan {
