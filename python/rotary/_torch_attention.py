@@ -123,24 +123,50 @@ def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_position
 # b in the recomputed P. An absolute table: the forward is o(q + P[pos_q], k + P[pos_k]), so dq and
 # dk pass through the add unchanged, and the table's gradient is their scatter-add by position
 # (dP[r] = sum over q tokens at r of dq + sum over k tokens at r of dk, over every head).
+# Scores formed at a time in the backward, as elements of [batch, heads, query block, keys]: the
+# query axis is cut into blocks of at most this many scores, so the backward's memory grows with
+# the sequence, not with its square (a 4,096-token Llama-3-8B prefill's full float32 weights are
+# 2 GiB; a block here is 64 MiB, and four temporaries of that size are live at once). Each query
+# row's softmax needs only its own row of scores, so a block is exact; dk and dv are sums over the
+# blocks (float32/float64 accumulation in the compute dtype, within the analysis of
+# docs/attention.md, "The backward").
+_BACKWARD_BLOCK_SCORES = 1 << 24
+
+
 def _dense_grads(q, k, v, grad_out, visible, scale, bias=None):
     """q [b, h, s_q, d], k [b, g, s_k, d], v [b, g, s_k, d_v], grad_out [b, h, s_q, d_v] (compute
     dtype), visible bool broadcastable to [b, h, s_q, s_k], bias (ALiBi) None or broadcastable to
-    it: (dq, dk, dv) in the compute dtype."""
+    it: (dq, dk, dv) in the compute dtype. The softmax is recomputed per block of query rows
+    (_BACKWARD_BLOCK_SCORES)."""
     group = q.shape[1] // k.shape[1]
     k_rep = k.repeat_interleave(group, dim=1)  # head h reads kv head h // group (repeat_kv)
     v_rep = v.repeat_interleave(group, dim=1)
-    scores = scale * (q @ k_rep.transpose(-1, -2))
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: 0
-    out = weights @ v_rep
-    dv_rep = weights.transpose(-1, -2) @ grad_out
-    d_weights = grad_out @ v_rep.transpose(-1, -2)
-    d_scores = weights * (d_weights - (grad_out * out).sum(-1, keepdim=True))
-    dq = scale * (d_scores @ k_rep)
-    dk_rep = scale * (d_scores.transpose(-1, -2) @ q)
+    batch, heads, q_len = q.shape[0], q.shape[1], q.shape[2]
+    kv_len = k.shape[2]
+    block = max(1, _BACKWARD_BLOCK_SCORES // max(1, batch * heads * kv_len))
+    dq = torch.empty(q.shape, dtype=q.dtype)
+    dk_rep = torch.zeros(k_rep.shape, dtype=q.dtype)
+    dv_rep = torch.zeros(v_rep.shape, dtype=q.dtype)
+
+    def rows(t, i0, i1):  # a mask / bias term's rows i0..i1 (it may broadcast over queries)
+        return t if t.shape[2] == 1 else t[:, :, i0:i1]
+
+    for i0 in range(0, q_len, block):
+        i1 = min(q_len, i0 + block)
+        q_b, g_b = q[:, :, i0:i1], grad_out[:, :, i0:i1]
+        scores = scale * (q_b @ k_rep.transpose(-1, -2))
+        if bias is not None:
+            scores = scores + rows(bias, i0, i1)
+        scores = scores.masked_fill(~rows(visible, i0, i1), float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: 0
+        del scores
+        out = weights @ v_rep
+        dv_rep += weights.transpose(-1, -2) @ g_b
+        d_weights = g_b @ v_rep.transpose(-1, -2)
+        d_scores = weights * (d_weights - (g_b * out).sum(-1, keepdim=True))
+        del weights, d_weights
+        dq[:, :, i0:i1] = scale * (d_scores @ k_rep)
+        dk_rep += scale * (d_scores.transpose(-1, -2) @ q_b)
     fold = lambda t: t.reshape(t.shape[0], k.shape[1], group, *t.shape[2:]).sum(2)  # noqa: E731
     return dq, fold(dk_rep), fold(dv_rep)
 
