@@ -939,7 +939,8 @@ TEST(AttentionCpu, Bf16DotPrefillScoresMatchReferenceAndTheFallback) {
 // through the float32 form: both within the bound of the reference, and the two forms' outputs
 // close to each other (each within its bound, so within twice it) but not bitwise equal for
 // every element (the scale comes after the dot product instead of being folded into q: if they
-// were equal everywhere the new path would not be running). Bitwise 1 vs 2 threads with it on.
+// were equal everywhere the new path would not be running). Bitwise 1 vs 2 threads with it on;
+// and on targets below AVX-512 the path never runs.
 TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
   SavedThreadCount saved;
   set_num_threads(2);
@@ -977,6 +978,17 @@ TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
   EXPECT_TRUE(same_bits_for_one_and_two_threads(300, 300, 2, 4, 128, {.mask = Mask::Causal}, 29));
   EXPECT_TRUE(same_bits_for_one_and_two_threads(130, 170, 2, 3, 33, {.mask = Mask::Causal, .window = 40}, 31));
   EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before_bits);
+  // Targets below AVX-512 (AVX2, SSE4, ...) keep the float32 form with the switch on: the path is
+  // compiled for AVX-512 targets only. Each still matches the reference.
+  for (const std::string& target : cpu_targets()) {
+    if (target.rfind("AVX3", 0) == 0) continue;
+    ForcedTarget forced(target);
+    SCOPED_TRACE("target " + target);
+    const int64_t before_target = attention_internal::bf16_dot_prefill_items.load();
+    const Outcome outcome = run_case(c, 37);
+    EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+    EXPECT_EQ(attention_internal::bf16_dot_prefill_items.load(), before_target);
+  }
 }
 
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above
