@@ -991,6 +991,41 @@ TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
   }
 }
 
+// The bf16 prefill reads nothing past a row of K: with an odd head dim the last element has no
+// partner and is loaded alone. Here q, k, v and out live in buffers of exactly their size (the test
+// tensors keep 16 bytes of slack), K's last row ending the allocation, so that AddressSanitizer
+// builds flag a read past it; in every build the result must equal, bitwise, the same call on the
+// slack-backed copies.
+TEST(AttentionCpu, Bf16DotPrefillReadsNoElementPastTheTensors) {
+  for (const int64_t dim : {1, 33, 127}) {
+    SCOPED_TRACE("head dim " + std::to_string(dim));
+    const int64_t seq = 40, kv_heads = 1, group = 4;
+    Rng rng(static_cast<uint64_t>(50 + dim));
+    Tensor q = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    Tensor k = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
+    v = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim);
+    Tensor out = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    q.fill(rng), k.fill(rng), v.fill(rng);
+    const auto exact = [](const Tensor& t) {
+      std::vector<uint16_t> bits(static_cast<size_t>(t.view.shape[0] * t.view.shape[1] * t.view.shape[2] * t.view.shape[3]));
+      std::memcpy(bits.data(), t.view.data, bits.size() * sizeof(uint16_t));  // contiguous BSHD, no padding
+      return bits;
+    };
+    std::vector<uint16_t> q_bits = exact(q), k_bits = exact(k), v_bits = exact(v), out_bits(q_bits.size());
+    const TensorView q_view = contiguous_view(q_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads * group, dim});
+    const TensorView k_view = contiguous_view(k_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads, dim});
+    const TensorView v_view = contiguous_view(v_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads, dim});
+    const TensorView out_view = contiguous_view(out_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads * group, dim});
+    const int64_t before = attention_internal::bf16_dot_prefill_items.load();
+    attention(q_view, k_view, v_view, out_view, {.mask = Mask::Causal});
+    attention(q.view, k.view, v.view, out.view, {.mask = Mask::Causal});
+    if (attention_internal::cpu_has_avx512_bf16()) {
+      EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before);
+    }
+    EXPECT_EQ(std::memcmp(out_bits.data(), out.view.data, out_bits.size() * sizeof(uint16_t)), 0);
+  }
+}
+
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above
 // (float32 storage: apply rounds the rotated values to float32, which fused keeps in registers —
 // the same float32 values, so the two agree to the attention bound alone).
