@@ -8,6 +8,8 @@
 //   BM_DecodeSplitAB the decode split over keys against the same call unsplit, in alternation
 //                    (caches of 4,096 and 32,768 tokens)
 //   BM_DecodeBf16DotAB  bf16 decode with vdpbf16ps scores against the float32 path, likewise
+//   BM_PrefillBf16DotAB bf16 causal prefill (unfused: q / k as stored) with vdpbf16ps scores in
+//                    the transposed form against the float32 form, likewise (1,024 / 4,096 tokens)
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
 // Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads / stream threads).
@@ -110,19 +112,22 @@ void BM_DecodeFused(benchmark::State& state) { run(state, 1, true); }
 void BM_Prefill(benchmark::State& state) { run(state, state.range(2), false); }
 void BM_PrefillFused(benchmark::State& state) { run(state, state.range(2), true); }
 
-// A decode step with an internal switch on against the same call with it off, timed in
-// alternation within each iteration (this machine is shared: two runs minutes apart see
-// different loads). Counters: on_us and off_us per call, and the KV GB/s of each. Arguments:
-// dtype, threads, cache tokens. The switches:
+// A call with an internal switch on against the same call with it off, timed in alternation
+// within each iteration (this machine is shared: two runs minutes apart see different loads).
+// Counters: on_us and off_us per call, the KV GB/s of each, and GFLOP/s of each (4 * q_heads *
+// head_dim per visible query-key pair, as report() counts). Arguments: dtype, threads, tokens
+// (decode: the cache, one query at its end; prefill: causal self-attention over that many). The
+// switches:
 //   BM_DecodeSplitAB    the split over keys (flash-decoding, src/attention/plan.hpp key_split)
 //   BM_DecodeBf16DotAB  the bf16 scores through vdpbf16ps (src/attention/bf16_dot.hpp; off: the
 //                       float32 path; the same on a CPU without AVX512_BF16)
-void decode_ab(benchmark::State& state, std::atomic<bool>& knob) {
+//   BM_PrefillBf16DotAB the same switch on the prefill (the transposed form's scores)
+void switch_ab(benchmark::State& state, std::atomic<bool>& knob, bool prefill) {
   const DType dtype = dtype_arg(state);
   rotary::set_num_threads(static_cast<int>(state.range(1)));
-  const int64_t kv_tokens = state.range(2);
-  Buffers b(dtype, 1, kv_tokens);
-  const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - 1};
+  const int64_t kv_tokens = state.range(2), q_tokens = prefill ? kv_tokens : 1;
+  Buffers b(dtype, q_tokens, kv_tokens);
+  const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - q_tokens};
   using Clock = std::chrono::steady_clock;
   double on_s = 0, off_s = 0;
   const auto timed = [&](bool on) {
@@ -140,14 +145,20 @@ void decode_ab(benchmark::State& state, std::atomic<bool>& knob) {
   knob = true;
   const auto n = static_cast<double>(state.iterations());
   const double kv_bytes = static_cast<double>(b.k.bytes() + b.v.bytes());
+  const double pairs = prefill ? static_cast<double>(q_tokens) * static_cast<double>(q_tokens + 1) / 2
+                               : static_cast<double>(kv_tokens);
+  const double flops = 4.0 * kQHeads * kHeadDim * pairs;
   state.counters["on_us"] = on_s / n * 1e6;
   state.counters["off_us"] = off_s / n * 1e6;
   state.counters["on_GBps"] = kv_bytes / (on_s / n) / 1e9;
   state.counters["off_GBps"] = kv_bytes / (off_s / n) / 1e9;
+  state.counters["on_GFLOPs"] = flops / (on_s / n) / 1e9;
+  state.counters["off_GFLOPs"] = flops / (off_s / n) / 1e9;
   state.SetLabel(rotary::current_cpu_target());
 }
-void BM_DecodeSplitAB(benchmark::State& state) { decode_ab(state, rotary::attention_internal::split_over_keys); }
-void BM_DecodeBf16DotAB(benchmark::State& state) { decode_ab(state, rotary::attention_internal::use_avx512_bf16); }
+void BM_DecodeSplitAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::split_over_keys, false); }
+void BM_DecodeBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, false); }
+void BM_PrefillBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, true); }
 
 void BM_CopyKv(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(2 * kCacheTokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype_arg(state)));
@@ -181,6 +192,7 @@ BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeFused)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeSplitAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{0, 1}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_DecodeBf16DotAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1}, {1, 2}, {4096, 32768}})->UseRealTime();
+BENCHMARK(BM_PrefillBf16DotAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -5,6 +5,9 @@
 //   dpbf16  q rounded to bf16 once, vdpbf16ps on K as stored (_mm512_dpbf16_ps).
 // Both end each key with _mm512_reduce_add_ps per row. The K block is small enough to stay in
 // L2 / L3 (no memory-bound step): this is the arithmetic the instruction could save.
+// Then the two instructions' throughput on one thread, 16 independent accumulator chains each
+// (register-only: the ceiling a score kernel can reach): vfmadd231ps counts 32 flops (16 lanes x
+// multiply + add), vdpbf16ps 64 (16 lanes x 2 pairs x multiply + add).
 // docs/attention.md ("AVX512_BF16") records the figures and the decision.
 //   build/bench/rotary_attention_bf16_dot_probe [keys ...]
 #include <immintrin.h>
@@ -53,6 +56,35 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void scores_dpbf16(const 
   }
 }
 
+// GFLOP/s of `iterations` x 16 independent vfmadd231ps (dp false) or vdpbf16ps (dp true) chains.
+template <bool kDp>
+__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double peak_gflops(int64_t iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-6f);
+  const __m512bh ah = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80)), bh = ah;  // bf16 pairs (1, 1)
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t n = 0; n < iterations; ++n) {
+    for (int i = 0; i < 16; ++i) {
+      if constexpr (kDp) {
+        acc[i] = _mm512_dpbf16_ps(acc[i], ah, bh);
+      } else {
+        acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+      }
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The chains' results are used (printed if ever this value came up), so none is dropped.
+  float lanes[16];
+  float sink = 0;
+  for (const __m512& v : acc) {
+    _mm512_storeu_ps(lanes, v);
+    sink += lanes[0];
+  }
+  if (sink == 1.2345f) std::printf(" ");
+  return static_cast<double>(iterations) * 16 * (kDp ? 64 : 32) / seconds * 1e-9;
+}
+
 uint16_t to_bf16(float value) {  // round to nearest even (finite inputs)
   uint32_t bits = 0;
   std::memcpy(&bits, &value, 4);
@@ -93,5 +125,14 @@ int main(int argc, char** argv) {
     std::printf("keys %d: widen + fma %.1f us, dpbf16 %.1f us per item's scores (medians of 41): %.2fx\n", keys,
                 widen_us[20], dpbf16_us[20], widen_us[20] / dpbf16_us[20]);
   }
+  std::vector<double> fma, dp;
+  for (int repetition = 0; repetition < 11; ++repetition) {
+    fma.push_back(peak_gflops<false>(2'000'000));
+    dp.push_back(peak_gflops<true>(2'000'000));
+  }
+  std::sort(fma.begin(), fma.end());
+  std::sort(dp.begin(), dp.end());
+  std::printf("one thread, 16 chains (medians of 11): vfmadd231ps %.1f GFLOP/s, vdpbf16ps %.1f GFLOP/s (%.2fx)\n", fma[5],
+              dp[5], dp[5] / fma[5]);
   return 0;
 }

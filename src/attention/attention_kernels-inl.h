@@ -9,7 +9,9 @@
 //   K and V rows are loaded once for the R rows, widened to float32 (and K rotated, fused RoPE,
 //   or an absolute encoding's row added);
 //   s_rj = <q'_r, k_j> (- slope_r |p_r - j| with ALiBi)   with q' = scale * q (rotated, or with
-//   its absolute row added), over the row's visible keys only;
+//   its absolute row added), over the row's visible keys only (bf16 storage with neither, on a
+//   CPU with AVX512_BF16: s_rj = scale * <q_r, k_j> from q and K as stored, vdpbf16ps, both
+//   forms: bf16_dot.hpp);
 //   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
 //   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
 // and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when l_r = 0: no
@@ -240,6 +242,9 @@ struct Scratch {
   // The transposed form (ScoresTransposed): q as [dim][rows_pad], scores as [key][rows_pad], and
   // per row its visible keys within the tile [j0, j1) and its rescale factor.
   std::vector<float> qt, st, j0, j1, alpha;
+  // The transposed form's bf16 scores (scores_bf16_dot_transposed): q as stored, in bf16 pairs
+  // [(dim + 1) / 2][rows_pad] of 32-bit lanes.
+  std::vector<uint32_t> qt_pairs;
   // ALiBi (alibi true): per row its -slope and its query position; per tile the position minus
   // the tile's first key (float32, exact below 2^24). Pad rows have slope 0.
   bool alibi = false;
@@ -375,15 +380,18 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT qt, int64_t rows_pad, const
     for (int64_t r = 0; r < kRowVecs; ++r) hn::StoreU(acc[r][j], df, st + j * rows_pad + r * N);
 }
 
-// One tile for an item of rows >= N, SIMD over rows: scores St[j][r] = sum_e Qt[e][r] K[j][e]
-// (ScoreBlock: no reductions), then the online
-// softmax update per vector of rows with each row's visible keys [j0, j1) as a lane mask, then
-// o_r += p_jr v_j per row. Pad rows (r >= rows) and keys outside a row's range are computed on
-// finite data and masked out: they never reach m, l or o.
-HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows, int64_t rows_pad, int64_t tile,
-                               int64_t tile_keys, int64_t dq, int64_t dq_pad, int64_t dv_pad) {
-  const DF df;
-  const auto N = static_cast<int64_t>(hn::Lanes(df));
+// The transposed form (items of rows >= N, SIMD over rows), one tile in three steps:
+// TransposedRanges (each row's visible keys of the tile), the scores St[j][r] (ScoresTransposed
+// from float32 Qt and the K tile; or, bf16 storage with AVX512_BF16, scores_bf16_dot_transposed
+// from bf16 pairs of q and K as stored), then TransposedUpdate (ALiBi, the online softmax per
+// vector of rows with each row's visible keys [j0, j1) as a lane mask, o_r += p_jr v_j). Pad rows
+// (r >= rows) and keys outside a row's range are computed on finite data and masked out: they
+// never reach m, l or o.
+
+// Per row r < rows_pad, its visible keys of the tile in t.j0 / t.j1 (empty for pad rows);
+// whether any row sees a key.
+HWY_INLINE bool TransposedRanges(Scratch& t, const KeyRange* ranges, int64_t rows, int64_t rows_pad, int64_t tile,
+                                 int64_t tile_keys) {
   bool any = false;
   for (int64_t r = 0; r < rows_pad; ++r) {
     int64_t j0 = 0, j1 = 0;
@@ -396,7 +404,13 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
     t.j0[static_cast<size_t>(r)] = static_cast<float>(j0);  // exact: <= kKeyBlock
     t.j1[static_cast<size_t>(r)] = static_cast<float>(j1);
   }
-  if (!any) return;
+  return any;
+}
+
+// St[j][r] = sum_e Qt[e][r] K[j][e] from the float32 tiles (ScoreBlock: no reductions).
+HWY_INLINE void ScoresTransposed(Scratch& t, int64_t rows_pad, int64_t tile_keys, int64_t dq, int64_t dq_pad) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
   const float* qt = t.qt.data();
   const float* k = t.k.data();
   float* st = t.st.data();
@@ -414,13 +428,20 @@ HWY_INLINE void TileTransposed(Scratch& t, const KeyRange* ranges, int64_t rows,
       hn::StoreU(a, df, st + j * rows_pad + rb);
     }
   }
+}
 
+// ALiBi, the online softmax update and p.v of a tile whose scores are in t.st.
+HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int64_t tile, int64_t tile_keys,
+                                 int64_t dv_pad) {
+  const DF df;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  float* st = t.st.data();
   if (t.alibi) AddAlibiTransposed(t, rows_pad, tile, tile_keys);
 
   // Online softmax per vector of rows. As in the other form, exp's argument is clamped to
   // [-200, 0]; a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
   const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
-  for (rb = 0; rb < rows_pad; rb += N) {
+  for (int64_t rb = 0; rb < rows_pad; rb += N) {
     const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
     VF tile_max = neg_inf;
     for (int64_t j = 0; j < tile_keys; ++j) {
@@ -489,16 +510,21 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     t.from.assign(static_cast<size_t>(max_rows_pad), 0.0f);
     t.position.assign(static_cast<size_t>(max_rows_pad), 0);
   }
-  // bf16 storage without fused RoPE, on an AVX-512 target of a CPU with AVX512_BF16: the decode
-  // form takes its scores from K as stored with vdpbf16ps (bf16_dot.hpp), and K is not widened.
+  // bf16 storage without fused RoPE, on an AVX-512 target of a CPU with AVX512_BF16: both score
+  // forms take q and K as stored through vdpbf16ps (bf16_dot.hpp), and K is not widened. The
+  // scale is applied to the finished dot products (folding it into q would round scale * q to
+  // bf16: docs/attention.md, "AVX512_BF16").
   bool bf16_dot = false;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (kType == DType::BF16) {
-    // Not with an absolute table: q and k are then no longer the stored bf16 values.
+    // Not with fused RoPE or an absolute table: q and k are then no longer the stored bf16 values,
+    // and rounding them to bf16 again would add an error the float32 path does not have. The
+    // transposed form's rows are padded to 16 (scores_bf16_dot_transposed): N is 16 on AVX-512.
     bf16_dot = call.q_rope == nullptr && call.k_rope == nullptr && call.q_add == nullptr && call.k_add == nullptr &&
-               use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
+               N == 16 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
   }
 #endif
+  if (bf16_dot) t.qt_pairs.assign(static_cast<size_t>((dq + 1) / 2 * max_rows_pad), 0u);
 
   // In the decode form, with float32 storage, the scores read K rows where they are (no copy into
   // the tile first) unless they are rotated or have an absolute row added on load; in every storage
@@ -517,9 +543,10 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     // Items of at least a vector of rows compute scores with SIMD over rows (no reductions);
     // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
     const bool transposed = rows >= N;
-    const bool dot_scores = bf16_dot && !transposed;
+    const bool dot_scores = bf16_dot && !transposed, dot_transposed = bf16_dot && transposed;
     const bool k_in_place = f32_k_in_place && !transposed, v_in_place = v_in_place_ok && !transposed;
     if (dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
+    if (dot_transposed) bf16_dot_prefill_items.fetch_add(1, std::memory_order_relaxed);
     int64_t first_key = seq.num_keys, last_key = 0;
     for (int64_t r = rows; r < rows_pad; ++r) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
@@ -545,14 +572,20 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
       std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
+      const int64_t q_index = seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads;
+      if (dot_transposed) {  // q as stored, in bf16 pairs; zeros for a row without keys
+        const auto* q_bits = static_cast<const uint16_t*>(call.q) + q_index;
+        pack_bf16_pairs(range.first < range.last ? q_bits : nullptr, dq, t.qt_pairs.data(), rows_pad, r);
+      }
       if (range.first >= range.last) {
         std::fill_n(t.q.begin() + r * dq_pad, dq_pad, 0.0f);  // its scores are masked, but finite
         continue;
       }
       first_key = std::min(first_key, range.first);
       last_key = std::max(last_key, range.last);
+      if (dot_transposed) continue;
       float* q_row = t.q.data() + r * dq_pad;
-      LoadRow<kType>(call.q, seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads, dq, q_row);
+      LoadRow<kType>(call.q, q_index, dq, q_row);
       if (call.q_rope != nullptr) {
         RotateRow(q_row, call.q_rope[seq.q_token0 + query], call.num_pairs, call.rotary_offset, call.style);
       }
@@ -561,7 +594,9 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
     }
 
-    if (transposed) {
+    if (dot_transposed) {
+      for (int64_t r = rows; r < rows_pad; ++r) pack_bf16_pairs(nullptr, dq, t.qt_pairs.data(), rows_pad, r);
+    } else if (transposed) {
       for (int64_t e = 0; e < dq; ++e) {
         float* column = t.qt.data() + e * rows_pad;
         for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
@@ -603,7 +638,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           if (!k_in_place && !dot_scores) PrefetchRow(call.k, seq.k_base + (key + kKeyBlock) * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq * kBytes);
           if (!v_in_place) PrefetchRow(call.v, seq.v_base + (key + kKeyBlock) * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv * kBytes);
         }
-        if (!dot_scores && !k_in_place) {
+        if (!dot_scores && !dot_transposed && !k_in_place) {
           float* k_row = t.k.data() + j * dq_pad;
           LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
           if (call.k_rope != nullptr) {
@@ -617,7 +652,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         }
       }
       if (transposed) {
-        TileTransposed(t, ranges.data(), rows, rows_pad, tile, tile_keys, dq, dq_pad, dv_pad);
+        if (!TransposedRanges(t, ranges.data(), rows, rows_pad, tile, tile_keys)) continue;
+        if (dot_transposed) {
+          const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + tile * plan.k.stride_seq +
+                               item.kv_head * plan.k.stride_heads;
+          scores_bf16_dot_transposed(t.qt_pairs.data(), rows_pad, k_bits, plan.k.stride_seq, tile_keys, dq, call.scale,
+                                     t.st.data());
+        } else {
+          ScoresTransposed(t, rows_pad, tile_keys, dq, dq_pad);
+        }
+        TransposedUpdate(t, rows, rows_pad, tile, tile_keys, dv_pad);
         continue;
       }
       // K and V of the tile: float32 rows in place, or the tiles.

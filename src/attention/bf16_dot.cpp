@@ -1,6 +1,9 @@
-// src/attention/bf16_dot.cpp: bf16_dot.hpp, with AVX512_BF16 intrinsics behind a function target
-// attribute; elsewhere (non-x86 or compilers without the intrinsics) a stub that is never called.
+// src/attention/bf16_dot.cpp: bf16_dot.hpp (the scores of the decode form and of the prefill
+// form), with AVX512_BF16 intrinsics behind a function target attribute; elsewhere (non-x86 or
+// compilers without the intrinsics) stubs that are never called.
 #include "src/attention/bf16_dot.hpp"
+
+#include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -11,6 +14,7 @@ namespace rotary::attention_internal {
 
 std::atomic<bool> use_avx512_bf16{true};
 std::atomic<int64_t> bf16_dot_items{0};
+std::atomic<int64_t> bf16_dot_prefill_items{0};
 
 #ifdef ROTARY_HAVE_BF16_DOT
 
@@ -106,12 +110,82 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16
   }
 }
 
+namespace {
+
+// K's pair p of the row at k as one 32-bit lane broadcast to all 16 (unaligned: a row may start at
+// any element); `last` (an odd dim's final element) has no partner, its high half is zero and
+// nothing past it is read.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512bh k_pair(const uint16_t* k, int64_t p) {
+  uint32_t pair = 0;
+  std::memcpy(&pair, k + 2 * p, sizeof(pair));
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+}
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512bh k_last(const uint16_t* k, int64_t dim) {
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(k[dim - 1])));
+}
+
+// kRowVecs vectors of 16 rows x kKeys keys, all accumulators in registers (4 x 4: 16, with 4 q
+// vectors and a broadcast, of AVX-512's 32 registers): per pair, kRowVecs q loads and kKeys
+// broadcasts for kRowVecs * kKeys vdpbf16ps (each 32 multiply-adds).
+template <int kRowVecs, int kKeys>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void transposed_block(
+    const uint32_t* qt, int64_t rows_pad, const uint16_t* k, int64_t k_stride, int64_t dim, float scale, float* st) {
+  __m512 acc[kRowVecs][kKeys];
+  for (int r = 0; r < kRowVecs; ++r)
+    for (int j = 0; j < kKeys; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int64_t full_pairs = dim / 2;
+  for (int64_t p = 0; p < full_pairs; ++p) {
+    __m512bh q[kRowVecs];
+    for (int r = 0; r < kRowVecs; ++r) q[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(qt + p * rows_pad + 16 * r));
+    for (int j = 0; j < kKeys; ++j) {
+      const __m512bh kj = k_pair(k + j * k_stride, p);
+      for (int r = 0; r < kRowVecs; ++r) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], q[r], kj);
+    }
+  }
+  if (dim % 2 != 0) {  // q's pair there has a zero high half too
+    __m512bh q[kRowVecs];
+    for (int r = 0; r < kRowVecs; ++r) q[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(qt + full_pairs * rows_pad + 16 * r));
+    for (int j = 0; j < kKeys; ++j) {
+      const __m512bh kj = k_last(k + j * k_stride, dim);
+      for (int r = 0; r < kRowVecs; ++r) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], q[r], kj);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int j = 0; j < kKeys; ++j)
+    for (int r = 0; r < kRowVecs; ++r) _mm512_storeu_ps(st + j * rows_pad + 16 * r, _mm512_mul_ps(acc[r][j], s));
+}
+
+template <int kRowVecs>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void transposed_keys(
+    const uint32_t* qt, int64_t rows_pad, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim, float scale,
+    float* st) {
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) transposed_block<kRowVecs, 4>(qt, rows_pad, k + j * k_stride, k_stride, dim, scale, st + j * rows_pad);
+  for (; j < keys; ++j) transposed_block<kRowVecs, 1>(qt, rows_pad, k + j * k_stride, k_stride, dim, scale, st + j * rows_pad);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16_dot_transposed(
+    const uint32_t* qt_pairs, int64_t rows_pad, const uint16_t* k, int64_t k_stride, int64_t keys, int64_t dim,
+    float scale, float* st) {
+  int64_t rb = 0;
+  for (; rb + 64 <= rows_pad; rb += 64) transposed_keys<4>(qt_pairs + rb, rows_pad, k, k_stride, keys, dim, scale, st + rb);
+  switch ((rows_pad - rb) / 16) {
+    case 3: transposed_keys<3>(qt_pairs + rb, rows_pad, k, k_stride, keys, dim, scale, st + rb); return;
+    case 2: transposed_keys<2>(qt_pairs + rb, rows_pad, k, k_stride, keys, dim, scale, st + rb); return;
+    case 1: transposed_keys<1>(qt_pairs + rb, rows_pad, k, k_stride, keys, dim, scale, st + rb); return;
+    default: return;
+  }
+}
+
 #else
 
 bool cpu_has_avx512_bf16() { return false; }
 void scores_bf16_dot_rows(const uint16_t* const*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float, float*,
                           int64_t, int64_t, int64_t) {}
 void scores_bf16_dot(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float, float*) {}
+void scores_bf16_dot_transposed(const uint32_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, float, float*) {}
 
 #endif
 

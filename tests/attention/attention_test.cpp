@@ -854,6 +854,178 @@ TEST(AttentionCpu, Bf16DotScoresMatchReferenceAndTheFallback) {
   }
 }
 
+// The bf16 prefill's scores through vdpbf16ps (bf16_dot.hpp scores_bf16_dot_transposed: q in bf16
+// pairs x 16 rows, K pairs broadcast) where the CPU has AVX512_BF16, and the float32 transposed
+// form always: both against the float64 reference on items of at least a vector of rows, head
+// dims around the pairs and the 16-row blocks (odd ones: the last pair's zero half; 1 and 127
+// included), GQA groups 1-8, causal / window / kv_lengths / no mask, query offsets, packed varlen
+// (THD, cu_seqlens), padded strides and ALiBi. Where the CPU has it the prefill path must have run
+// in every non-THD trial (attention_internal::bf16_dot_prefill_items: a THD call's sequences may
+// all be short enough for the decode form), and never with the switch off, with fused RoPE or
+// with an absolute table (those change q and k away from the stored values).
+TEST(AttentionCpu, Bf16DotPrefillScoresMatchReferenceAndTheFallback) {
+  Rng rng(41);
+  const bool has = attention_internal::cpu_has_avx512_bf16();
+  int64_t prefill_items = 0;
+  const std::array<int64_t, 12> dims{1, 2, 7, 31, 32, 33, 64, 72, 100, 127, 128, 47};
+  for (int trial = 0; trial < 36; ++trial) {
+    Case c;
+    c.dtype = DType::BF16;
+    c.layout = std::array<Layout, 4>{Layout::BSHD, Layout::BHSD, Layout::SBHD, Layout::THD}[static_cast<size_t>(trial % 4)];
+    const bool thd = c.layout == Layout::THD;
+    c.group = std::array<int64_t, 5>{1, 2, 3, 4, 8}[static_cast<size_t>(trial % 5)];
+    c.kv_heads = rng.uniform(1, 2);
+    c.qk_dim = dims[static_cast<size_t>(trial % 12)];
+    c.v_dim = rng.percent(25) ? rng.uniform(1, 80) : c.qk_dim;
+    if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+    if (rng.percent(30)) c.options.scale = 0.05 + 0.3 * static_cast<double>(rng.uniform(0, 100)) / 100.0;
+    c.options.mask = rng.percent(75) ? Mask::Causal : Mask::None;
+    if (rng.percent(30)) c.options.window = rng.uniform(1, 100);
+    if (thd) {
+      const int64_t sequences = rng.uniform(1, 3);
+      c.q_seq = rng.uniform(40, 150);
+      c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(40, 200);
+      c.cu_q = random_cu(rng, sequences, c.q_seq);
+      c.cu_k = c.k_seq == c.q_seq && rng.percent(50) ? c.cu_q : random_cu(rng, sequences, c.k_seq);
+    } else {
+      c.batch = rng.uniform(1, 2);
+      c.q_seq = rng.uniform(16, 150);  // rows = group x queries >= 16: the transposed form
+      c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(1, 260);
+      if (rng.percent(30)) {
+        for (int64_t b = 0; b < c.batch; ++b) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
+      }
+    }
+    const int64_t sequences = thd ? static_cast<int64_t>(c.cu_q.size()) - 1 : c.batch;
+    if (rng.percent(30)) {
+      for (int64_t s = 0; s < sequences; ++s) c.query_offsets.push_back(rng.uniform(0, 100));
+    } else if (rng.percent(40)) {
+      c.options.query_offset = rng.uniform(0, 100);
+    }
+    // ALiBi's bias goes on the finished scores; fused RoPE and an absolute table must keep the
+    // float32 form.
+    c.alibi = trial % 6 == 1 || trial % 6 == 4;
+    c.absolute = trial % 6 == 3;
+    if (trial % 6 == 5 && c.qk_dim >= 2) {
+      c.rope = true;
+      c.style = trial % 12 == 5 ? Style::NeoX : Style::GPTJ;
+      c.rotary_dim = c.qk_dim / 2 * 2;
+    }
+    const bool eligible = !c.absolute && !c.rope;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(c));
+    for (const bool dot : {true, false}) {
+      attention_internal::use_avx512_bf16 = dot;
+      const int64_t before = attention_internal::bf16_dot_prefill_items.load();
+      const Outcome outcome = run_case(c, 700 + static_cast<uint64_t>(trial));
+      EXPECT_EQ(outcome.failures, 0) << (dot ? "vdpbf16ps: " : "fallback: ") << outcome.first_failure;
+      const int64_t used = attention_internal::bf16_dot_prefill_items.load() - before;
+      if (dot) prefill_items += used;
+      if (!dot || !eligible || !has) {
+        EXPECT_EQ(used, 0);  // the fallback really is the fallback
+      } else if (!thd) {
+        EXPECT_GT(used, 0) << "the vdpbf16ps prefill path did not run";
+      }
+    }
+    attention_internal::use_avx512_bf16 = true;
+  }
+  attention_internal::use_avx512_bf16 = true;
+  if (has) {
+    EXPECT_GT(prefill_items, 0) << "the vdpbf16ps prefill path never ran";
+  } else {
+    std::printf("[ note ] this CPU has no AVX512_BF16: the fallback alone ran\n");
+  }
+}
+
+// Llama-3-8B's shape (head_dim 128, GQA 4) over several tiles, the prefill through vdpbf16ps and
+// through the float32 form: both within the bound of the reference, and the two forms' outputs
+// close to each other (each within its bound, so within twice it) but not bitwise equal for
+// every element (the scale comes after the dot product instead of being folded into q: if they
+// were equal everywhere the new path would not be running). Bitwise 1 vs 2 threads with it on;
+// and on targets below AVX-512 the path never runs.
+TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
+  SavedThreadCount saved;
+  set_num_threads(2);
+  Case c;
+  c.dtype = DType::BF16;
+  c.q_seq = c.k_seq = 200;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.qk_dim = c.v_dim = 128;
+  c.options.mask = Mask::Causal;
+  for (const bool dot : {true, false}) {
+    attention_internal::use_avx512_bf16 = dot;
+    const Outcome outcome = run_case(c, 19);
+    EXPECT_EQ(outcome.failures, 0) << (dot ? "vdpbf16ps: " : "fallback: ") << outcome.first_failure;
+  }
+  attention_internal::use_avx512_bf16 = true;
+  if (!attention_internal::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16: the fallback alone ran";
+  // The same call both ways on the same inputs: the outputs differ somewhere.
+  Rng rng(23);
+  Tensor q = make(DType::BF16, Layout::BSHD, 1, 200, 8, 128);
+  Tensor k = make(DType::BF16, Layout::BSHD, 1, 200, 2, 128), v = k;
+  v = make(DType::BF16, Layout::BSHD, 1, 200, 2, 128);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor on = make(DType::BF16, Layout::BSHD, 1, 200, 8, 128), off = on;
+  off = make(DType::BF16, Layout::BSHD, 1, 200, 8, 128);
+  const int64_t before = attention_internal::bf16_dot_prefill_items.load();
+  attention(q.view, k.view, v.view, on.view, {.mask = Mask::Causal});
+  EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before);
+  attention_internal::use_avx512_bf16 = false;
+  attention(q.view, k.view, v.view, off.view, {.mask = Mask::Causal});
+  attention_internal::use_avx512_bf16 = true;
+  EXPECT_NE(std::memcmp(on.storage.data(), off.storage.data(), on.storage.size() * sizeof(double)), 0);
+  // Thread counts, an odd head dim and a group of 3 among them.
+  const int64_t before_bits = attention_internal::bf16_dot_prefill_items.load();
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(300, 300, 2, 4, 128, {.mask = Mask::Causal}, 29));
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(130, 170, 2, 3, 33, {.mask = Mask::Causal, .window = 40}, 31));
+  EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before_bits);
+  // Targets below AVX-512 (AVX2, SSE4, ...) keep the float32 form with the switch on: the path is
+  // compiled for AVX-512 targets only. Each still matches the reference.
+  for (const std::string& target : cpu_targets()) {
+    if (target.rfind("AVX3", 0) == 0) continue;
+    ForcedTarget forced(target);
+    SCOPED_TRACE("target " + target);
+    const int64_t before_target = attention_internal::bf16_dot_prefill_items.load();
+    const Outcome outcome = run_case(c, 37);
+    EXPECT_EQ(outcome.failures, 0) << outcome.first_failure;
+    EXPECT_EQ(attention_internal::bf16_dot_prefill_items.load(), before_target);
+  }
+}
+
+// The bf16 prefill reads nothing past a row of K: with an odd head dim the last element has no
+// partner and is loaded alone. Here q, k, v and out live in buffers of exactly their size (the test
+// tensors keep 16 bytes of slack), K's last row ending the allocation, so that AddressSanitizer
+// builds flag a read past it; in every build the result must equal, bitwise, the same call on the
+// slack-backed copies.
+TEST(AttentionCpu, Bf16DotPrefillReadsNoElementPastTheTensors) {
+  for (const int64_t dim : {1, 33, 127}) {
+    SCOPED_TRACE("head dim " + std::to_string(dim));
+    const int64_t seq = 40, kv_heads = 1, group = 4;
+    Rng rng(static_cast<uint64_t>(50 + dim));
+    Tensor q = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    Tensor k = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim), v = k;
+    v = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads, dim);
+    Tensor out = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
+    q.fill(rng), k.fill(rng), v.fill(rng);
+    const auto exact = [](const Tensor& t) {
+      std::vector<uint16_t> bits(static_cast<size_t>(t.view.shape[0] * t.view.shape[1] * t.view.shape[2] * t.view.shape[3]));
+      std::memcpy(bits.data(), t.view.data, bits.size() * sizeof(uint16_t));  // contiguous BSHD, no padding
+      return bits;
+    };
+    std::vector<uint16_t> q_bits = exact(q), k_bits = exact(k), v_bits = exact(v), out_bits(q_bits.size());
+    const TensorView q_view = contiguous_view(q_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads * group, dim});
+    const TensorView k_view = contiguous_view(k_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads, dim});
+    const TensorView v_view = contiguous_view(v_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads, dim});
+    const TensorView out_view = contiguous_view(out_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads * group, dim});
+    const int64_t before = attention_internal::bf16_dot_prefill_items.load();
+    attention(q_view, k_view, v_view, out_view, {.mask = Mask::Causal});
+    attention(q.view, k.view, v.view, out.view, {.mask = Mask::Causal});
+    if (attention_internal::cpu_has_avx512_bf16()) {
+      EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before);
+    }
+    EXPECT_EQ(std::memcmp(out_bits.data(), out.view.data, out_bits.size() * sizeof(uint16_t)), 0);
+  }
+}
+
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above
 // (float32 storage: apply rounds the rotated values to float32, which fused keeps in registers —
 // the same float32 values, so the two agree to the attention bound alone).
