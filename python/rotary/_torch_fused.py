@@ -343,7 +343,13 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
         plans = [_RowPlan(0, kv_len, 0 if q_len > 1 else kv_len - 1)] * batch
     else:
         plans = _mask_plans(attention_mask, batch, q_len, kv_len, causal, window)
-    expected_offset = call.q_offset - call.kv_offset
+    # This call's keys sit at cache indices q_offset - kv_offset + i: they must be in k (the
+    # positions below come from this slot arithmetic, the mask only says who sees whom).
+    first_new = call.q_offset - call.kv_offset
+    if first_new < 0 or first_new + q_len > kv_len:
+        raise RotaryError(f"{where}: the cache puts this call's {q_len} keys at indices {first_new}.."
+                          f"{first_new + q_len - 1} (query offset {call.q_offset}, key offset {call.kv_offset}) but "
+                          f"k has {kv_len} keys; fused RoPE cannot place the keys; refused")
     pos = call.position_ids.detach().cpu().to(torch.int64)
     if pos.dim() != 2 or pos.shape[-1] != q_len or pos.shape[0] not in (1, batch):
         raise RotaryError(f"{where}: position_ids must have shape [{batch}, {q_len}] or [1, {q_len}] (got "
@@ -355,10 +361,6 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
             seeing.append(None)
             deltas.append(None)
             continue
-        if plan.offset != expected_offset:
-            raise RotaryError(f"{where}: attention_mask of batch row {b} puts query 0 at cache index {plan.offset}, the "
-                              f"cache at {expected_offset} (query offset {call.q_offset}, key offset "
-                              f"{call.kv_offset}); fused RoPE cannot place the keys; refused")
         rows = _seeing_rows(plan, q_len, window)
         seeing.append(rows)
         deltas.append(_row_delta(where, b, rows, q_pos[b], call.q_offset))

@@ -91,6 +91,25 @@ def small(config_cls, **kwargs):
     return config_cls(**base)
 
 
+def _llama():
+    return transformers.LlamaForCausalLM, small(transformers.LlamaConfig, max_position_embeddings=256)
+
+
+def _qwen3():
+    return transformers.Qwen3ForCausalLM, small(transformers.Qwen3Config, head_dim=16, max_position_embeddings=256)
+
+
+def _gemma3(window=4):
+    return transformers.Gemma3ForCausalLM, small(
+        transformers.Gemma3TextConfig, head_dim=16, sliding_window=window, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3)
+
+
+# The attention backends' model families (test_torch_attention.py, test_torch_fused.py): Llama,
+# Qwen3 and Gemma 3 with a sliding window of 4 tokens and both layer types. (model class, config).
+ATTENTION_FAMILIES = {"llama": _llama, "qwen3": _qwen3, "gemma3": _gemma3}
+
+
 def build(model_cls, config, dtype, seed=0):
     torch.manual_seed(seed)
     return model_cls(config).to(dtype).eval()

@@ -34,7 +34,7 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
-from hf_harness import one_torch_thread, small  # noqa: E402,F401
+from hf_harness import ATTENTION_FAMILIES as FAMILIES, one_torch_thread, small  # noqa: E402,F401
 
 U = 2.0**-24
 F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit|, the derivation above
@@ -394,23 +394,6 @@ def test_encoding_refusals_name_the_argument_and_value():
 
 # ---- the transformers backend ------------------------------------------------------------------------
 rt.register_attention()
-
-
-def _llama():
-    return transformers.LlamaForCausalLM, small(transformers.LlamaConfig, max_position_embeddings=256)
-
-
-def _qwen3():
-    return transformers.Qwen3ForCausalLM, small(transformers.Qwen3Config, head_dim=16, max_position_embeddings=256)
-
-
-def _gemma3(window=4):
-    return transformers.Gemma3ForCausalLM, small(
-        transformers.Gemma3TextConfig, head_dim=16, sliding_window=window, max_position_embeddings=256,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3)
-
-
-FAMILIES = {"llama": _llama, "qwen3": _qwen3, "gemma3": _gemma3}
 
 
 def pair(family, dtype=torch.float32, **config_changes):
