@@ -103,6 +103,10 @@ class _Call:
 # ---- the wrapped apply_rotary_pos_emb ------------------------------------------------------------------
 def _make_wrapper(inner):
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            # Dynamo cannot trace ContextVar.get; a fused module refuses compilation in its
+            # pre-hook and backend, so a compiled call is never a fused one: transformers'.
+            return inner(q, k, cos, sin, *args, **kwargs)
         call = _ACTIVE.get()
         if call is None or cos is not call.cos or sin is not call.sin:
             return inner(q, k, cos, sin, *args, **kwargs)  # not a fused module's call: transformers'
@@ -118,10 +122,32 @@ def _make_wrapper(inner):
     return apply_rotary_pos_emb
 
 
-def _install_wrapper(modeling) -> None:
+# modeling module name -> the fused models that rely on its wrapper (weak: a dropped model stops counting)
+_WRAPPER_USERS: dict = {}
+
+
+def _install_wrapper(modeling, model) -> None:
     current = modeling.apply_rotary_pos_emb
     if getattr(current, "rotary_fused_inner", None) is None:
         modeling.apply_rotary_pos_emb = _make_wrapper(current)
+    _WRAPPER_USERS.setdefault(modeling.__name__, weakref.WeakSet()).add(model)
+
+
+def _release_wrapper(modeling_name: str, model) -> bool:
+    """Puts back the function the wrapper wrapped once no fused model uses it; True if it did."""
+    users = _WRAPPER_USERS.get(modeling_name)
+    if users is not None:
+        users.discard(model)
+        if users:
+            return False
+        del _WRAPPER_USERS[modeling_name]
+    modeling = sys.modules.get(modeling_name)
+    current = getattr(modeling, "apply_rotary_pos_emb", None)
+    inner = getattr(current, "rotary_fused_inner", None)
+    if inner is None:
+        return False  # replaced since (patch_model, a test): not rotary's wrapper to take back
+    modeling.apply_rotary_pos_emb = inner
+    return True
 
 
 def _transformers_function(modeling):
@@ -312,6 +338,9 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
     """transformers' attention-function signature; q and k un-rotated (fuse_rope), k / v straight
     from the cache. Returns (out [batch, q_len, heads, d_v], None)."""
     where = f"attn_implementation={FUSED_NAME!r} ({type(module).__name__}, layer {getattr(module, 'layer_idx', '?')})"
+    if torch.compiler.is_compiling():
+        raise RotaryError(f"{where}: fused RoPE runs eagerly (its position checks read values); torch.compile of a "
+                          "fused model is not supported: compile the unfused backend (attn_implementation='rotary')")
     call = _ACTIVE.get()
     if call is None or call.module is not module:
         raise RotaryError(f"{where}: this backend takes un-rotated q and k and runs only in a model prepared by "
@@ -532,30 +561,33 @@ def fuse_rope(model, *, precision: str = "hf") -> list:
     AttentionMaskInterface.register(FUSED_NAME, sdpa_mask)
     previous = config._attn_implementation
     for modeling in probed.values():
-        _install_wrapper(modeling)
+        _install_wrapper(modeling, model)
     handles = []
     for module, modeling, rope in plan:
         module._rotary_fused_rope = rope
         handles.append(module.register_forward_pre_hook(_pre_hook, with_kwargs=True))
         handles.append(module.register_forward_hook(_post_hook, with_kwargs=True, always_call=True))
     model.set_attn_implementation(FUSED_NAME)
-    model._rotary_fused = (handles, previous, [m for m, _, _ in plan])
+    model._rotary_fused = (handles, previous, [m for m, _, _ in plan], list(probed))
     return [name for name, m in model.named_modules() if getattr(m, "_rotary_fused_rope", None) is not None]
 
 
 def unfuse_rope(model) -> None:
-    """Undoes fuse_rope(model): removes its hooks and puts back the attn_implementation the model had.
-    The modeling modules keep rotary's wrapper (it calls transformers' function for every call
-    that is not a fused module's). A cache the fused model filled holds un-rotated keys: do not
-    continue it with the unfused model."""
+    """Undoes fuse_rope(model): removes its hooks and puts back the attn_implementation the model
+    had, and transformers' apply_rotary_pos_emb in each modeling module no other fused model uses
+    (until then the wrapper calls transformers' function for every call that is not a fused
+    module's). A cache the fused model filled holds un-rotated keys: do not continue it with the
+    unfused model."""
     record = getattr(model, "_rotary_fused", None)
     if record is None:
         raise RotaryError(f"unfuse_rope: {type(model).__name__} was not fused by rotary.torch.fuse_rope (nothing to "
                           "undo)")
-    handles, previous, modules = record
+    handles, previous, modules, modeling_names = record
     for handle in handles:
         handle.remove()
     for module in modules:
         del module._rotary_fused_rope
     model.set_attn_implementation(previous)
+    for name in modeling_names:
+        _release_wrapper(name, model)
     del model._rotary_fused

@@ -19,6 +19,7 @@ for the unfused backend); 1024 u allows 4.3 on this bound. Observed (3 x 12 toke
 5.2 u Qwen3, 8.8 u Gemma 3, 3.7 u YaRN Llama. Greedy tokens must be identical.
 """
 import copy
+import gc
 import threading
 
 import pytest
@@ -290,14 +291,43 @@ def test_other_refusals():
         rt.rotary_fused_attention_forward(module, q, q, q, None)
 
 
-def test_unfuse_restores_the_model():
+def test_unfuse_restores_the_model_and_the_modeling_function():
+    import transformers.models.qwen3.modeling_qwen3 as modeling
+
+    gc.collect()  # fused Qwen3 models of earlier tests no longer hold the wrapper
     sdpa, fused = fused_pair("qwen3")
+    _, other = fused_pair("qwen3")
+    assert hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")
     ids = prompt()
     rt.unfuse_rope(fused)
     assert fused.config._attn_implementation == "sdpa"
     assert torch.equal(logits(fused, ids), logits(sdpa, ids))  # the model's own rotation and attention again
     tokens = fused.generate(ids, max_new_tokens=4, do_sample=False)
     assert torch.equal(tokens, sdpa.generate(ids, max_new_tokens=4, do_sample=False))
+    assert hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")  # `other` still needs it
+    assert close(logits(other, ids), logits(sdpa, ids))
+    rt.unfuse_rope(other)
+    assert not hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")  # transformers' own again
+
+
+def test_torch_compile_refuses_a_fused_model_and_compiles_the_others(fused_calls):
+    """A fused model under torch.compile is refused (its checks read values), never run with the
+    model's rotation and rotary's both; an unfused model of a class whose function is wrapped
+    still compiles whole (fullgraph=True): the wrapper is transformers' function under Dynamo."""
+    torch._dynamo.reset()
+    sdpa, fused = fused_pair("gemma3")
+    ids = prompt()
+    with torch.no_grad(), pytest.raises(Exception):
+        torch.compile(fused, fullgraph=True)(ids)
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.raises(rotary.RotaryError, match=r"apply_rotary_pos_emb 0 times|runs eagerly"):
+        torch.compile(fused)(ids)
+    torch._dynamo.reset()
+    want = logits(sdpa, ids)
+    compiled = torch.compile(copy.deepcopy(sdpa), fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(ids).logits.double(), want) or close(compiled(ids).logits.double(), want)
+    torch._dynamo.reset()
 
 
 def test_other_models_and_threads_still_rotate(fused_calls):
