@@ -71,14 +71,38 @@ _ROW_DELTAS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class _LayerRope:
-    """What one fused attention module rotates with: its layer type's spec and table."""
+    """What the fused attention modules of one layer type rotate with: the type's spec and table.
+    precision 'hf': the table is built from the model's inv_freq buffer (source: its module and
+    attribute) and rebuilt when the buffer changes (model.to(dtype) after fuse_rope rounds it, and
+    transformers then computes with the rounded values)."""
 
-    def __init__(self, spec: Spec, table: Table, layer_type: Optional[str], precision: str):
+    def __init__(self, spec: Spec, layer_type: Optional[str], precision: str, source):
         self.spec = spec
-        self.table = table
         self.layer_type = layer_type
         self.precision = precision
+        self.source = source  # (module, attribute) of the inv_freq buffer, or None
+        self.key = None
+        self.table = None
         self.checked = False  # the one-time cos/sin comparison with the model's position_embeddings
+        self.current()
+
+    def current(self) -> Table:
+        """The table for this call: rebuilt (and checked again) if the model's buffer changed."""
+        if self.precision == "exact":
+            if self.table is None:
+                self.table = Table(self.spec, "exact")
+            return self.table
+        buffer = None if self.source is None else getattr(*self.source, None)
+        if isinstance(buffer, torch.Tensor):
+            key = (buffer.data_ptr(), buffer.dtype, buffer._version)
+            inv = buffer.detach().float().cpu()
+        else:
+            key, inv = "config", hf_inv_freq(self.spec)  # transformers' float32 chain from the config
+        if key != self.key:
+            self.table = Table(self.spec, "hf", hf_inv_freq=inv.numpy())
+            self.key = key
+            self.checked = False
+        return self.table
 
 
 class _Call:
@@ -219,6 +243,7 @@ def _pre_hook(module, args, kwargs):
     cache = arguments.get("past_key_values", extra.get("past_key_values"))
     q_offset, kv_offset = _cache_offsets(module, cache, q_len)
     cos, sin = embeddings
+    rope.current()
     if not rope.checked:
         _check_cos_sin(where, rope, cos, sin, position_ids)
     call = _Call(module, rope, cos, sin, position_ids, cache, q_offset, kv_offset)
@@ -455,22 +480,24 @@ def _attention_modules(model) -> list:
     return found
 
 
-def _model_inv_freq(model, layer_type: Optional[str]) -> Optional[torch.Tensor]:
-    """The inv_freq buffer the model's rotary embedding computes with (model.to(dtype) casts it,
-    and transformers then uses the rounded values), or None when there is no single text one."""
+def _inv_freq_source(model, layer_type: Optional[str]):
+    """(module, attribute) of the inv_freq buffer the model's rotary embedding computes with, or
+    None when there is no single text one (the table then follows transformers' chain from the
+    config)."""
     embeddings = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")
                   and (isinstance(m, RotaryEmbedding) or getattr(m, "config", None) is not None)]
     if len(embeddings) != 1:
         return None
     module = embeddings[0]
-    if isinstance(module, RotaryEmbedding):
+    if isinstance(module, RotaryEmbedding):  # patch_model's
         if module.layers is not None:
-            module = module.layers[layer_type] if layer_type in module.layers else None
-        return None if module is None else module.inv_freq
+            if layer_type not in module.layers:
+                return None
+            module = module.layers[layer_type]
+        return module, "inv_freq"
     name = f"{layer_type}_inv_freq" if layer_type is not None and hasattr(module, f"{layer_type}_inv_freq") \
         else "inv_freq"
-    buffer = getattr(module, name, None)
-    return buffer if isinstance(buffer, torch.Tensor) else None
+    return (module, name) if isinstance(getattr(module, name, None), torch.Tensor) else None
 
 
 def _refuse_spec(where, spec: Spec, layer_type) -> None:
@@ -532,13 +559,8 @@ def fuse_rope(model, *, precision: str = "hf") -> list:
             layer_spec = _layer_spec(text_config, spec, layer_type) if layer_type else \
                 (spec.replace() if spec.layer_type_names else spec)
             _refuse_spec(where, layer_spec, layer_type)
-            if precision == "hf":
-                buffer = _model_inv_freq(model, layer_type)
-                inv = hf_inv_freq(layer_spec) if buffer is None else buffer.detach().float().cpu()
-                table = Table(layer_spec, "hf", hf_inv_freq=inv.numpy())
-            else:
-                table = Table(layer_spec, "exact")
-            ropes[layer_type] = _LayerRope(layer_spec, table, layer_type, precision)
+            source = _inv_freq_source(model, layer_type) if precision == "hf" else None
+            ropes[layer_type] = _LayerRope(layer_spec, layer_type, precision, source)
         plan.append((module, modeling, ropes[layer_type]))
     probed = {}
     for module, modeling, rope in plan:

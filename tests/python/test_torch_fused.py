@@ -377,3 +377,38 @@ def test_exact_precision_is_within_the_same_tolerance(fused_calls):
     assert close(logits(fused, ids), logits(sdpa, ids))
     assert torch.equal(fused.generate(ids, max_new_tokens=6, do_sample=False),
                        sdpa.generate(ids, max_new_tokens=6, do_sample=False))
+
+
+@pytest.mark.parametrize("family", list(ALL))
+def test_bfloat16_logits_within_tolerance_when_cast_after_fusing(family, fused_calls):
+    """model.to(bfloat16) after fuse_rope rounds the model's inv_freq buffer, and transformers then
+    computes cos/sin from the rounded values: the table follows the buffer (rebuilt and checked
+    again). bfloat16 tolerance: the unfused backend's, 16 bfloat16 units (2^-8) of max|logit|
+    (observed 1.1 Llama, 1.5 Qwen3, 3.0 Gemma 3, 1.5 YaRN Llama)."""
+    sdpa, fused = fused_pair(family)
+    sdpa, fused = sdpa.to(torch.bfloat16), fused.to(torch.bfloat16)
+    ids = prompt()
+    want, got = logits(sdpa, ids), logits(fused, ids)
+    assert fused_calls["n"] == fused.config.num_hidden_layers
+    worst = (got - want).abs().max().item() / want.abs().max().item()
+    assert worst <= 16 * 2.0**-8, f"worst |fused - sdpa| / max|logit| = {worst:.4g}"
+    rope = fused.model.layers[0].self_attn._rotary_fused_rope
+    assert rope.key[1] == torch.bfloat16 and rope.checked  # rebuilt from the rounded buffer, checked
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_beam_search_and_sampling_equal_sdpa(family, fused_calls):
+    """Beam search reorders the cache's rows between steps (beams of one prompt share its
+    padding, so each row keeps its position offset) and sampling expands the batch before the
+    prefill: the same tokens as SDPA, left-padded."""
+    sdpa, fused = fused_pair(family)
+    ids = prompt()
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, :4] = 0
+    for kwargs in (dict(num_beams=3), dict(do_sample=True, num_return_sequences=2, top_k=5)):
+        torch.manual_seed(3)
+        want = sdpa.generate(ids, attention_mask=mask, max_new_tokens=8, **kwargs)
+        torch.manual_seed(3)
+        got = fused.generate(ids, attention_mask=mask, max_new_tokens=8, **kwargs)
+        assert torch.equal(got, want), kwargs
+    assert fused_calls["n"] == 2 * 8 * fused.config.num_hidden_layers
