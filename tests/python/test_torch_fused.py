@@ -28,7 +28,7 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
-from hf_harness import ATTENTION_FAMILIES as FAMILIES, one_torch_thread, small  # noqa: E402,F401
+from hf_harness import ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread, prompt, small  # noqa: E402,F401,E501
 
 U = 2.0**-24
 F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit| (module docstring, docs/attention.md)
@@ -44,7 +44,7 @@ def _yarn():
 ALL = {**FAMILIES, "llama-yarn": _yarn}
 
 
-def fused_pair(family, **config_changes):
+def fused_pair(family, precision="hf", **config_changes):
     """(sdpa model, fused model) with the same weights; the fused one through rt.fuse_rope."""
     model_cls, config = ALL[family]()
     for key, value in config_changes.items():
@@ -53,19 +53,10 @@ def fused_pair(family, **config_changes):
     sdpa = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
     fused = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
     fused.load_state_dict(sdpa.state_dict())
-    names = rt.fuse_rope(fused)
+    names = rt.fuse_rope(fused, precision=precision)
     assert len(names) == config.num_hidden_layers
     assert fused.config._attn_implementation == "rotary_fused"
     return sdpa, fused
-
-
-def prompt(batch=2, seq=12, seed=7):
-    return torch.randint(3, 97, (batch, seq), generator=torch.Generator().manual_seed(seed))
-
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits.double()
 
 
 def close(got, want, where=None):
@@ -80,15 +71,7 @@ def fused_calls(monkeypatch):
     """Counts the fused kernel's row passes: a model that silently ran unfused must fail."""
     import rotary._torch_fused as module
 
-    calls = {"n": 0}
-    original = module._fused_rows
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, "_fused_rows", counted)
-    return calls
+    return counted_calls(monkeypatch, module, "_fused_rows")
 
 
 @pytest.mark.parametrize("family", list(ALL))
@@ -228,12 +211,7 @@ def test_a_wrong_spec_mapping_is_caught_by_the_cos_sin_check(monkeypatch):
     original = rotary.Spec.from_hf_config
     monkeypatch.setattr(rotary.Spec, "from_hf_config",
                         classmethod(lambda cls, config, **kw: original(config, **kw).replace(theta_base=5000.0)))
-    model_cls, config = FAMILIES["llama"]()
-    torch.manual_seed(0)
-    sdpa = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
-    fused = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
-    fused.load_state_dict(sdpa.state_dict())
-    rt.fuse_rope(fused, precision="exact")
+    sdpa, fused = fused_pair("llama", precision="exact")
     ids = prompt()
     with pytest.raises(rotary.RotaryError, match=r"rotary's cos for this layer .* differs from the model's "
                                                  r"position_embeddings by .* at position .*a wrong spec mapping"):
@@ -367,12 +345,7 @@ def test_other_models_and_threads_still_rotate(fused_calls):
 def test_exact_precision_is_within_the_same_tolerance(fused_calls):
     """precision='exact' (correctly rounded cos/sin instead of the model's float32 chain): at these
     positions (< 32) the two tables differ by < 2e-6, far inside the logit tolerance."""
-    model_cls, config = FAMILIES["gemma3"]()
-    torch.manual_seed(0)
-    sdpa = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
-    fused = model_cls._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
-    fused.load_state_dict(sdpa.state_dict())
-    rt.fuse_rope(fused, precision="exact")
+    sdpa, fused = fused_pair("gemma3", precision="exact")
     ids = prompt()
     assert close(logits(fused, ids), logits(sdpa, ids))
     assert torch.equal(fused.generate(ids, max_new_tokens=6, do_sample=False),
