@@ -182,9 +182,15 @@ def _transformers_function(modeling):
 
 
 # ---- hooks ------------------------------------------------------------------------------------------
+_SIGNATURES: dict = {}  # attention class -> inspect.Signature of its forward (bound method: no self)
+
+
 def _bound(module, args, kwargs) -> dict:
+    signature = _SIGNATURES.get(type(module))
+    if signature is None:
+        signature = _SIGNATURES[type(module)] = inspect.signature(module.forward)
     try:
-        return inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+        return signature.bind_partial(*args, **kwargs).arguments
     except TypeError as error:
         raise RotaryError(f"fuse_rope: {type(module).__name__}.forward was called with arguments it does not take "
                           f"({error})") from None
