@@ -385,3 +385,26 @@ def test_beam_search_and_sampling_equal_sdpa(family, fused_calls):
         got = fused.generate(ids, attention_mask=mask, max_new_tokens=8, **kwargs)
         assert torch.equal(got, want), kwargs
     assert fused_calls["n"] == 2 * 8 * fused.config.num_hidden_layers
+
+
+def test_an_attention_function_swapped_under_the_fused_name_is_refused(monkeypatch):
+    """If "rotary_fused" no longer names rotary's backend, the model attends over un-rotated q and
+    k with another function: the forward hook sees that rotary's backend never ran and refuses the
+    output. Without that check the logits are silently wrong."""
+    import rotary._torch_fused as module
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    sdpa, fused = fused_pair("llama")
+    ids = prompt()
+    monkeypatch.setitem(AttentionInterface._global_mapping, "rotary_fused", sdpa_attention_forward)
+    with pytest.raises(rotary.RotaryError, match=r"did not call rotary's fused attention exactly once \(got 0 "
+                                                 r"calls\): its q and k were not rotated"):
+        logits(fused, ids)
+    def reset_only(hooked, args, kwargs, output):  # the post-hook without its check
+        module._ACTIVE.reset(module._ACTIVE.get().token)
+
+    monkeypatch.setattr(module, "_post_hook", reset_only)
+    fused_again = fused_pair("llama")[1]  # hooks registered with the post-hook that does not check
+    monkeypatch.setitem(AttentionInterface._global_mapping, "rotary_fused", sdpa_attention_forward)  # again
+    assert not close(logits(fused_again, ids), logits(sdpa, ids))
