@@ -428,36 +428,62 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
     return _fused_rows(where, query, key, value, plans, seeing, deltas, q_pos, call, scale, window), None
 
 
+def _row_positions(where, b, plan: _RowPlan, seeing, d, q_pos_row, call: _Call, first_query: int, key_end: int):
+    """Row b's query positions from first_query and key positions of indices [key_start, key_end)
+    (keys past the plan's key_end, never visible, get 0)."""
+    key_slots = np.arange(plan.key_start, key_end, dtype=np.int64) + call.kv_offset
+    k_positions = key_slots + d
+    k_positions[plan.key_end - plan.key_start:] = 0
+    if k_positions.size and k_positions[0] < 0:
+        raise RotaryError(f"{where}: batch row {b}'s first visible key would sit at position {int(k_positions[0])} "
+                          f"(cache slot {int(key_slots[0])}, position_ids = slot + {d}); refused")
+    # Queries that see no key keep their given position (clamped at 0): their output is 0.
+    q_positions = np.maximum(np.where(seeing[first_query:], np.arange(first_query, len(q_pos_row)) + call.q_offset + d,
+                                      q_pos_row[first_query:]), 0).astype(np.int64)
+    return q_positions, k_positions
+
+
 def _fused_rows(where, q, k, v, plans, seeing, deltas, q_pos, call: _Call, scale, window) -> torch.Tensor:
-    """One kernel call per batch row on views that start at the row's first visible key and first
-    seeing query, with the rows' positions; [b, q, h, d_v] (zeros for queries that see no key)."""
+    """Rotary's attention kernel with the layer's table and every row's positions; [b, q, h, d_v]
+    (zeros for queries that see no key). One call for the batch when every row's keys start at
+    index 0 (no left padding), else one call per row on views that start at the row's first
+    visible key and first seeing query (as the unfused backend)."""
     batch, heads, q_len, _ = q.shape
+    kv_len = k.shape[2]
     out = torch.empty((batch, q_len, heads, v.shape[-1]), dtype=q.dtype)
     out_bhsd = out.transpose(1, 2)
     implementation = "reference" if q.dtype == torch.float64 else "kernels"
+    table = call.rope.table
+    if all(p is not None and d is not None and p.key_start == 0 and p.offset >= 0 for p, d in zip(plans, deltas)):
+        rows = [_row_positions(where, b, p, seeing[b], deltas[b], q_pos[b], call, 0, kv_len)
+                for b, p in enumerate(plans)]
+        prepared = prepare(tuple(q.shape), tuple(k.shape), "bhsd", query_offset=0,
+                           query_offsets=np.array([p.offset for p in plans], dtype=np.int64),
+                           kv_lengths=np.array([p.key_end for p in plans], dtype=np.int64), cu_seqlens_q=None,
+                           cu_seqlens_k=None, spec_or_table=table, q_positions=np.stack([r[0] for r in rows]),
+                           k_positions=np.stack([r[1] for r in rows]), precision=None, seq_len=None)
+        _rotary.attention(_descriptor(q, "q", "bhsd"), _descriptor(k, "k", "bhsd"), _descriptor(v, "v", "bhsd"),
+                          _descriptor(out_bhsd, "out", "bhsd"), scale, True, 0,
+                          ints_descriptor(prepared.query_offsets), window, ints_descriptor(prepared.kv_lengths), None,
+                          None, prepared.native_table, ints_descriptor(prepared.q_positions),
+                          ints_descriptor(prepared.k_positions), 0, prepared.seq_len, implementation)
+        return out
     for b, plan in enumerate(plans):
         if plan is None or deltas[b] is None:
             out[b].zero_()
             continue
-        d = deltas[b]
         offset = plan.offset - plan.key_start  # the causal offset in the sliced key index space
         first_query = min(max(0, -offset), q_len)
         out[b, :first_query].zero_()
         if first_query == q_len:
             continue
-        key_slots = np.arange(plan.key_start, plan.key_end, dtype=np.int64) + call.kv_offset
-        k_positions = key_slots + d
-        if k_positions.size and k_positions[0] < 0:
-            raise RotaryError(f"{where}: batch row {b}'s first visible key would sit at position {int(k_positions[0])} "
-                              f"(cache slot {int(key_slots[0])}, position_ids = slot + {d}); refused")
-        # Queries that see no key keep their given position (clamped at 0): their output is 0.
-        q_positions = np.maximum(np.where(seeing[b][first_query:], np.arange(first_query, q_len) + call.q_offset + d,
-                                          q_pos[b, first_query:]), 0).astype(np.int64)
+        q_positions, k_positions = _row_positions(where, b, plan, seeing[b], deltas[b], q_pos[b], call, first_query,
+                                                  plan.key_end)
         sub = lambda t, start, end: t[b:b + 1, :, start:end]  # noqa: E731
         qs, ks = sub(q, first_query, q_len), sub(k, plan.key_start, plan.key_end)
         prepared = prepare(tuple(qs.shape), tuple(ks.shape), "bhsd", query_offset=offset + first_query,
                            query_offsets=None, kv_lengths=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                           spec_or_table=call.rope.table, q_positions=q_positions.reshape(1, -1),
+                           spec_or_table=table, q_positions=q_positions.reshape(1, -1),
                            k_positions=k_positions.reshape(1, -1), precision=None, seq_len=None)
         _rotary.attention(_descriptor(qs, "q", "bhsd"), _descriptor(ks, "k", "bhsd"),
                           _descriptor(sub(v, plan.key_start, plan.key_end), "v", "bhsd"),
