@@ -36,6 +36,7 @@ How (transformers 5.16: LlamaAttention.forward and its kin, modeling_llama.py):
 from __future__ import annotations
 
 import contextvars
+import gc
 import inspect
 import sys
 import weakref
@@ -126,14 +127,18 @@ class _Call:
 
 # ---- the wrapped apply_rotary_pos_emb ------------------------------------------------------------------
 def _make_wrapper(inner):
+    """The module-level apply_rotary_pos_emb while a fused model may run. It calls whatever its
+    rotary_fused_inner is (transformers' function, or patch_model's replacement: patch_model and
+    unpatch_model swap the inner, not the wrapper)."""
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         if torch.compiler.is_compiling():
             # Dynamo cannot trace ContextVar.get; a fused module refuses compilation in its
             # pre-hook and backend, so a compiled call is never a fused one: transformers'.
-            return inner(q, k, cos, sin, *args, **kwargs)
+            return apply_rotary_pos_emb.rotary_fused_inner(q, k, cos, sin, *args, **kwargs)
         call = _ACTIVE.get()
         if call is None or cos is not call.cos or sin is not call.sin:
-            return inner(q, k, cos, sin, *args, **kwargs)  # not a fused module's call: transformers'
+            # not a fused module's call: transformers' (or patch_model's)
+            return apply_rotary_pos_emb.rotary_fused_inner(q, k, cos, sin, *args, **kwargs)
         call.applied += 1
         if call.applied > 1:
             raise RotaryError(f"fuse_rope: {type(call.module).__name__} (layer {call.module.layer_idx}) called "
@@ -161,7 +166,8 @@ def _release_wrapper(modeling_name: str, model) -> bool:
     """Puts back the function the wrapper wrapped once no fused model uses it; True if it did."""
     users = _WRAPPER_USERS.get(modeling_name)
     if users is not None:
-        users.discard(model)
+        if model is not None:
+            users.discard(model)
         if users:
             return False
         del _WRAPPER_USERS[modeling_name]
@@ -172,6 +178,18 @@ def _release_wrapper(modeling_name: str, model) -> bool:
         return False  # replaced since (patch_model, a test): not rotary's wrapper to take back
     modeling.apply_rotary_pos_emb = inner
     return True
+
+
+def drop_unused_wrapper(modeling) -> bool:
+    """Takes rotary's wrapper out of a modeling module when no live fused model relies on it
+    (fused models dropped without unfuse_rope; a reference cycle is collected first). True if the
+    module's apply_rotary_pos_emb is no longer the wrapper. patch_model calls it before patching."""
+    users = _WRAPPER_USERS.get(modeling.__name__)
+    if users:
+        gc.collect()
+    if users:
+        return False
+    return _release_wrapper(modeling.__name__, None)
 
 
 def _transformers_function(modeling):

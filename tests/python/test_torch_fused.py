@@ -408,3 +408,37 @@ def test_an_attention_function_swapped_under_the_fused_name_is_refused(monkeypat
     fused_again = fused_pair("llama")[1]  # hooks registered with the post-hook that does not check
     monkeypatch.setitem(AttentionInterface._global_mapping, "rotary_fused", sdpa_attention_forward)  # again
     assert not close(logits(fused_again, ids), logits(sdpa, ids))
+
+
+def test_patch_model_and_fuse_rope_share_the_modeling_function(fused_calls):
+    """patch_model on another model of a fused model's class replaces the function behind rotary's
+    wrapper, not the wrapper: the patched model runs rotary's rotation bit for bit, the fused
+    model stays fused; unpatch_model and unfuse_rope each put back what they replaced. A patched
+    model can be fused too."""
+    import transformers.models.llama.modeling_llama as modeling
+
+    gc.collect()
+    own = modeling.apply_rotary_pos_emb
+    own = getattr(own, "rotary_fused_inner", own)
+    sdpa, fused = fused_pair("llama")
+    other = copy.deepcopy(sdpa)
+    ids = prompt()
+    want = logits(sdpa, ids)
+    rt.patch_model(other)
+    wrapper = modeling.apply_rotary_pos_emb
+    assert hasattr(wrapper.rotary_fused_inner, "rotary_original")  # patch_model's, behind the wrapper
+    assert torch.equal(logits(other, ids), want)
+    assert close(logits(fused, ids), want)
+    assert fused_calls["n"] == fused.config.num_hidden_layers
+    rt.unpatch_model(other)
+    assert modeling.apply_rotary_pos_emb is wrapper and wrapper.rotary_fused_inner is own
+    rt.unfuse_rope(fused)
+    assert modeling.apply_rotary_pos_emb is own
+    # A patched model, then fused: rotary's cos/sin module and rotation behind the fused backend.
+    rt.patch_model(fused)
+    rt.fuse_rope(fused)
+    assert close(logits(fused, ids), want)
+    rt.unfuse_rope(fused)
+    rt.unpatch_model(fused)
+    assert modeling.apply_rotary_pos_emb is own
+    assert torch.equal(logits(fused, ids), want)
