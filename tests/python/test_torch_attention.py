@@ -34,7 +34,8 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
-from hf_harness import ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread, prompt, small  # noqa: E402,F401,E501
+from hf_harness import (ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread,  # noqa: E402,F401
+                        prompt, small)
 
 U = 2.0**-24
 F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit|, the derivation above

@@ -28,7 +28,8 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
-from hf_harness import ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread, prompt, small  # noqa: E402,F401,E501
+from hf_harness import (ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread,  # noqa: E402,F401
+                        prompt, small)
 
 U = 2.0**-24
 F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit| (module docstring, docs/attention.md)
@@ -288,6 +289,7 @@ def test_unfuse_restores_the_model_and_the_modeling_function():
     assert not hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")  # transformers' own again
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace the builtin")
 def test_torch_compile_refuses_a_fused_model_and_compiles_the_others(fused_calls):
     """A fused model under torch.compile is refused (its checks read values), never run with the
     model's rotation and rotary's both; an unfused model of a class whose function is wrapped
