@@ -619,8 +619,13 @@ def fuse_rope(model, *, precision: str = "hf") -> list:
         if not callable(getattr(modeling, "apply_rotary_pos_emb", None)):
             raise RotaryError(f"{where}: {modeling.__name__} has no module-level apply_rotary_pos_emb for rotary to "
                               "intercept; nothing was changed")
-        description, _ = _pick_function(model_name, modeling, "apply_rotary_pos_emb", _transformers_function(modeling),
-                                         [r.spec for r in ropes.values()], "like_torch")
+        try:
+            description, _ = _pick_function(model_name, modeling, "apply_rotary_pos_emb",
+                                             _transformers_function(modeling), [r.spec for r in ropes.values()],
+                                             "like_torch")
+        except RotaryError as error:  # patch_model's probe: its words, fuse_rope's verdict
+            raise RotaryError(f"{where}: rotary's rotation does not reproduce {modeling.__name__}."
+                              f"apply_rotary_pos_emb ({error}); nothing was changed") from None
         if not description.startswith(f"{rope.spec.style} pairs,"):
             raise RotaryError(f"{where}: {modeling.__name__}.apply_rotary_pos_emb rotates as {description}, rotary's "
                               f"spec as {rope.spec.style} pairs (full-width cos/sin); nothing was changed")

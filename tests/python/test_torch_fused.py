@@ -444,3 +444,43 @@ def test_patch_model_and_fuse_rope_share_the_modeling_function(fused_calls):
     rt.unpatch_model(fused)
     assert modeling.apply_rotary_pos_emb is own
     assert torch.equal(logits(fused, ids), want)
+
+
+def _other(model_cls, config_cls, **kwargs):
+    return lambda: (model_cls, small(config_cls, max_position_embeddings=256, **kwargs))
+
+
+OTHER_FAMILIES = {
+    "mistral": _other(transformers.MistralForCausalLM, transformers.MistralConfig, sliding_window=4),
+    "cohere": _other(transformers.CohereForCausalLM, transformers.CohereConfig),  # interleaved pairs
+    "gpt_neox": _other(transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig),  # rotary on 1/4 of the head
+    "phi3": _other(transformers.Phi3ForCausalLM, transformers.Phi3Config),
+    "olmo2": _other(transformers.Olmo2ForCausalLM, transformers.Olmo2Config),
+}
+
+
+@pytest.mark.parametrize("family", list(OTHER_FAMILIES))
+def test_other_families_fuse_exactly(family, fused_calls, monkeypatch):
+    """Families beyond the three of the issue, as they are in transformers 5.16: Mistral (a
+    sliding window on every layer), Cohere (interleaved pairs, rotated in float32), GPT-NeoX
+    (partial rotary: 4 of 16 dims), Phi-3, OLMo 2. Same tolerance; observed 3.4 u, 3.3 u, 4.3 u,
+    5.2 u, 7.6 u."""
+    monkeypatch.setitem(ALL, family, OTHER_FAMILIES[family])
+    sdpa, fused = fused_pair(family)
+    ids = prompt()
+    assert close(logits(fused, ids), logits(sdpa, ids))
+    assert torch.equal(fused.generate(ids, max_new_tokens=6, do_sample=False),
+                       sdpa.generate(ids, max_new_tokens=6, do_sample=False))
+    assert fused_calls["n"] == fused.config.num_hidden_layers * (1 + 6)
+
+
+def test_a_rotation_rotary_does_not_reproduce_is_refused():
+    """GLM's apply_rotary_pos_emb (interleaved pairs that read the first half of cat(f, f) cos/sin,
+    each value twice) is none of rotary's probed variants: refused at fuse_rope, before anything
+    changes."""
+    config = small(transformers.GlmConfig, head_dim=16, max_position_embeddings=256)
+    model = transformers.GlmForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    with pytest.raises(rotary.RotaryError, match=r"fuse_rope: cannot fuse GlmForCausalLM: rotary's rotation does not "
+                                                 r"reproduce transformers.models.glm.modeling_glm.apply_rotary_pos_emb"):
+        rt.fuse_rope(model)
+    assert model.config._attn_implementation == "sdpa" and not hasattr(model, "_rotary_fused")
