@@ -630,6 +630,19 @@ def rotary_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     heads, q_len, d], k / v [batch, kv_heads, kv_len, d] (rotated by the model already), the
     model's 4-D mask or None; returns (out [batch, q_len, heads, d_v], None)."""
     where = f"attn_implementation='rotary' ({type(module).__name__})"
+    causal, window, scale = backend_terms(where, module, query, key, value, attention_mask, dropout, scaling,
+                                          is_causal, sliding_window, kwargs)
+    if eager_tensors((query, key, value), (attention_mask,)):
+        out = _hf_attention_impl(query, key, value, attention_mask, causal, window, scale)
+    else:
+        out = _hf_attention_op(query, key, value, attention_mask, causal, window, scale)
+    return out, None
+
+
+def backend_terms(where: str, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask, dropout, scaling, is_causal, sliding_window, kwargs) -> tuple:
+    """The checks every transformers backend call passes (the refused arguments, devices, the
+    mask's type) and its terms in rotary's words: (causal, window, scale)."""
     if dropout:
         raise RotaryError(f"{where}: dropout must be 0 (got {dropout}); rotary's attention has no dropout; "
                           "use model.eval() or attention_dropout=0.0")
@@ -653,11 +666,7 @@ def rotary_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
         raise RotaryError(f"{where}: attention_mask must be a tensor or None (got {type(attention_mask).__name__})")
     scale = None if scaling is None else float(scaling)
-    if eager_tensors((query, key, value), (attention_mask,)):
-        out = _hf_attention_impl(query, key, value, attention_mask, bool(causal), window, scale)
-    else:
-        out = _hf_attention_op(query, key, value, attention_mask, bool(causal), window, scale)
-    return out, None
+    return bool(causal), window, scale
 
 
 def register_attention(name: str = "rotary") -> str:

@@ -1011,7 +1011,7 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     functions = []
     for modeling in _modeling_modules(model):
         for name in _APPLY_NAMES:
-            current = getattr(modeling, name, None)
+            current = _function_slot(modeling, name)[1]
             if not callable(current):
                 continue
             original = getattr(current, "rotary_original", current)  # patched before: probe transformers' own
@@ -1037,10 +1037,25 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
         original, users = _FUNCTION_USERS.setdefault(key, (function.rotary_original, weakref.WeakSet()))
         users.add(model)
         undo.functions.append(key)
-        setattr(modeling, name, function)
+        holder, _ = _function_slot(modeling, name)
+        setattr(holder, "rotary_fused_inner" if holder is not modeling else name, function)
         replaced.append(f"{modeling.__name__}.{name}")
     model._rotary_patch = undo
     return replaced
+
+
+def _function_slot(modeling, name):
+    """(holder, function): where the module-level function `name` lives. fuse_rope's wrapper
+    (rotary/_torch_fused.py) stands in the module and calls its rotary_fused_inner: patching
+    replaces that inner, so that the wrapper (and the fused models relying on it) stays."""
+    current = getattr(modeling, name, None)
+    inner = getattr(current, "rotary_fused_inner", None)
+    if inner is not None and name == "apply_rotary_pos_emb":
+        from ._torch_fused import drop_unused_wrapper  # here: _torch_fused imports this module
+
+        if drop_unused_wrapper(modeling):
+            return modeling, getattr(modeling, name, None)
+    return (current, inner) if inner is not None else (modeling, current)
 
 
 class _PatchRecord:
@@ -1092,9 +1107,10 @@ def unpatch_model(model) -> list:
         if users:
             continue
         module = sys.modules.get(key[0])
-        current = getattr(module, key[1], None)
+        holder, current = _function_slot(module, key[1]) if module is not None else (None, None)
         if module is not None and getattr(current, "rotary_original", None) is original:
-            setattr(module, key[1], original)  # only rotary's own replacement is taken back
+            # only rotary's own replacement is taken back
+            setattr(holder, "rotary_fused_inner" if holder is not module else key[1], original)
             restored.append(f"{key[0]}.{key[1]}")
         del _FUNCTION_USERS[key]
     del model._rotary_patch

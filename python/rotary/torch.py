@@ -12,7 +12,8 @@ selectable with backend="torch", which is how it is tested here, on CPU tensors)
 Attention: rotary.torch.attention(q, k, v, causal=True, spec_or_table=spec) is the custom op
 ``rotary::attention`` (MHA / GQA / MQA, causal / window / padding / varlen masks, fused RoPE; CPU;
 forward only). register_attention() makes attn_implementation="rotary" a transformers attention
-backend (docs/attention.md, "The transformers backend").
+backend (docs/attention.md, "The transformers backend"); fuse_rope(model) runs a model on
+attn_implementation="rotary_fused", with RoPE fused into that attention (un-rotated KV cache).
 
 Hugging Face drop-in, two lines in a model:
     model.model.rotary_emb = rotary.torch.RotaryEmbedding(
@@ -38,12 +39,16 @@ from ._torch_hf import (
 )
 from ._torch_ops import apply_rotary
 from ._torch_attention import attention, register_attention, rotary_attention_forward
+from ._torch_fused import fuse_rope, rotary_fused_attention_forward, unfuse_rope
 
 __all__ = [
     "apply_rotary",
     "attention",
     "register_attention",
     "rotary_attention_forward",
+    "fuse_rope",
+    "unfuse_rope",
+    "rotary_fused_attention_forward",
     "apply_rotary_pos_emb",
     "apply_rotary_pos_emb_interleave",
     "apply_multimodal_rotary_pos_emb",

@@ -91,6 +91,49 @@ def small(config_cls, **kwargs):
     return config_cls(**base)
 
 
+def _llama():
+    return transformers.LlamaForCausalLM, small(transformers.LlamaConfig, max_position_embeddings=256)
+
+
+def _qwen3():
+    return transformers.Qwen3ForCausalLM, small(transformers.Qwen3Config, head_dim=16, max_position_embeddings=256)
+
+
+def _gemma3(window=4):
+    return transformers.Gemma3ForCausalLM, small(
+        transformers.Gemma3TextConfig, head_dim=16, sliding_window=window, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3)
+
+
+# The attention backends' model families (test_torch_attention.py, test_torch_fused.py): Llama,
+# Qwen3 and Gemma 3 with a sliding window of 4 tokens and both layer types. (model class, config).
+ATTENTION_FAMILIES = {"llama": _llama, "qwen3": _qwen3, "gemma3": _gemma3}
+
+
+def prompt(batch=2, seq=12, seed=7):
+    """Random token ids [batch, seq] of the tiny vocabulary (3..96: no pad, bos or eos)."""
+    return torch.randint(3, 97, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, ids, **kwargs):
+    """A causal LM's float64 logits without autograd."""
+    with torch.no_grad():
+        return model(ids, **kwargs).logits.double()
+
+
+def counted_calls(monkeypatch, owner, name):
+    """Wraps owner.name with a counter (calls["n"]): a path that silently ran other code must fail."""
+    calls = {"n": 0}
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
 def build(model_cls, config, dtype, seed=0):
     torch.manual_seed(seed)
     return model_cls(config).to(dtype).eval()

@@ -34,7 +34,8 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
-from hf_harness import one_torch_thread, small  # noqa: E402,F401
+from hf_harness import (ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread,  # noqa: E402,F401
+                        prompt, small)
 
 U = 2.0**-24
 F32_LOGIT_TOLERANCE = 1024 * U  # relative to max|logit|, the derivation above
@@ -428,23 +429,6 @@ def test_encoding_refusals_name_the_argument_and_value():
 rt.register_attention()
 
 
-def _llama():
-    return transformers.LlamaForCausalLM, small(transformers.LlamaConfig, max_position_embeddings=256)
-
-
-def _qwen3():
-    return transformers.Qwen3ForCausalLM, small(transformers.Qwen3Config, head_dim=16, max_position_embeddings=256)
-
-
-def _gemma3(window=4):
-    return transformers.Gemma3ForCausalLM, small(
-        transformers.Gemma3TextConfig, head_dim=16, sliding_window=window, max_position_embeddings=256,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3)
-
-
-FAMILIES = {"llama": _llama, "qwen3": _qwen3, "gemma3": _gemma3}
-
-
 def pair(family, dtype=torch.float32, **config_changes):
     """The same weights under "sdpa" and under "rotary" (each model its own config copy)."""
     model_cls, config = FAMILIES[family]()
@@ -458,29 +442,12 @@ def pair(family, dtype=torch.float32, **config_changes):
     return sdpa, ours
 
 
-def prompt(batch=2, seq=12, seed=7):
-    return torch.randint(3, 97, (batch, seq), generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.fixture
 def rotary_calls(monkeypatch):
     """Counts the backend's calls: a model that silently fell back to another backend must fail."""
     import rotary._torch_attention as module
 
-    calls = {"n": 0}
-    original = module._hf_attention_impl
-
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, "_hf_attention_impl", counted)
-    return calls
-
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits.double()
+    return counted_calls(monkeypatch, module, "_hf_attention_impl")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
