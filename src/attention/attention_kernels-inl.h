@@ -733,8 +733,16 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         if (t.alibi) {
           AddAlibiRow(s, t.neg_slope[static_cast<size_t>(r)], static_cast<float>(t.position[static_cast<size_t>(r)] - tile), j0, j1);
         }
+        // The tile's max a vector at a time (a scalar max chain of 64 keys per row was a latency
+        // chain in the decode's per-tile work); max is exact, so the order changes no bit.
         float tile_max = s[j0];
-        for (j = j0 + 1; j < j1; ++j) tile_max = std::max(tile_max, s[j]);
+        j = j0 + 1;
+        if (j1 - j0 >= N) {
+          VF vmax = hn::LoadU(df, s + j0);
+          for (j = j0 + N; j + N <= j1; j += N) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
+          tile_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+        }
+        for (; j < j1; ++j) tile_max = std::max(tile_max, s[j]);
         float& m = t.m[static_cast<size_t>(r)];
         const float m_new = std::max(m, tile_max);
         // m = -inf before the first visible key: alpha = exp(-inf) = 0 (o and l are 0 anyway).
