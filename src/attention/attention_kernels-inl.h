@@ -734,7 +734,8 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           AddAlibiRow(s, t.neg_slope[static_cast<size_t>(r)], static_cast<float>(t.position[static_cast<size_t>(r)] - tile), j0, j1);
         }
         // The tile's max a vector at a time (a scalar max chain of 64 keys per row was a latency
-        // chain in the decode's per-tile work); max is exact, so the order changes no bit.
+        // chain in the decode's per-tile work); max is exact, so for finite scores the order
+        // changes no bit (NaN scores are not specified: docs/attention.md, known limits).
         float tile_max = s[j0];
         j = j0 + 1;
         if (j1 - j0 >= N) {

@@ -31,9 +31,8 @@ namespace {
 // mode, 2026-11-25, one thread): a decode step of Llama-3-8B heads through KvCache::attend over
 // 32,768 cached tokens, float32 9.18-9.36 -> 7.82-8.01 ms, bfloat16 5.32-5.84 -> 5.08-5.70 ms
 // (docs/performance.md, "Decode: paced prefetch").
+// `block` is empty (a new cache's): reserve allocates without touching the pages.
 void allocate_blocks(std::vector<double>& block, size_t count) {
-  block.clear();
-  block.shrink_to_fit();
   block.reserve(count);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
