@@ -129,7 +129,7 @@ def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_position
 # 2 GiB; a block here is 64 MiB, and four temporaries of that size are live at once). Each query
 # row's softmax needs only its own row of scores, so a block is exact; dk and dv are sums over the
 # blocks (float32/float64 accumulation in the compute dtype, within the analysis of
-# docs/attention.md, "The backward").
+# docs/attention.md, "Python, torch and the transformers backend").
 _BACKWARD_BLOCK_SCORES = 1 << 24
 
 
