@@ -128,8 +128,9 @@ def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_position
 # the sequence, not with its square (a 4,096-token Llama-3-8B prefill's full float32 weights are
 # 2 GiB; a block here is 64 MiB, and four temporaries of that size are live at once). Each query
 # row's softmax needs only its own row of scores, so a block is exact; dk and dv are sums over the
-# blocks (float32/float64 accumulation in the compute dtype, within the analysis of
-# docs/attention.md, "Python, torch and the transformers backend").
+# blocks in the compute dtype (only their summation order changes: in float64, blocks of 1-3 rows
+# equal one block to 1e-12 relative, test_backward_in_query_blocks_equals_one_block; docs/attention.md,
+# "Python, torch and the transformers backend").
 _BACKWARD_BLOCK_SCORES = 1 << 24
 
 
