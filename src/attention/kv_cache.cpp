@@ -12,20 +12,17 @@
 #include <limits>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
+#include "src/core/huge_pages.hpp"
 #include "src/cpu/storage.hpp"
 
 namespace rotary {
 namespace {
 
-// A block of `count` zeros. On Linux, before the first touch, the block's 2 MiB-aligned interior is
-// advised for transparent huge pages (MADV_HUGEPAGE; a hint, ignored where THP is off): a decode
+// A block of `count` zeros. Before the first touch, the block's 2 MiB-aligned interior is
+// advised for transparent huge pages (src/core/huge_pages.hpp): a decode
 // reads every cached row once per step, and with 4 KiB pages each 4 KiB of K or V is a TLB miss
 // and a page the hardware prefetchers stop at. Measured on the AMD EPYC VM (THP in "madvise"
 // mode, 2026-11-25, one thread): a decode step of Llama-3-8B heads through KvCache::attend over
@@ -34,13 +31,7 @@ namespace {
 // `block` is empty (a new cache's): reserve allocates without touching the pages.
 void allocate_blocks(std::vector<double>& block, size_t count) {
   block.reserve(count);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-  const auto start = reinterpret_cast<uintptr_t>(block.data());
-  const uintptr_t first = (start + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t last = (start + count * sizeof(double)) & ~(kHugePage - 1);
-  if (count > 0 && last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#endif
+  detail::advise_huge_pages(block.data(), count * sizeof(double));
   block.assign(count, 0.0);
 }
 

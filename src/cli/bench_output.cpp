@@ -43,6 +43,10 @@ void print_row(std::ostream& out, const Row& row) {
                        row.gflop_per_s, row.ratio_to_peak, row.threads, row.threads == 1 ? "" : "s",
                        row.peak_gflop_per_s);
   }
+  if (!std::isnan(row.read_gb_per_s)) {  // read-only rows: against reading the same bytes in address order
+    out << format_line("%-17s   %.2f GB/s = %.3f x the read stream over the same bytes on %d thread%s (%.2f GB/s)\n", "",
+                       row.gb_per_s, row.ratio_to_read, row.threads, row.threads == 1 ? "" : "s", row.read_gb_per_s);
+  }
 }
 
 void judge_noise(Row& row, double other_cpu_percent) {
@@ -153,6 +157,8 @@ void print_json(std::ostream& out, std::ostream& err, const std::vector<Row>& ro
     writer.key("gflop_per_s").value(row.gflop_per_s);
     writer.key("peak_gflop_per_s").value(row.peak_gflop_per_s);
     writer.key("ratio_to_peak").value(row.ratio_to_peak);
+    writer.key("read_gb_per_s").value(row.read_gb_per_s);  // null when NaN
+    writer.key("ratio_to_read").value(row.ratio_to_read);
     writer.key("cpu_model").value(closing.cpu_model);
     writer.key("cpu_flags").value(closing.cpu_flags);
     if (row.unreliable.empty()) {

@@ -44,6 +44,12 @@ struct Row {
   double gflop_per_s = std::nan("");
   double peak_gflop_per_s = std::nan("");
   double ratio_to_peak = std::nan("");
+  // Rows that only read (attention's decode: the KV cache): the read stream over the same buffers
+  // on the same threads (streams.hpp, read_stream), timed in alternation with the row and its copy
+  // floor, and the row's GB/s over it: how close the call comes to what the cores can read. NaN
+  // (null in JSON) for the other rows.
+  double read_gb_per_s = std::nan("");
+  double ratio_to_read = std::nan("");
   // Why the machine's noise made this row unreliable ("spread 23%", "other processes 12% CPU"),
   // empty when it did not: the text table marks such a row with "!", JSON gives the reason.
   std::string unreliable;

@@ -102,6 +102,33 @@ PairedTiming time_paired(Call&& call, Reference&& reference, int repetitions, do
   return {timing_steps::summarize(std::move(call_ms), calls), timing_steps::summarize(std::move(reference_ms), reference_calls)};
 }
 
+// time_paired with a second reference: call, reference, second, call, reference, second, ...
+// each timed repetition after one untimed run of the same operation.
+struct TripleTiming {
+  Timing call;
+  Timing reference;
+  Timing second_reference;
+};
+template <typename Call, typename Reference, typename Second>
+TripleTiming time_with_two_references(Call&& call, Reference&& reference, Second&& second, int repetitions,
+                                      double min_repetition_ms = 2.0) {
+  const int64_t calls = timing_steps::warm_up(call, min_repetition_ms);
+  const int64_t reference_calls = timing_steps::warm_up(reference, min_repetition_ms);
+  const int64_t second_calls = timing_steps::warm_up(second, min_repetition_ms);
+  std::vector<double> call_ms, reference_ms, second_ms;
+  for (int r = 0; r < std::max(repetitions, 1); ++r) {
+    call();
+    call_ms.push_back(timing_steps::time_repetition(call, calls));
+    reference();
+    reference_ms.push_back(timing_steps::time_repetition(reference, reference_calls));
+    second();
+    second_ms.push_back(timing_steps::time_repetition(second, second_calls));
+  }
+  return {timing_steps::summarize(std::move(call_ms), calls),
+          timing_steps::summarize(std::move(reference_ms), reference_calls),
+          timing_steps::summarize(std::move(second_ms), second_calls)};
+}
+
 // Bytes per millisecond as GB/s (1 GB = 1e9 bytes).
 inline double gb_per_s(int64_t bytes_moved, double milliseconds) {
   return static_cast<double>(bytes_moved) / (milliseconds * 1e-3) / 1e9;

@@ -32,11 +32,8 @@
 #include <new>
 #include <numbers>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "extended.hpp"
+#include "huge_pages.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
@@ -67,7 +64,7 @@ constexpr int64_t kDirectoryLeaves = (kMaxPosition + 1) >> (kPageRowsLog2 + kLea
 // (store_pages): few allocations while a table grows densely, and the unused rest of the newest
 // slab, the only unused one, stays below this size (and below what is stored, under 2 MiB).
 constexpr int64_t kMaxSlabBytes = int64_t{4} << 20;
-constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+constexpr int64_t kHugePageBytes = static_cast<int64_t>(detail::kHugePageBytes);
 
 float round_to_float(double value) { return static_cast<float>(value); }
 
@@ -106,9 +103,7 @@ std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t bytes) {
   if (bytes >= kHugePageBytes) {
     void* memory = std::aligned_alloc(static_cast<size_t>(kHugePageBytes), static_cast<size_t>(allocated));
     if (memory == nullptr) throw std::bad_alloc();
-#if defined(__linux__)
-    madvise(memory, static_cast<size_t>(allocated), MADV_HUGEPAGE);  // advisory: failure only costs speed
-#endif
+    detail::advise_huge_pages(memory, static_cast<size_t>(allocated));
     return {static_cast<float*>(memory), [](float* p) { std::free(p); }};
   }
   return {new float[static_cast<size_t>(bytes) / sizeof(float)], [](float* p) { delete[] p; }};

@@ -23,7 +23,6 @@
 #include <vector>
 
 #if defined(__linux__)
-#include <sys/mman.h>
 #endif
 
 #include "rotary/analysis.hpp"
@@ -41,6 +40,9 @@
 #include "rotary/presets.hpp"
 #include "rotary/report.hpp"
 #include "rotary/table.hpp"
+
+// Internal (not installed): madvise for transparent huge pages.
+#include "core/huge_pages.hpp"
 
 namespace py = pybind11;
 using namespace rotary;
@@ -371,18 +373,9 @@ std::optional<int64_t> plain_count(PyObject* value) {
 // against 12 ms so (what torch's own THP_MEM_ALLOC_ENABLE=1 does for every allocation). Only
 // outputs of several huge pages, and only the whole huge pages inside them; advice, so a failure
 // changes nothing.
-constexpr int64_t kHugePageBytes = int64_t{2} << 20;
-void advise_huge_pages(void* data, int64_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes < 4 * kHugePageBytes) return;
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t first = (begin + kHugePageBytes - 1) & ~static_cast<uintptr_t>(kHugePageBytes - 1);
-  const uintptr_t last = (begin + static_cast<uintptr_t>(bytes)) & ~static_cast<uintptr_t>(kHugePageBytes - 1);
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
+void advise_output_huge_pages(void* data, int64_t bytes) {
+  if (bytes < 4 * static_cast<int64_t>(rotary::detail::kHugePageBytes)) return;
+  rotary::detail::advise_huge_pages(data, static_cast<size_t>(bytes));
 }
 
 int64_t tensor_bytes(const TorchTensor& t, DType dtype) {
@@ -498,11 +491,11 @@ py::object torch_apply_eager(py::handle q_obj, py::handle k_obj, py::handle posi
     } else {
       q_out_obj = fresh_like(q_obj.ptr(), q);
       if (!read_torch_tensor(q_out_obj.ptr(), q_out)) return none;
-      advise_huge_pages(q_out.data, tensor_bytes(q_out, *q_dtype));
+      advise_output_huge_pages(q_out.data, tensor_bytes(q_out, *q_dtype));
       if (has_k) {
         k_out_obj = fresh_like(k_obj.ptr(), k);
         if (!read_torch_tensor(k_out_obj.ptr(), k_out)) return none;
-        advise_huge_pages(k_out.data, tensor_bytes(k_out, *k_dtype));
+        advise_output_huge_pages(k_out.data, tensor_bytes(k_out, *k_dtype));
       }
     }
   }
@@ -596,7 +589,7 @@ py::object torch_cos_sin_eager(py::handle x_obj, py::handle cos_obj, py::handle 
   py::object out_obj = fresh_like(x_obj.ptr(), x);
   TorchTensor out;
   if (!read_torch_tensor(out_obj.ptr(), out)) return none;
-  advise_huge_pages(out.data, tensor_bytes(out, *dtype));
+  advise_output_huge_pages(out.data, tensor_bytes(out, *dtype));
   const TensorView vx = torch_view(x, *dtype, layout), vout = torch_view(out, *dtype, layout);
   const CosSinOptions options{.style = parsed_style,
                               .direction = direction == "forward" ? Direction::Forward : Direction::Backward,

@@ -577,7 +577,15 @@ TEST(CliBenchAttention, JsonRowsCarryTheirFloorPeakAndCpu) {
       const double gflop = row.find("gflop_per_s")->as_double();
       EXPECT_NEAR(gflop, 4.0 * 32 * 128 * 4096 / (row.find("median_ms")->as_double() * 1e-3) / 1e9, 1e-9 * gflop);
       EXPECT_NEAR(row.find("ratio_to_peak")->as_double(), gflop / peak, 1e-9 * gflop / peak);
+      if (name == "attn_decode") {  // the read stream over the same K and V, timed with it
+        const double read = row.find("read_gb_per_s")->as_double();
+        EXPECT_GT(read, 0.1);
+        EXPECT_NEAR(row.find("ratio_to_read")->as_double(), gb / read, 1e-9 * gb / read);
+      } else {
+        EXPECT_TRUE(row.find("read_gb_per_s")->is_null());
+      }
     }
+    if (name == "copy" || name == "fma_peak") EXPECT_TRUE(row.find("ratio_to_read")->is_null()) << name;
   }
   EXPECT_EQ(cases["fma_peak"], 1);
   EXPECT_EQ(cases["attn_decode"], 1);  // out of place only: attention has no in-place form

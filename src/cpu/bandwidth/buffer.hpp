@@ -8,21 +8,28 @@
 #include <memory>
 #include <new>
 
+#include "core/huge_pages.hpp"
+
 namespace rotary::bandwidth {
 
-// 4 KiB-aligned and zero-filled: every page is touched once here, so no page fault falls inside
-// a timed call. The size is rounded up to whole pages for the allocation; bytes() is the size
-// asked for.
+// Zero-filled: every page is touched once here, so no page fault falls inside a timed call.
+// Buffers of 2 MiB and more are 2 MiB-aligned, rounded to whole 2 MiB and advised for transparent
+// huge pages before that first touch (core/huge_pages.hpp), as rotary's own large allocations are
+// (the KV cache, the table, the Python package's outputs): the kernels and the floors they are
+// divided by are timed over the same kind of pages. Smaller buffers are 4 KiB-aligned and rounded
+// to whole 4 KiB. bytes() is the size asked for.
 class Buffer {
  public:
-  static constexpr size_t kAlignment = 4096;
+  static constexpr size_t kAlignment = 4096;  // the least alignment of data()
 
   Buffer() = default;
   explicit Buffer(size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
-    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* data = std::aligned_alloc(kAlignment, rounded);
+    const size_t alignment = bytes >= rotary::detail::kHugePageBytes ? rotary::detail::kHugePageBytes : kAlignment;
+    const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* data = std::aligned_alloc(alignment, rounded);
     if (data == nullptr) throw std::bad_alloc();
+    rotary::detail::advise_huge_pages(data, rounded);
     std::memset(data, 0, rounded);
     data_.reset(static_cast<std::byte*>(data));
   }

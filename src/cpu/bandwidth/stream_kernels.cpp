@@ -10,7 +10,9 @@
 //   copy, FourPages:   whole 16 KiB blocks (from the first line boundary), one line from each of
 //                      the block's four pages per step; the rest line after line.
 //   in place:          the same orders with x * kInPlaceFactor and ordinary aligned stores.
-// Highway 1.0.3 ops only (Load, LoadU, Stream, Store, Mul, Set), present on every target.
+//   read:              line after line, each vector loaded and xor-ed into one of a line's worth
+//                      of accumulators (no stores; the checksum keeps the loads live).
+// Highway 1.0.3 ops only (Load, LoadU, Stream, Store, Mul, Set, Zero, Xor), present on every target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/bandwidth/stream_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -171,6 +173,44 @@ void ScalePart(float* x, size_t count, Pattern pattern) {
   ScaleScalar(x, done, count);
 }
 
+// ---- read ------------------------------------------------------------------------------------
+
+// The xor of every 64-bit word of [data, data + bytes) (data 8-byte aligned; trailing bytes that
+// make no whole word are not read). Whole lines from the first line boundary, the words before
+// and after it one by one. Xor, not a float sum: any bits (bf16 pairs, NaN patterns) cost the same.
+uint64_t ReadPart(const std::byte* data_bytes, size_t bytes) {
+  const uint64_t* data = reinterpret_cast<const uint64_t*>(data_bytes);
+  size_t count = bytes / sizeof(uint64_t);
+  const DU d;
+  const size_t lanes = hn::Lanes(d);
+  const size_t vectors = VectorsPerLine(d);
+  const size_t line_words = vectors * lanes;
+  const size_t misalignment = reinterpret_cast<uintptr_t>(data) % (line_words * sizeof(uint64_t));
+  const size_t head = std::min(count, misalignment == 0 ? size_t{0} : (line_words * sizeof(uint64_t) - misalignment) / sizeof(uint64_t));
+  uint64_t checksum = 0;
+  for (size_t i = 0; i < head; ++i) checksum ^= data[i];
+  data += head;
+  count -= head;
+  // Up to four vectors a line (SSE4: 4 x 16 bytes), one accumulator each.
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  const size_t whole = count / line_words * line_words;
+  for (size_t i = 0; i < whole; i += line_words) {
+    a0 = hn::Xor(a0, hn::Load(d, data + i));
+    if (vectors > 1) a1 = hn::Xor(a1, hn::Load(d, data + i + lanes));
+    if (vectors > 2) {
+      a2 = hn::Xor(a2, hn::Load(d, data + i + 2 * lanes));
+      a3 = hn::Xor(a3, hn::Load(d, data + i + 3 * lanes));
+    }
+    for (size_t v = 4; v < vectors; ++v) a0 = hn::Xor(a0, hn::Load(d, data + i + v * lanes));  // SCALAR: 8 lanes of 1
+  }
+  const auto all = hn::Xor(hn::Xor(a0, a1), hn::Xor(a2, a3));
+  alignas(64) uint64_t words[HWY_MAX_BYTES / sizeof(uint64_t)];
+  hn::Store(all, d, words);
+  for (size_t lane = 0; lane < lanes; ++lane) checksum ^= words[lane];
+  for (size_t i = whole; i < count; ++i) checksum ^= data[i];
+  return checksum;
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace rotary::bandwidth::detail::HWY_NAMESPACE
@@ -181,6 +221,7 @@ namespace rotary::bandwidth::detail {
 
 HWY_EXPORT(CopyPart);
 HWY_EXPORT(ScalePart);
+HWY_EXPORT(ReadPart);
 HWY_EXPORT(TargetName);
 
 void copy_part(std::byte* dst, const std::byte* src, size_t bytes, Pattern pattern) {
@@ -188,6 +229,8 @@ void copy_part(std::byte* dst, const std::byte* src, size_t bytes, Pattern patte
 }
 
 void scale_part(float* x, size_t count, Pattern pattern) { HWY_DYNAMIC_DISPATCH(ScalePart)(x, count, pattern); }
+
+uint64_t read_part(const std::byte* data, size_t bytes) { return HWY_DYNAMIC_DISPATCH(ReadPart)(data, bytes); }
 
 std::string dispatched_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 

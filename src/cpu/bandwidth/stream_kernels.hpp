@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "cpu/bandwidth/streams.hpp"
@@ -16,6 +17,10 @@ void copy_part(std::byte* dst, const std::byte* src, size_t bytes, Pattern patte
 
 // x[i] *= kInPlaceFactor for i in [0, count); x aligned for float.
 void scale_part(float* x, size_t count, Pattern pattern);
+
+// The xor of the whole 64-bit words of [data, data + bytes) (data 8-byte aligned), read line
+// after line with no stores.
+uint64_t read_part(const std::byte* data, size_t bytes);
 
 // The name of the target HWY_DYNAMIC_DISPATCH picks now.
 std::string dispatched_target();

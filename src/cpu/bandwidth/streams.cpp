@@ -4,6 +4,7 @@
 #include "cpu/bandwidth/streams.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -11,6 +12,7 @@
 
 #include "hwy/cache_control.h"
 #include "cpu/bandwidth/stream_kernels.hpp"
+#include "cpu/kernels.hpp"
 #include "rotary/apply.hpp"
 
 namespace rotary::bandwidth {
@@ -57,6 +59,20 @@ void copy_inplace_stream(std::byte* data, size_t bytes, int threads, Pattern pat
   for_each_part(whole_floats_bytes, threads, [&](size_t begin, size_t end) {
     detail::scale_part(reinterpret_cast<float*>(data + begin), (end - begin) / sizeof(float), pattern);
   });
+}
+
+uint64_t read_stream(const std::byte* data, size_t bytes) {
+  follow_target_environment();
+  const size_t words = bytes / sizeof(uint64_t);
+  const int64_t pages = static_cast<int64_t>((words * sizeof(uint64_t) + kPartAlignment - 1) / kPartAlignment);
+  std::atomic<uint64_t> checksum{0};
+  // One "row" a 4 KiB page; elements = the floats read, the size measure the kernels pass.
+  cpu::parallel_rows(pages, static_cast<int64_t>(bytes / sizeof(float)), [&](int64_t first, int64_t last) {
+    const size_t begin = static_cast<size_t>(first) * kPartAlignment;
+    const size_t end = std::min(words * sizeof(uint64_t), static_cast<size_t>(last) * kPartAlignment);
+    if (end > begin) checksum.fetch_xor(detail::read_part(data + begin, end - begin), std::memory_order_relaxed);
+  });
+  return checksum.load();
 }
 
 void memcpy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads) {

@@ -23,6 +23,16 @@
 //                 one (64-68 GB/s against 40-46).
 // `rotary bench` times both and takes the faster as the floor (floors.hpp).
 //
+// One more stream bounds the kernels that only read (attention's decode: the KV cache is read,
+// a few hundred bytes written):
+//   read          every 64-bit word of a buffer xor-ed into a checksum, line after line, no
+//                 stores; bytes = its size (each byte read once). It runs on rotary's worker pool
+//                 (set_num_threads, cpu::parallel_rows), as attention does, so it pays no thread
+//                 start that the decode does not.
+// One core reads less than the copy moves (AMD EPYC VM, 2026-11-26, one thread: read 39-44 GB/s,
+// copy 54-59 GB/s counting its bytes read + written), so a read-only kernel's ratio to the copy
+// floor cannot reach 1 on one thread; `rotary bench` gives decode rows both ratios.
+//
 // The streams are Highway code compiled once per target (stream_kernels.cpp) and dispatched at
 // run time like the kernels, so they use the same vector width: the target chosen by
 // force_cpu_target() or $ROTARY_CPU_TARGET (include/rotary/apply.hpp), else the best one
@@ -42,6 +52,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace rotary::bandwidth {
@@ -61,6 +72,11 @@ void copy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads
 // copy_inplace: x[i] *= kInPlaceFactor for the bytes / 4 floats at `data` (aligned for float;
 // trailing bytes that make no whole float are left alone), each product rounded as float32.
 void copy_inplace_stream(std::byte* data, size_t bytes, int threads, Pattern pattern = Pattern::Sequential);
+
+// read: the xor of the whole 64-bit words of [data, data + bytes) (data 8-byte aligned), split
+// into contiguous 4 KiB-aligned parts over rotary's worker pool (num_threads() threads, as
+// set_num_threads left it); the checksum is returned so that no load can be dropped.
+uint64_t read_stream(const std::byte* data, size_t bytes);
 
 // memcpy: glibc's, as called, on each part.
 void memcpy_stream(std::byte* dst, const std::byte* src, size_t bytes, int threads);

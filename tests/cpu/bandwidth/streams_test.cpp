@@ -8,7 +8,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,6 +148,33 @@ TEST(BandwidthStreams, InPlaceMultipliesEveryFloatOnceForAnySizeAndAlignmentAndW
   });
 }
 
+// read_stream: the xor of exactly the whole 64-bit words asked for, on every target, any size and
+// word alignment, over 1-3 pool threads (a large size so that the pool splits it). The buffer is
+// a vector of exactly the words needed, so ASan sees any read past its end.
+TEST(BandwidthStreams, ReadXorsEveryWholeWordOnceOverThePool) {
+  std::mt19937_64 generator(kSeed);
+  const int saved_threads = num_threads();
+  std::vector<size_t> sizes = kCopySizes;
+  sizes.push_back((size_t{3} << 20) + 4096 * 5 + 24 + 5);
+  for_each_target([&](const std::string&) {
+    for (const int threads : kThreadCounts) {
+      set_num_threads(threads);
+      for (const size_t size : sizes) {
+        for (const size_t offset_words : {size_t{0}, size_t{1}, size_t{3}, size_t{7}}) {
+          SCOPED_TRACE(::testing::Message() << threads << " threads, " << size << " bytes, +" << offset_words << " words");
+          std::vector<uint64_t> region(offset_words + (size + 7) / 8);
+          for (uint64_t& word : region) word = generator();
+          uint64_t expected = 0;
+          for (size_t i = 0; i < size / 8; ++i) expected ^= region[offset_words + i];
+          const uint64_t got = bandwidth::read_stream(reinterpret_cast<const std::byte*>(region.data() + offset_words), size);
+          ASSERT_EQ(got, expected);
+        }
+      }
+    }
+  });
+  set_num_threads(saved_threads);
+}
+
 TEST(BandwidthStreams, MemcpyStreamCopiesOverThreads) {
   std::mt19937_64 generator(kSeed + 2);
   for (const int threads : kThreadCounts) {
@@ -164,6 +194,43 @@ TEST(BandwidthBuffer, IsPageAlignedAndZeroFilled) {
   EXPECT_EQ(buffer.bytes(), 10000u);
   for (size_t i = 0; i < buffer.bytes(); ++i) ASSERT_EQ(buffer.data()[i], std::byte{0}) << i;
   EXPECT_EQ(bandwidth::Buffer(0).data(), nullptr);
+}
+
+// A buffer of whole huge pages is 2 MiB-aligned, zero-filled, and (where Linux offers transparent
+// huge pages) its mapping is marked eligible for them: the kernels and the floors in rotary bench
+// are timed over the pages rotary's own large allocations get (core/huge_pages.hpp).
+TEST(BandwidthBuffer, LargeBuffersAreOnHugePageBoundariesAndAdvised) {
+  const size_t size = 3 * (size_t{2} << 20) + 17;
+  bandwidth::Buffer buffer(size);
+  const auto begin = reinterpret_cast<uintptr_t>(buffer.data());
+  EXPECT_EQ(begin % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(buffer.bytes(), size);
+  for (size_t i = 0; i < size; i += 4093) ASSERT_EQ(buffer.data()[i], std::byte{0}) << i;
+  ASSERT_EQ(buffer.data()[size - 1], std::byte{0});
+#if defined(__linux__)
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(thp, modes);
+  if (modes.empty() || modes.find("[never]") != std::string::npos) GTEST_SKIP() << "no transparent huge pages here";
+  // /proc/self/smaps: the mapping that holds the buffer, and its THPeligible field (Linux >= 5.0).
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  int eligible = -1;
+  while (std::getline(smaps, line)) {
+    unsigned long long from = 0, to = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &from, &to) == 2) {  // a mapping's header line
+      inside = from <= begin && begin < to;
+      continue;
+    }
+    if (inside && line.rfind("THPeligible:", 0) == 0) {
+      eligible = std::atoi(line.c_str() + 12);
+      break;
+    }
+  }
+  if (eligible < 0) GTEST_SKIP() << "smaps has no THPeligible field";
+  EXPECT_EQ(eligible, 1) << "THP modes: " << modes;
+#endif
 }
 
 TEST(BandwidthFloors, RememberTheChosenPatternPerKindAndThreads) {
