@@ -12,6 +12,9 @@ foreach(step
   if(NOT result EQUAL 0)
     message(FATAL_ERROR "step failed (${result}): ${step}\n${out}\n${err}")
   endif()
+  if(step MATCHES "/consumer$")
+    set(consumer_out "${out}")
+  endif()
 endforeach()
 # Only the RoPE API is installed: file formats and test helpers are internal (src/core/json.hpp,
 # src/cli/npy.hpp, src/golden/golden.hpp). The consumer build compiled every installed header alone.
@@ -24,4 +27,4 @@ endforeach()
 if(NOT EXISTS "${WORK_DIR}/prefix/share/rotary/peers/torch_rope_bench.py")
   message(FATAL_ERROR "the PyTorch peer was not installed as share/rotary/peers/torch_rope_bench.py")
 endif()
-message(STATUS "installed rotary consumed: ${out}")
+message(STATUS "installed rotary consumed: ${consumer_out}${out}")
