@@ -109,8 +109,11 @@ ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& g
                                   const ConvertOptions& options, std::string_view source = "input");
 
 // Reads `in_path`, converts it and writes `out_path` through a temporary file and a rename (never
-// a half-written output). Refuses out_path naming the same file as in_path. With
-// options.dry_run, reads and checks only.
+// a half-written output). Streamed: the header is read whole and every check made before the
+// output is opened; then the data goes through in 8 MiB pieces, each q / k tensor whole, so
+// memory stays about the largest q / k tensor whatever the file's size. An input that changes
+// size or modification time while it is read is refused, and nothing is written. Refuses
+// out_path naming the same file as in_path. With options.dry_run, reads and checks the header only.
 ConvertResult convert_weights(const std::string& in_path, const std::string& out_path,
                               const CheckpointGeometry& geometry, const ConvertOptions& options);
 

@@ -79,7 +79,26 @@ void AtomicFileSet::fail_to_create_temp(const Staged& file, int error) const {
                      "renamed over it)"));
 }
 
+void AtomicFileSet::Sink::write(std::string_view bytes) {
+  if (const int error = write_all(fd_, bytes); error != 0) {
+    Staged file;
+    file.label = label_;
+    file.path = path_;
+    set_.fail(file, error);
+  }
+}
+
 void AtomicFileSet::add(const std::string& path, std::string_view bytes, const std::string& label) {
+  // A device or a pipe receives the bytes at commit(): keep a copy, the caller's view may be gone.
+  struct stat status {};
+  if (!path.empty() && ::stat(path.c_str(), &status) == 0 && !S_ISDIR(status.st_mode) && !S_ISREG(status.st_mode)) {
+    add_streamed(path, [copy = std::string(bytes)](Sink& sink) { sink.write(copy); }, label);
+    return;
+  }
+  add_streamed(path, [bytes](Sink& sink) { sink.write(bytes); }, label);
+}
+
+void AtomicFileSet::add_streamed(const std::string& path, std::function<void(Sink&)> produce, const std::string& label) {
   Staged file;
   file.label = label;
   file.path = path;
@@ -90,7 +109,7 @@ void AtomicFileSet::add(const std::string& path, std::string_view bytes, const s
     if (S_ISDIR(status.st_mode)) fail(file, EISDIR);
     if (!S_ISREG(status.st_mode)) {
       // A device or a pipe: nothing to replace atomically; written at commit().
-      file.device_bytes.assign(bytes);
+      file.device_bytes = std::move(produce);
       files_.push_back(std::move(file));
       return;
     }
@@ -122,7 +141,14 @@ void AtomicFileSet::add(const std::string& path, std::string_view bytes, const s
   // An existing target keeps its permission bits (writing in place kept them; a new file gets
   // 0666 & ~umask, as before).
   if (file.target_existed) ::fchmod(fd, status.st_mode & 07777);
-  int error = write_all(fd, bytes);
+  try {
+    Sink sink(*this, file.label, file.path, fd);
+    produce(sink);
+  } catch (...) {
+    ::close(fd);  // the destructor removes the temporary file
+    throw;
+  }
+  int error = 0;
   // fsync: the data is on disk before the rename makes it the target, so that a crash cannot leave
   // the new name on an empty or partial file.
   if (error == 0 && ::fsync(fd) != 0) error = errno;
@@ -138,9 +164,14 @@ void AtomicFileSet::commit() {
     if (!file.temp.empty()) continue;
     const int fd = ::open(file.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) fail(file, errno);
-    int error = write_all(fd, file.device_bytes);
-    if (::close(fd) != 0 && error == 0) error = errno;
-    if (error != 0) fail(file, error);
+    try {
+      Sink sink(*this, file.label, file.path, fd);
+      file.device_bytes(sink);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) fail(file, errno);
   }
 
   enum class Done { Exchanged, Replaced, Created };
@@ -197,6 +228,13 @@ void AtomicFileSet::commit() {
 void write_file_atomically(const std::string& path, std::string_view bytes, const std::string& who) {
   AtomicFileSet files(who);
   files.add(path, bytes);
+  files.commit();
+}
+
+void write_file_atomically(const std::string& path, std::function<void(AtomicFileSet::Sink&)> produce,
+                           const std::string& who) {
+  AtomicFileSet files(who);
+  files.add_streamed(path, std::move(produce));
   files.commit();
 }
 

@@ -24,6 +24,7 @@
 // written directly, after every temporary file is complete and before the renames.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,28 @@ class AtomicFileSet {
   // added before, and destroying it removes them.
   void add(const std::string& path, std::string_view bytes, const std::string& label = "");
 
+  // Where a streamed output goes (add_streamed): write() appends bytes, retrying short writes,
+  // and throws the set's "cannot write <path>: <reason>" error when the system refuses them.
+  class Sink {
+   public:
+    void write(std::string_view bytes);
+
+   private:
+    friend class AtomicFileSet;
+    Sink(const AtomicFileSet& set, const std::string& label, const std::string& path, int fd)
+        : set_(set), label_(label), path_(path), fd_(fd) {}
+    const AtomicFileSet& set_;
+    const std::string& label_;
+    const std::string& path_;
+    int fd_;
+  };
+  // add() for an output too large to hold in memory (a converted checkpoint): `produce` writes
+  // the file's bytes to the sink, in as many pieces as it likes, and may throw rotary::Error for
+  // its own failures (an input that changed while it was read), which leaves no temporary file
+  // behind. For a regular file it runs now, into the temporary file; for a device or a pipe it
+  // runs at commit(), so it must stay callable until then.
+  void add_streamed(const std::string& path, std::function<void(Sink&)> produce, const std::string& label = "");
+
   // Moves every staged file into place, all or nothing (see the file comment). Throws
   // rotary::Error naming the path that failed and the reason.
   void commit();
@@ -57,7 +80,7 @@ class AtomicFileSet {
     std::string path;         // as the caller gave it, for messages
     std::string target;       // the file replaced: `path`, or the regular file a symlink names
     std::string temp;         // the temporary file beside `target`; empty for a device
-    std::string device_bytes; // what a device or pipe target receives at commit()
+    std::function<void(Sink&)> device_bytes;  // writes what a device or pipe receives, at commit()
     bool target_existed = false;
   };
 
@@ -70,6 +93,9 @@ class AtomicFileSet {
 
 // One file, through a set of one: the temporary file, then the rename.
 void write_file_atomically(const std::string& path, std::string_view bytes, const std::string& who);
+// The same, streamed (AtomicFileSet::add_streamed).
+void write_file_atomically(const std::string& path, std::function<void(AtomicFileSet::Sink&)> produce,
+                           const std::string& who);
 
 // True when `a` and `b` name the same file, so that writing one would replace the other: the same
 // inode when both exist (the same path, "./x" and "x", a hard link, a symlink to it); when

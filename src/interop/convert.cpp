@@ -4,11 +4,17 @@
 // convert_hf_to_gguf.py; docs/interop.md, "Converting checkpoints between pairing conventions").
 #include "rotary/convert.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <vector>
 #include <optional>
 
 #include "core/atomic_file.hpp"
@@ -201,8 +207,18 @@ std::vector<int64_t> pairing_row_order(int64_t rotary_rows, Style to) {
   return order;
 }
 
-ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& geometry, const ConvertOptions& options,
-                                  std::string_view source) {
+namespace {
+
+// Every check of a conversion and what it will do, from the header alone: the tensors to permute
+// (in header order) and the counts. Nothing is read from the data buffer.
+struct ConversionPlan {
+  ConvertResult result;
+  std::vector<Plan> plans;
+};
+
+ConversionPlan plan_conversion(const safetensors::Header& header, int64_t file_size,
+                               const CheckpointGeometry& geometry, const ConvertOptions& options,
+                               std::string_view source) {
   if (options.to != Style::GPTJ && options.to != Style::NeoX) {
     throw Error(detail::concat("convert: to must be interleaved or half-split (got ", static_cast<int>(options.to), ")"));
   }
@@ -214,7 +230,6 @@ ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& g
                                ", rotary rows [", geometry.rotary_offset, ", ",
                                geometry.rotary_offset + geometry.rotary_dim, ")"));
   }
-  const safetensors::Header header = safetensors::parse(file, source);
   std::vector<std::string> q_modules = options.q_modules;
   std::vector<std::string> k_modules = options.k_modules;
   if (q_modules.empty()) {
@@ -226,9 +241,10 @@ ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& g
                                : std::vector<std::string>{"self_attn.k_proj", "self_attn.k_norm", "attention.wk"};
   }
 
-  ConvertResult result;
-  result.file_bytes = static_cast<int64_t>(file.size());
-  std::vector<Plan> plans;
+  ConversionPlan conversion;
+  ConvertResult& result = conversion.result;
+  result.file_bytes = file_size;
+  std::vector<Plan>& plans = conversion.plans;
   for (const safetensors::TensorEntry& entry : header.tensors) {
     const size_t dot = entry.name.rfind('.');
     const std::string_view module =
@@ -310,26 +326,54 @@ ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& g
     plans.push_back(plan);
   }
 
-  if (options.dry_run) {
-    for (Plan& plan : plans) result.permuted.push_back(std::move(plan.tensor));
-    return result;
-  }
-  const std::vector<int64_t> order = pairing_row_order(geometry.rotary_dim, options.to);
-  std::string block;
-  for (Plan& plan : plans) {
-    const PermutedTensor& t = plan.tensor;
-    const auto block_bytes = static_cast<size_t>(t.rotary_rows * plan.row_bytes);
-    block.resize(block_bytes);
-    for (int64_t h = 0; h < t.heads; ++h) {
-      char* rows = file.data() + plan.data_offset + (h * t.head_rows + t.offset) * plan.row_bytes;
-      std::memcpy(block.data(), rows, block_bytes);
-      for (int64_t r = 0; r < t.rotary_rows; ++r) {
-        std::memcpy(rows + r * plan.row_bytes, block.data() + order[static_cast<size_t>(r)] * plan.row_bytes,
-                    static_cast<size_t>(plan.row_bytes));
-      }
+  return conversion;
+}
+
+// Reorders the rotary rows of every head of one planned tensor, whose bytes start at `data`.
+void permute_tensor(char* data, const Plan& plan, const std::vector<int64_t>& order, std::string& block) {
+  const PermutedTensor& t = plan.tensor;
+  const auto block_bytes = static_cast<size_t>(t.rotary_rows * plan.row_bytes);
+  block.resize(block_bytes);
+  for (int64_t h = 0; h < t.heads; ++h) {
+    char* rows = data + (h * t.head_rows + t.offset) * plan.row_bytes;
+    std::memcpy(block.data(), rows, block_bytes);
+    for (int64_t r = 0; r < t.rotary_rows; ++r) {
+      std::memcpy(rows + r * plan.row_bytes, block.data() + order[static_cast<size_t>(r)] * plan.row_bytes,
+                  static_cast<size_t>(plan.row_bytes));
     }
-    result.permuted.push_back(std::move(plan.tensor));
   }
+}
+
+// The bytes [offset, offset + size) of the file open as `fd`, into `out` (resized). A read that
+// ends early means the file shrank since it was measured: an Error, as is a read error.
+void read_exactly(int fd, int64_t offset, int64_t size, std::string& out, const std::string& path, int64_t file_size) {
+  out.resize(static_cast<size_t>(size));
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, out.data() + done, static_cast<size_t>(size - done), offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(detail::concat("convert-weights: cannot read ", path, ": ", std::strerror(errno)));
+    if (got == 0) {
+      throw Error(detail::concat("convert-weights: ", path, " changed size while it was read (", file_size,
+                                 " bytes expected)"));
+    }
+    done += got;
+  }
+}
+
+}  // namespace
+
+ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& geometry, const ConvertOptions& options,
+                                  std::string_view source) {
+  const safetensors::Header header = safetensors::parse(file, source);
+  ConversionPlan conversion = plan_conversion(header, static_cast<int64_t>(file.size()), geometry, options, source);
+  ConvertResult& result = conversion.result;
+  if (!options.dry_run) {
+    const std::vector<int64_t> order = pairing_row_order(geometry.rotary_dim, options.to);
+    std::string block;
+    for (const Plan& plan : conversion.plans) permute_tensor(file.data() + plan.data_offset, plan, order, block);
+  }
+  for (Plan& plan : conversion.plans) result.permuted.push_back(std::move(plan.tensor));
   return result;
 }
 
@@ -339,23 +383,71 @@ ConvertResult convert_weights(const std::string& in_path, const std::string& out
     throw Error(detail::concat("convert-weights: the output ", out_path, " is the input ", in_path,
                                "; write the converted checkpoint to a new file"));
   }
+  const int fd = ::open(in_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(detail::concat("convert-weights: cannot read ", in_path, ": ", std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat info {};
-  if (::stat(in_path.c_str(), &info) != 0) {
+  if (::fstat(fd, &info) != 0) {
     throw Error(detail::concat("convert-weights: cannot read ", in_path, ": ", std::strerror(errno)));
   }
   if (!S_ISREG(info.st_mode)) {
     throw Error(detail::concat("convert-weights: ", in_path, " is not a regular file"));
   }
-  std::ifstream in(in_path, std::ios::binary);
-  if (!in) throw Error(detail::concat("convert-weights: cannot read ", in_path, ": ", std::strerror(errno)));
-  std::string file(static_cast<size_t>(info.st_size), '\0');
-  in.read(file.data(), static_cast<std::streamsize>(file.size()));
-  if (in.gcount() != static_cast<std::streamsize>(file.size()) || in.peek() != std::char_traits<char>::eof()) {
-    throw Error(detail::concat("convert-weights: ", in_path, " changed size while it was read (", info.st_size,
-                               " bytes expected)"));
+  // Streamed: the header is read and checked whole, then the data buffer goes from the input to
+  // the output in pieces (kCopyBytes, or one q / k tensor at a time, permuted on the way), so the
+  // memory a conversion takes is its largest q / k tensor, not the file: a 15 GB single-file
+  // checkpoint converts on a machine with less memory than that.
+  const auto file_size = static_cast<int64_t>(info.st_size);
+  std::string prefix;
+  read_exactly(fd, 0, std::min<int64_t>(file_size, 8), prefix, in_path, file_size);
+  read_exactly(fd, 0, std::min(file_size, safetensors::header_end(prefix)), prefix, in_path, file_size);
+  const safetensors::Header header = safetensors::parse_prefix(prefix, file_size, in_path);
+  ConversionPlan conversion = plan_conversion(header, file_size, geometry, options, in_path);
+  if (!options.dry_run) {
+    // The tensors tile the data buffer (parse checked it), so in offset order the planned tensors
+    // and the gaps between them cover the file once, front to back.
+    std::vector<const Plan*> in_order;
+    for (const Plan& plan : conversion.plans) in_order.push_back(&plan);
+    std::sort(in_order.begin(), in_order.end(),
+              [](const Plan* a, const Plan* b) { return a->data_offset < b->data_offset; });
+    const std::vector<int64_t> order = pairing_row_order(geometry.rotary_dim, options.to);
+    constexpr int64_t kCopyBytes = int64_t{8} << 20;
+    detail::write_file_atomically(
+        out_path,
+        [&](detail::AtomicFileSet::Sink& sink) {
+          std::string piece, block;
+          const auto copy = [&](int64_t from, int64_t to) {
+            for (int64_t at = from; at < to; at += kCopyBytes) {
+              read_exactly(fd, at, std::min(kCopyBytes, to - at), piece, in_path, file_size);
+              sink.write(piece);
+            }
+          };
+          int64_t at = 0;
+          for (const Plan* plan : in_order) {
+            copy(at, plan->data_offset);
+            const int64_t bytes = plan->row_bytes * plan->tensor.shape[0];
+            read_exactly(fd, plan->data_offset, bytes, piece, in_path, file_size);
+            permute_tensor(piece.data(), *plan, order, block);
+            sink.write(piece);
+            at = plan->data_offset + bytes;
+          }
+          copy(at, file_size);
+          // A file that grew, or was rewritten in place, while it was read would give a mix of
+          // two files: refuse it (the temporary output is removed, the target left as it was).
+          struct stat after {};
+          if (::fstat(fd, &after) != 0 || after.st_size != info.st_size || after.st_mtim.tv_sec != info.st_mtim.tv_sec ||
+              after.st_mtim.tv_nsec != info.st_mtim.tv_nsec) {
+            throw Error(detail::concat("convert-weights: ", in_path, " changed while it was read (", file_size,
+                                       " bytes expected); nothing was written"));
+          }
+        },
+        "convert-weights");
   }
-  ConvertResult result = convert_safetensors(file, geometry, options, in_path);
-  if (!options.dry_run) detail::write_file_atomically(out_path, file, "convert-weights");
+  ConvertResult& result = conversion.result;
+  for (Plan& plan : conversion.plans) result.permuted.push_back(std::move(plan.tensor));
   return result;
 }
 

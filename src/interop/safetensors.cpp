@@ -183,7 +183,21 @@ int64_t dtype_size(std::string_view dtype) {
 }
 
 Header parse(std::string_view file, std::string_view source) {
-  const auto file_size = static_cast<int64_t>(file.size());
+  return parse_prefix(file, static_cast<int64_t>(file.size()), source);
+}
+
+int64_t header_end(std::string_view first_8_bytes) {
+  if (first_8_bytes.size() < 8) return 8;
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(first_8_bytes[static_cast<size_t>(i)]);
+  return length > static_cast<uint64_t>(kMaxHeaderLength) ? 8 : 8 + static_cast<int64_t>(length);
+}
+
+Header parse_prefix(std::string_view file, int64_t file_size, std::string_view source) {
+  if (static_cast<int64_t>(file.size()) < std::min<int64_t>(file_size, 8)) {
+    throw Error(detail::concat(source, ": internal: parse_prefix was given ", file.size(), " bytes of a ", file_size,
+                               "-byte file, fewer than its header length field"));
+  }
   if (file_size < 8) {
     throw Error(detail::concat(source, ": not a safetensors file: ", file_size,
                                " bytes, fewer than the 8-byte header length"));
@@ -200,6 +214,10 @@ Header parse(std::string_view file, std::string_view source) {
   if (header.data_start > file_size) {
     throw Error(detail::concat(source, ": header length ", length, " runs past the end of the file (", file_size,
                                " bytes; the header would end at byte ", header.data_start, ")"));
+  }
+  if (static_cast<int64_t>(file.size()) < header.data_start) {
+    throw Error(detail::concat(source, ": internal: parse_prefix was given ", file.size(), " bytes, fewer than the ",
+                               header.data_start, " the header takes"));
   }
   const std::string_view text = file.substr(8, static_cast<size_t>(length));
   if (const int64_t bad = first_invalid_utf8(text); bad >= 0) {

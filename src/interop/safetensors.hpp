@@ -61,6 +61,15 @@ struct Header {
 // message (a path). Throws rotary::Error.
 Header parse(std::string_view file, std::string_view source);
 
+// The same checks for a file of `file_size` bytes of which `prefix` holds the start, at least
+// its first header_end(prefix) bytes (the whole header): what a reader that streams the data
+// buffer needs. A prefix too short for the header is a caller's bug, reported as an Error.
+Header parse_prefix(std::string_view prefix, int64_t file_size, std::string_view source);
+
+// 8 + N for a file starting with `first_8_bytes` (8 when fewer than 8 are given or N is past
+// the format's limit: parse_prefix then reports the file itself).
+int64_t header_end(std::string_view first_8_bytes);
+
 // A tensor to write: name, dtype, shape and its bytes (elements(shape) x dtype_size bytes).
 struct TensorData {
   std::string name;

@@ -796,6 +796,47 @@ TEST(AtomicFileSet, CommitsEveryFileOrNone) {
   EXPECT_TRUE(std::filesystem::is_directory(dir / "c"));
 }
 
+// add_streamed (a converted checkpoint): the producer's pieces make the file; a producer that
+// throws leaves the old target and no temporary file; a write the system refuses (/dev/full) is
+// the set's "cannot write" error; a device receives the bytes at commit().
+TEST(AtomicFileSet, StreamedOutputsAreWholeOrAbsent) {
+  const ScratchDir dir("rotary_atomic_streamed");
+  std::ofstream(dir / "a") << "old a";
+  detail::write_file_atomically(
+      dir / "a", [](detail::AtomicFileSet::Sink& sink) {
+        for (int i = 0; i < 3; ++i) sink.write("piece " + std::to_string(i) + ";");
+      },
+      "test");
+  EXPECT_EQ(text_of(dir / "a"), "piece 0;piece 1;piece 2;");
+  EXPECT_THAT(
+      [&] {
+        detail::write_file_atomically(
+            dir / "a", [](detail::AtomicFileSet::Sink& sink) {
+              sink.write("half of it");
+              throw rotary::Error("test: the input changed while it was read");
+            },
+            "test");
+      },
+      ThrowsMessage<rotary::Error>(HasSubstr("the input changed while it was read")));
+  EXPECT_EQ(text_of(dir / "a"), "piece 0;piece 1;piece 2;");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"a"});
+  if (std::filesystem::exists("/dev/full")) {
+    EXPECT_THAT([&] { detail::write_file_atomically("/dev/full", [](detail::AtomicFileSet::Sink& sink) { sink.write("x"); }, "test"); },
+                ThrowsMessage<rotary::Error>(HasSubstr("test: cannot write /dev/full: No space left on device")));
+  }
+  int calls = 0;
+  {
+    detail::AtomicFileSet files("test");
+    files.add_streamed("/dev/null", [&](detail::AtomicFileSet::Sink& sink) {
+      ++calls;
+      sink.write("discarded");
+    });
+    EXPECT_EQ(calls, 0);  // a device is written at commit()
+    files.commit();
+  }
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(AtomicFileSet, SameFileComparesInodesOrResolvedPaths) {
   const ScratchDir dir("rotary_atomic_same");
   std::ofstream(dir / "a") << "a";

@@ -8,7 +8,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -436,6 +441,83 @@ TEST(ConvertWeights, FilesRoundTripAndFailuresLeaveNoOutput) {
   // Missing input and a missing output directory name the path.
   EXPECT_THROW(convert_weights(dir.file("none.safetensors"), dir.file("x.safetensors"), g, {}), Error);
   EXPECT_THROW(convert_weights(dir.file("in.safetensors"), dir.file("no/such/dir/x.safetensors"), g, {}), Error);
+}
+
+// A checkpoint whose copied tensors span several of convert_weights' 8 MiB pieces, with q and k
+// tensors between and after them: the streamed file equals the in-memory conversion byte for byte.
+TEST(ConvertWeights, StreamedFileEqualsTheInMemoryConversion) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  std::mt19937_64 rng(33);
+  std::vector<safetensors::TensorData> tensors;
+  tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
+  tensors.push_back({"model.embed_tokens.weight", "F32", {(int64_t{5} << 20) + 3}, random_floats((int64_t{5} << 20) + 3, rng)});
+  tensors.push_back({"model.layers.0.self_attn.k_proj.weight", "BF16", {k_rows(g), kInputs}, random_floats(k_rows(g) * kInputs / 2, rng)});
+  tensors.push_back({"model.layers.0.mlp.up_proj.weight", "F32", {int64_t{2} << 20}, random_floats(int64_t{2} << 20, rng)});
+  tensors.push_back({"model.layers.1.self_attn.k_proj.bias", "F32", {k_rows(g)}, random_floats(k_rows(g), rng)});
+  const std::string original = safetensors::serialize(tensors, {{"format", "pt"}});
+  ASSERT_GT(original.size(), size_t{3} * (8 << 20));  // more than three pieces
+  write(dir.file("in.safetensors"), original);
+  for (const Style to : {Style::GPTJ, Style::NeoX}) {
+    std::string expected = original;
+    const ConvertResult in_memory = convert_safetensors(expected, g, {.to = to});
+    const ConvertResult streamed = convert_weights(dir.file("in.safetensors"), dir.file("out.safetensors"), g, {.to = to});
+    EXPECT_EQ(read(dir.file("out.safetensors")), expected);
+    EXPECT_NE(expected, original);
+    ASSERT_EQ(streamed.permuted.size(), 3u);
+    EXPECT_EQ(streamed.permuted.size(), in_memory.permuted.size());
+    EXPECT_EQ(streamed.copied, 2);
+    EXPECT_EQ(streamed.file_bytes, static_cast<int64_t>(original.size()));
+  }
+}
+
+// The peak memory of a conversion is its pieces and its largest q / k tensor, not the file: a
+// 192 MiB checkpoint converts in a child process whose peak resident set grows by less than
+// 64 MiB (reading the file whole, as convert_weights did before 2026-11-26, grew it by 192).
+TEST(ConvertWeights, MemoryDoesNotGrowWithTheFile) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  {
+    std::mt19937_64 rng(34);
+    const int64_t big = int64_t{48} << 20;  // floats: 192 MiB
+    std::string bytes(static_cast<size_t>(big * 4), '\0');
+    for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(rng());
+    std::vector<safetensors::TensorData> tensors;
+    tensors.push_back({"model.embed_tokens.weight", "F32", {big}, std::move(bytes)});
+    tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
+    write(dir.file("big.safetensors"), safetensors::serialize(tensors));
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Reset the peak resident set to the current one (Linux >= 4.0), convert, report the growth
+    // in MiB as the exit status (capped at 250; 255 = could not measure).
+    const auto status_kib = [](const char* field) -> long {
+      std::ifstream status("/proc/self/status");
+      std::string line;
+      while (std::getline(status, line)) {
+        if (line.rfind(field, 0) == 0) return std::atol(line.c_str() + std::strlen(field));
+      }
+      return -1;
+    };
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const long before = status_kib("VmHWM:");
+    try {
+      convert_weights(dir.file("big.safetensors"), dir.file("big_out.safetensors"), g, {.to = Style::GPTJ});
+    } catch (...) {
+      ::_exit(254);
+    }
+    const long after = status_kib("VmHWM:");
+    ::_exit(before < 0 || after < 0 ? 255 : static_cast<int>(std::min<long>(250, (after - before) / 1024)));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  const int grown_mib = WEXITSTATUS(status);
+  ASSERT_NE(grown_mib, 254) << "the conversion threw";
+  if (grown_mib == 255) GTEST_SKIP() << "no /proc/self/status VmHWM here";
+  EXPECT_LT(grown_mib, 64) << "peak resident set grew by " << grown_mib << " MiB converting a 192 MiB file";
+  EXPECT_EQ(fs::file_size(dir.file("big_out.safetensors")), fs::file_size(dir.file("big.safetensors")));
 }
 
 }  // namespace
