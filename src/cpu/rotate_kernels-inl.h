@@ -205,6 +205,21 @@ HWY_INLINE VU32 RoundJoinBf16(VF even, VF odd) {
 #endif
 }
 
+// RoundJoinBf16 over arrays (the scalar rest with float_to_bf16): the body of the test hooks
+// RoundJoinBf16Arrays of rotate_kernels_bf16.cpp and rotate_kernels_bf16_hw.cpp (kernels.hpp).
+HWY_INLINE void RoundJoinBf16Over(const float* even, const float* odd, uint32_t* out, int64_t count) {
+  const DF df;
+  const DU32 du;
+  const auto N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= count; i += N) {
+    hn::StoreU(RoundJoinBf16(hn::LoadU(df, even + i), hn::LoadU(df, odd + i)), du, out + i);
+  }
+  for (; i < count; ++i) {
+    out[i] = static_cast<uint32_t>(float_to_bf16(even[i])) | (static_cast<uint32_t>(float_to_bf16(odd[i])) << 16);
+  }
+}
+
 // x86 targets from AVX2 up have F16C (Highway's AVX2 target requires it): vcvtph2ps and
 // vcvtps2ph (rounding to nearest even, quiet NaN with the payload's top bits kept, as
 // float_to_f16) convert binary16 in one instruction each, where the integer code above takes a

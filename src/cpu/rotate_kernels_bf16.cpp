@@ -14,16 +14,7 @@ void RotateTokenBF16(const HeadsArgs& q, const HeadsArgs* k) { RotateTokenTyped<
 
 // RoundJoinBf16 over arrays, for the exhaustive test of its rounding (kernels.hpp).
 void RoundJoinBf16Arrays(const float* even, const float* odd, uint32_t* out, int64_t count) {
-  const DF df;
-  const DU32 du;
-  const auto N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-  for (; i + N <= count; i += N) {
-    hn::StoreU(RoundJoinBf16(hn::LoadU(df, even + i), hn::LoadU(df, odd + i)), du, out + i);
-  }
-  for (; i < count; ++i) {
-    out[i] = static_cast<uint32_t>(float_to_bf16(even[i])) | (static_cast<uint32_t>(float_to_bf16(odd[i])) << 16);
-  }
+  RoundJoinBf16Over(even, odd, out, count);
 }
 
 }  // namespace rotary::cpu::HWY_NAMESPACE
