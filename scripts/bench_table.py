@@ -5,8 +5,9 @@ usage: scripts/bench_table.py RESULTS.json
 
 Prints the streams, then one row per case and dtype with out-of-place and in-place figures for
 1 and 2 threads (ms / GB/s / ratio to the stream timed alongside), then the PyTorch rows of the
-prefill and decode shapes next to ours. Only the JSON's own numbers; nothing is recomputed but
-the speed-ups over PyTorch (their median time / ours).
+prefill and decode shapes next to ours, then attention's decode rows (attn_decode, attn_decode_32k)
+against the read stream, the copy floor and PyTorch's SDPA. Only the JSON's own numbers; nothing
+is recomputed but the speed-ups over PyTorch (their median time / ours).
 """
 import json
 import sys
@@ -78,6 +79,25 @@ def main(path):
 
                 print(f"| {case} | {short[d]} | {t} | {ms(out)} / {ms(inp)} | {ms(hf)} | {ms(noalloc)} | {ms(meta)} | "
                       f"{ms(copy)} | {speedup(hf)} | {speedup(noalloc)} |")
+
+    decode_rows = [(case, d, t) for case in ("attn_decode", "attn_decode_32k") for d in dtypes for t in threads
+                   if (case, case, d, t, False) in by]
+    if decode_rows:
+        print()
+        print("| decode | dtype | threads | rotary | GB/s | x read stream (GB/s) | x copy floor (GB/s) | torch SDPA | rotary vs torch |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for case, d, t in decode_rows:
+            r = by[(case, case, d, t, False)]
+            torch = by.get(("torch_sdpa", case, d, t, False))
+            read = (f"{r['ratio_to_read']:.2f} ({r['read_gb_per_s']:.1f})"
+                    if r.get("ratio_to_read") is not None else "-")
+            copy_ratio = (f"{r['ratio_to_copy']:.2f} ({r['baseline_gb_per_s']:.1f})"
+                          if r.get("ratio_to_copy") is not None else "-")
+            torch_text = f"{torch['median_ms']:.3g} ms" if torch else ""
+            speed = f"{torch['median_ms'] / r['median_ms']:.1f}x" if torch else ""
+            mark = " !" if r.get("unreliable") else ""
+            print(f"| {case} | {short[d]} | {t} | {r['median_ms']:.3g} ms{mark} | {r['gb_per_s']:.1f} | {read} | "
+                  f"{copy_ratio} | {torch_text} | {speed} |")
 
 
 if __name__ == "__main__":
