@@ -59,7 +59,15 @@ Checked check_view(const TensorView& view, std::string_view name) {
       fail(detail::concat(name, ".stride_elems[", axis, "] must be >= 0 (got ", view.stride_elems[axis], ")"));
     }
   }
-  checked.elements = element_count(view, name);
+  // element_count's own messages ("tensor q: ...") carry this function's prefix like every other.
+  for (int axis = 0; axis < rank; ++axis) {
+    if (view.shape[axis] < 0) fail(detail::concat(name, ".shape[", axis, "] must be >= 0 (got ", view.shape[axis], ")"));
+  }
+  try {
+    checked.elements = element_count(view, name);
+  } catch (const Error& error) {
+    fail(error.what());
+  }
   checked.axes = named_axes(view);
   if (checked.elements == 0) return checked;
   if (view.data == nullptr) fail(detail::concat(name, ".data must not be null for shape ", shape_text(view), " (got null)"));

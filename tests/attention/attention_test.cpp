@@ -234,6 +234,21 @@ TEST(AttentionArgs, RejectsAScalePastFloat32NamingIt) {
                                             {.scale = static_cast<double>(std::numeric_limits<float>::max())}));
 }
 
+// Found by fuzz/attention_args_fuzz.cpp (fuzz_crashes/attention_args/q_seq_int64_max): a shape
+// whose element count overflows int64, or a negative extent, was refused with tensor.cpp's
+// message "tensor q: ..." instead of one starting "attention: " like every other argument error.
+TEST(AttentionArgs, AbsurdShapesAreRefusedWithTheAttentionPrefix) {
+  Small s;
+  TensorView huge = s.q.view;
+  huge.shape[1] = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT([&] { attention(huge, s.k.view, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: tensor q: element count must fit in int64 (got shape")));
+  TensorView negative = s.v.view;
+  negative.shape[2] = -3;
+  EXPECT_THAT([&] { reference::attention(s.q.view, s.k.view, negative, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: v.shape[2] must be >= 0 (got -3)")));
+}
+
 TEST(AttentionArgs, RejectsRopePositionsOfTheWrongCountOrPastTheTable) {
   Small s;
   RopeSpec spec;
