@@ -139,15 +139,7 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
 
   const bool thd = layout == Layout::THD;
   const int64_t tokens = thd ? seq : batch * seq;
-  auto shape_of = [&](int64_t heads, int64_t dim) -> std::array<int64_t, 4> {
-    switch (layout) {
-      case Layout::BSHD: return {batch, seq, heads, dim};
-      case Layout::BHSD: return {batch, heads, seq, dim};
-      case Layout::SBHD: return {seq, batch, heads, dim};
-      case Layout::THD: return {seq, heads, dim, 1};
-    }
-    return {};
-  };
+  auto shape_of = [&](int64_t heads, int64_t dim) { return shape_in_layout(layout, batch, seq, heads, dim); };
   const int64_t dim_q = c.spec.rotary_dim + extra_q;
   const int64_t dim_k = c.spec.rotary_dim + extra_k;
   // Inputs first, then outputs, each at a 64-byte boundary; in place = the input's offset.

@@ -242,18 +242,9 @@ inline AttentionCase decode_attention_case(const uint8_t* data, size_t size) {
   }
 
   // The views, each at a 64-byte boundary of the arena.
-  auto shape_of = [&](int64_t seq, int64_t heads, int64_t dim) -> std::array<int64_t, 4> {
-    switch (layout) {
-      case Layout::BSHD: return {batch, seq, heads, dim};
-      case Layout::BHSD: return {batch, heads, seq, dim};
-      case Layout::SBHD: return {seq, batch, heads, dim};
-      case Layout::THD: return {seq, heads, dim, 1};
-    }
-    return {};
-  };
   int64_t next = 0;
   auto place = [&](size_t v, int64_t seq, int64_t tokens, int64_t heads, int64_t dim) {
-    c.views[v] = contiguous_view(nullptr, dtype, layout, shape_of(seq, heads, dim));
+    c.views[v] = contiguous_view(nullptr, dtype, layout, shape_in_layout(layout, batch, seq, heads, dim));
     c.offset_bytes[v] = next;
     next += (tokens * heads * dim * dtype_size(dtype) + 63) / 64 * 64;
   };
@@ -265,11 +256,10 @@ inline AttentionCase decode_attention_case(const uint8_t* data, size_t size) {
   // The edits.
   const int num_edits = in.u8() % 9;
   for (int e = 0; e < num_edits; ++e) {
-    const uint8_t kind = in.u8();
-    const uint8_t target = in.u8();
-    const size_t v = target % 4;
-    const size_t axis = (target >> 2) % 4;
-    const int64_t value = read_value(in);
+    const Edit edit = read_edit(in);
+    const uint8_t kind = edit.kind, target = edit.target;
+    const size_t v = edit.view, axis = edit.axis;
+    const int64_t value = edit.value;
     auto set_element = [&](auto& values) {
       if (!values.empty()) values[static_cast<size_t>(target) % values.size()] = static_cast<typename std::decay_t<decltype(values)>::value_type>(value);
     };

@@ -50,6 +50,37 @@ inline int64_t read_value(ByteReader& in) {
   }
 }
 
+// One edit of a case: its kind, the byte naming what it edits (a view `target % 4`, an axis
+// `(target >> 2) % 4`, an element of a span `target % size`), and the value it sets.
+struct Edit {
+  uint8_t kind = 0;
+  uint8_t target = 0;
+  size_t view = 0;
+  size_t axis = 0;
+  int64_t value = 0;
+};
+
+inline Edit read_edit(ByteReader& in) {
+  Edit edit;
+  edit.kind = in.u8();
+  edit.target = in.u8();
+  edit.view = edit.target % 4;
+  edit.axis = (edit.target >> 2) % 4;
+  edit.value = read_value(in);
+  return edit;
+}
+
+// A view's shape in `layout` from its named extents (THD: tokens = seq, a trailing 1).
+inline std::array<int64_t, 4> shape_in_layout(Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  switch (layout) {
+    case Layout::BSHD: return {batch, seq, heads, dim};
+    case Layout::BHSD: return {batch, heads, seq, dim};
+    case Layout::SBHD: return {seq, batch, heads, dim};
+    case Layout::THD: return {seq, heads, dim, 1};
+  }
+  return {};
+}
+
 // A span of `count` values (an int64 count read as size_t) over `values`, resized to it
 // (repeating what was decoded); its data is null when count is negative or past kMaxArray: a
 // span's size is the caller's promise about its array, and the harnesses keep it.

@@ -163,17 +163,6 @@ void require_error_names_its_argument(const std::string& message, const char* op
           "a refused operation throws rotary::Error naming the operation and the value", message);
 }
 
-// A shape in `layout` from named extents.
-std::array<int64_t, 4> shape_in(Layout layout, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
-  switch (layout) {
-    case Layout::BSHD: return {batch, seq, heads, dim};
-    case Layout::BHSD: return {batch, heads, seq, dim};
-    case Layout::SBHD: return {seq, batch, heads, dim};
-    case Layout::THD: return {seq, heads, dim, 1};
-  }
-  return {};
-}
-
 // Whether the product of the extents fits in int64 (contiguous_view's strides then do too).
 bool product_fits(const std::array<int64_t, 4>& shape) {
   int64_t product = 1;
@@ -237,8 +226,8 @@ void op_append(KvCache& cache, ByteReader& in) {
   const int64_t n = in.u8() % 5;
   const auto layout = static_cast<Layout>(in.u8() % 3);
   if (!product_fits({shape.batch, n, shape.kv_heads, std::max(shape.head_dim, shape.v_head_dim)})) return;  // a huge cache of capacity 0
-  TensorView k = contiguous_view(nullptr, shape.dtype, layout, shape_in(layout, shape.batch, n, shape.kv_heads, shape.head_dim));
-  TensorView v = contiguous_view(nullptr, shape.dtype, layout, shape_in(layout, shape.batch, n, shape.kv_heads, shape.v_head_dim));
+  TensorView k = contiguous_view(nullptr, shape.dtype, layout, shape_in_layout(layout, shape.batch, n, shape.kv_heads, shape.head_dim));
+  TensorView v = contiguous_view(nullptr, shape.dtype, layout, shape_in_layout(layout, shape.batch, n, shape.kv_heads, shape.v_head_dim));
   Breakage k_break = read_breakage(in), v_break = read_breakage(in);
   k_break.apply_to(k);
   v_break.apply_to(v);
@@ -319,8 +308,8 @@ void op_attend(const KvCache& cache, ByteReader& in) {
   if (__builtin_mul_overflow(shape.kv_heads, 1 + in.u8() % 2, &q_heads)) return;
   const auto layout = static_cast<Layout>(in.u8() % 3);
   if (!product_fits({shape.batch, q_len, q_heads, std::max(shape.head_dim, shape.v_head_dim)})) return;
-  TensorView q = contiguous_view(nullptr, shape.dtype, layout, shape_in(layout, shape.batch, q_len, q_heads, shape.head_dim));
-  TensorView out = contiguous_view(nullptr, shape.dtype, layout, shape_in(layout, shape.batch, q_len, q_heads, shape.v_head_dim));
+  TensorView q = contiguous_view(nullptr, shape.dtype, layout, shape_in_layout(layout, shape.batch, q_len, q_heads, shape.head_dim));
+  TensorView out = contiguous_view(nullptr, shape.dtype, layout, shape_in_layout(layout, shape.batch, q_len, q_heads, shape.v_head_dim));
   Breakage q_break = read_breakage(in), out_break = read_breakage(in);
   q_break.apply_to(q);
   out_break.apply_to(out);
@@ -397,8 +386,8 @@ void op_attend(const KvCache& cache, ByteReader& in) {
     auto in_layout = [&](const TensorView& block, const NamedAxes& x) {
       TensorView view = block;
       view.layout = q.layout;
-      view.shape = shape_in(q.layout, x.batch, x.seq, x.heads, x.dim);
-      view.stride_elems = shape_in(q.layout, x.stride_batch, x.stride_seq, x.stride_heads, x.stride_dim);
+      view.shape = shape_in_layout(q.layout, x.batch, x.seq, x.heads, x.dim);
+      view.stride_elems = shape_in_layout(q.layout, x.stride_batch, x.stride_seq, x.stride_heads, x.stride_dim);
       return view;
     };
     k_view = in_layout(keys, kx);
