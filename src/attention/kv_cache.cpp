@@ -89,7 +89,11 @@ void check_layout(const TensorView& view, const char* where, const char* name) {
                          " on axis ", axis, ")"));
     }
   }
-  element_count(view, name);
+  try {
+    element_count(view, name);
+  } catch (const Error& error) {  // tensor.cpp's "tensor out: ...", with this operation's prefix
+    throw Error(concat(where, ": ", error.what()));
+  }
 }
 
 }  // namespace

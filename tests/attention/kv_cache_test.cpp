@@ -606,6 +606,29 @@ TEST(KvCache, AttendRefusesAScalePastFloat32) {
   for (int64_t e = 0; e < spec.head_dim; ++e) EXPECT_TRUE(std::isfinite(out.at(0, 0, 1, e)));
 }
 
+// Found by fuzz/kv_cache_ops_fuzz.cpp (fuzz_crashes/kv_cache_ops/out_element_count_overflows):
+// a q, out, k or v whose element count overflows int64 was refused with tensor.cpp's message
+// ("tensor out: element count must fit in int64 ...") without the operation's prefix.
+TEST(KvCache, OverflowingShapesAreRefusedWithTheOperationsPrefix) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  KvCache cache(table, small_shape(spec));
+  Tensor k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim);
+  Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
+  std::mt19937_64 rng(9);
+  k.fill(rng), v.fill(rng), q.fill(rng);
+  cache.append(k.view, v.view);
+  TensorView huge_out = out.view;
+  huge_out.shape[1] = int64_t{1} << 59;
+  EXPECT_THAT([&] { cache.attend(q.view, huge_out); },
+              ThrowsMessage<Error>(HasSubstr("KvCache::attend: tensor out: element count must fit in int64")));
+  TensorView huge_v = v.view;
+  huge_v.shape[1] = int64_t{1} << 59;
+  EXPECT_THAT([&] { cache.append(k.view, huge_v); },
+              ThrowsMessage<Error>(HasSubstr("KvCache::append: tensor v: element count must fit in int64")));
+  EXPECT_EQ(cache.length(0), 2);
+}
+
 TEST(KvCache, RefusesBadShapesAndDtypesNamingThem) {
   const RopeSpec spec = preset_spec("llama-3.1-8b");  // head_dim 128
   const CosSinTable table(spec);

@@ -89,6 +89,9 @@ TEST(FuzzReplay, CliCorpus) {
 //   fuzz_crashes/kv_cache_ops/huge_batch_of_capacity_0: KvCache(batch 2^62, capacity 0)
 //     passed the int64 byte check (no K or V bytes) and threw std::length_error sizing its
 //     per-sequence lengths (KvCache.RefusesAHugeBatchOfCapacityZeroNamingIt).
+//   fuzz_crashes/kv_cache_ops/out_element_count_overflows: attend's out (and append's k, v, q)
+//     with an element count past int64 was refused with "tensor out: ..." without the
+//     operation's prefix (KvCache.OverflowingShapesAreRefusedWithTheOperationsPrefix).
 
 RopeSpec spec16() { return test::rope_spec({.name = "regression", .head_dim = 16, .max_position_embeddings = 0}); }
 
