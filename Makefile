@@ -81,7 +81,7 @@ sanitize: deps
 # -fsanitize=fuzzer to the targets). `make fuzz` runs each for FUZZ_SECONDS; `make test` runs
 # each for FUZZ_BRIEF_SECONDS so that CI catches regressions. Any crash fails the target.
 FUZZ_DIR ?= build-fuzz
-FUZZ_TARGETS ?= hf_config npy cli apply_args cos_sin safetensors
+FUZZ_TARGETS ?= hf_config npy cli apply_args cos_sin safetensors attention_args kv_cache_ops
 FUZZ_SECONDS ?= 600
 FUZZ_BRIEF_SECONDS ?= 20
 fuzz-build: deps

@@ -28,18 +28,6 @@
 namespace rotary::fuzz {
 namespace {
 
-// Bytes that are finite, moderate numbers in every storage type (f32, bf16, f16, f64 alike):
-// each byte in 0x38..0x3F or 0xB8..0xBF keeps every format's exponent field mid-range.
-std::vector<unsigned char> arena_pattern(size_t bytes) {
-  std::vector<unsigned char> arena(bytes);
-  uint32_t state = 12345;
-  for (unsigned char& b : arena) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<unsigned char>(0x38u + ((state >> 24) & 7u) + ((state >> 20) & 1u) * 0x80u);
-  }
-  return arena;
-}
-
 using ApplyFunction = void (*)(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                                const Positions&, const CosSinTable&, const ApplyOptions&);
 
@@ -67,36 +55,6 @@ std::string call(ApplyFunction apply, const ApplyCase& c, const CosSinTable& tab
 }
 
 bool present(const ApplyCase& c, size_t v) { return !c.absent[v]; }
-
-// A checked view's elements and the bytes from its data through its last element.
-int64_t elements_of(const TensorView& view) { return element_count(view, "fuzz"); }
-int64_t span_bytes(const TensorView& view) {
-  int64_t last = 0;
-  for (int axis = 0; axis < layout_rank(view.layout); ++axis) last += (view.shape[axis] - 1) * view.stride_elems[axis];
-  return (last + 1) * dtype_size(view.dtype);
-}
-
-// Marks the bytes of every element of `view` (at byte `offset` of the buffer).
-void mark_elements(const TensorView& view, int64_t offset, std::vector<bool>& written) {
-  const int rank = layout_rank(view.layout);
-  std::array<int64_t, 4> extent{1, 1, 1, 1};
-  std::array<int64_t, 4> stride{0, 0, 0, 0};
-  for (int axis = 0; axis < rank; ++axis) {
-    extent[axis] = view.shape[axis];
-    stride[axis] = view.stride_elems[axis];
-  }
-  const int64_t size = dtype_size(view.dtype);
-  for (int64_t i0 = 0; i0 < extent[0]; ++i0) {
-    for (int64_t i1 = 0; i1 < extent[1]; ++i1) {
-      for (int64_t i2 = 0; i2 < extent[2]; ++i2) {
-        for (int64_t i3 = 0; i3 < extent[3]; ++i3) {
-          const int64_t at = offset + (i0 * stride[0] + i1 * stride[1] + i2 * stride[2] + i3 * stride[3]) * size;
-          for (int64_t b = 0; b < size; ++b) written[static_cast<size_t>(at + b)] = true;
-        }
-      }
-    }
-  }
-}
 
 // Runs an accepted call in both implementations on exactly-sized buffers.
 void run_accepted(ApplyCase& c, const CosSinTable& table, const std::vector<unsigned char>& arena) {

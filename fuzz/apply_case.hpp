@@ -30,44 +30,12 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "case_support.hpp"
 #include "tests/support/spec_builder.hpp"
 
 namespace rotary::fuzz {
 
 inline constexpr int64_t kArenaBytes = int64_t{1} << 16;
-inline constexpr int64_t kMaxArray = 4096;  // longest position array the harness backs
-
-// Reads the fuzz input front to back; past the end every read is 0.
-class ByteReader {
- public:
-  ByteReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
-  int64_t i64() {
-    uint64_t value = 0;
-    for (int i = 0; i < 8; ++i) value |= static_cast<uint64_t>(u8()) << (8 * i);
-    return static_cast<int64_t>(value);
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-// Values an edit sets: small, raw, or near a limit where index math overflows.
-inline int64_t read_value(ByteReader& in) {
-  static constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  static constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  static constexpr int64_t kSpecial[] = {
-      0, 1, -1, 2, 16, 4096, kMaxPosition, kMaxPosition + 1, int64_t{1} << 32, kMax, kMin, kMax / 2 + 1,
-      int64_t{1} << 62, 3037000500 /* ~sqrt(2^63) */, -(int64_t{1} << 62), kMax / 4, kMax / 16 + 1, 65536};
-  switch (in.u8() % 4) {
-    case 0: return static_cast<int8_t>(in.u8());
-    case 1: return in.u8();
-    case 2: return kSpecial[in.u8() % (sizeof kSpecial / sizeof kSpecial[0])];
-    default: return in.i64();
-  }
-}
 
 // The specs a case chooses from: every position scheme and pairing, head_dim 16.
 inline RopeSpec case_spec(int choice) {
@@ -129,16 +97,7 @@ struct ApplyCase {
   }
 
  private:
-  // A span of `count` values (an int64 count read as size_t) over `values`, resized to it
-  // (repeating what was decoded); its data is null when count is negative or past kMaxArray.
-  static std::span<const int64_t> backed(std::vector<int64_t>& values, int64_t count) {
-    const auto size = static_cast<size_t>(count);
-    if (count < 0 || count > kMaxArray) return {static_cast<const int64_t*>(nullptr), size};
-    std::vector<int64_t> decoded = values.empty() ? std::vector<int64_t>{0} : values;
-    values.resize(size);
-    for (size_t i = decoded.size(); i < size; ++i) values[i] = decoded[i % decoded.size()];
-    return {values.data(), size};
-  }
+  static std::span<const int64_t> backed(std::vector<int64_t>& values, int64_t count) { return backed_span(values, count); }
 };
 
 inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
@@ -180,15 +139,7 @@ inline ApplyCase decode_apply_case(const uint8_t* data, size_t size) {
 
   const bool thd = layout == Layout::THD;
   const int64_t tokens = thd ? seq : batch * seq;
-  auto shape_of = [&](int64_t heads, int64_t dim) -> std::array<int64_t, 4> {
-    switch (layout) {
-      case Layout::BSHD: return {batch, seq, heads, dim};
-      case Layout::BHSD: return {batch, heads, seq, dim};
-      case Layout::SBHD: return {seq, batch, heads, dim};
-      case Layout::THD: return {seq, heads, dim, 1};
-    }
-    return {};
-  };
+  auto shape_of = [&](int64_t heads, int64_t dim) { return shape_in_layout(layout, batch, seq, heads, dim); };
   const int64_t dim_q = c.spec.rotary_dim + extra_q;
   const int64_t dim_k = c.spec.rotary_dim + extra_k;
   // Inputs first, then outputs, each at a 64-byte boundary; in place = the input's offset.

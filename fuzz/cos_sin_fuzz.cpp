@@ -23,7 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "apply_case.hpp"  // ByteReader, read_value, kArenaBytes
+#include "apply_case.hpp"  // kArenaBytes
+#include "case_support.hpp"  // ByteReader, read_value, arena_pattern, span_bytes, mark_elements
 #include "fuzz_support.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
@@ -124,45 +125,6 @@ std::string call(const CosSinCase& c) {
   return "";
 }
 
-// The bytes from a view's data through its last element (all strides checked non-negative).
-int64_t span_bytes(const TensorView& view) {
-  int64_t last = 0;
-  for (int axis = 0; axis < layout_rank(view.layout); ++axis) last += (view.shape[axis] - 1) * view.stride_elems[axis];
-  return (last + 1) * dtype_size(view.dtype);
-}
-
-void mark_elements(const TensorView& view, int64_t offset, std::vector<bool>& written) {
-  const int rank = layout_rank(view.layout);
-  std::array<int64_t, 4> extent{1, 1, 1, 1};
-  std::array<int64_t, 4> stride{0, 0, 0, 0};
-  for (int axis = 0; axis < rank; ++axis) {
-    extent[axis] = view.shape[axis];
-    stride[axis] = view.stride_elems[axis];
-  }
-  const int64_t size = dtype_size(view.dtype);
-  for (int64_t i0 = 0; i0 < extent[0]; ++i0) {
-    for (int64_t i1 = 0; i1 < extent[1]; ++i1) {
-      for (int64_t i2 = 0; i2 < extent[2]; ++i2) {
-        for (int64_t i3 = 0; i3 < extent[3]; ++i3) {
-          const int64_t at = offset + (i0 * stride[0] + i1 * stride[1] + i2 * stride[2] + i3 * stride[3]) * size;
-          for (int64_t b = 0; b < size; ++b) written[static_cast<size_t>(at + b)] = true;
-        }
-      }
-    }
-  }
-}
-
-// Bytes that are finite, moderate numbers in every storage type (as in apply_args_fuzz.cpp).
-std::vector<unsigned char> arena_pattern(size_t bytes) {
-  std::vector<unsigned char> arena(bytes);
-  uint32_t state = 777;
-  for (unsigned char& b : arena) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<unsigned char>(0x38u + ((state >> 24) & 7u) + ((state >> 20) & 1u) * 0x80u);
-  }
-  return arena;
-}
-
 void run_accepted(CosSinCase& c, const std::vector<unsigned char>& arena) {
   int64_t end = 1;
   int64_t total_elements = 0;
@@ -194,7 +156,7 @@ void run_accepted(CosSinCase& c, const std::vector<unsigned char>& arena) {
 
 int cos_sin_one_input(const uint8_t* data, size_t size) {
   CosSinCase c = decode(data, size);
-  static const std::vector<unsigned char> arena = arena_pattern(static_cast<size_t>(kArenaBytes));
+  static const std::vector<unsigned char> arena = arena_pattern(static_cast<size_t>(kArenaBytes), 777);
   std::vector<unsigned char> work = arena;
   c.bind(work.data());
 

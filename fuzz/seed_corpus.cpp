@@ -9,11 +9,15 @@
 // cli:       one command line per command with its usual flags (NUL-separated arguments).
 // apply_args: valid calls for every spec, layout and position source of fuzz/apply_case.hpp,
 //            and a few with edits that break one rule.
+// attention_args: valid calls for every layout and position encoding of fuzz/attention_case.hpp
+//            (two query blocks and several key tiles in some), and a few with edits.
+// kv_cache_ops: a cache for each spec of attention_case.hpp's set and each storage type, then
+//            prefill, attend, decode, shift, queries and clear (fuzz/kv_cache_ops_fuzz.cpp).
 // safetensors: a geometry byte (fuzz/safetensors_fuzz.cpp) and a checkpoint: valid ones for each
 //            geometry and pairing (q/k weights, biases, norms, other tensors, metadata), ones
 //            the conversion refuses (rows, dtype, fused, quantized) and malformed files.
 // The files are small (the largest is a few kilobytes), so they are checked in; rerun after
-// changing a preset, the golden set or apply_case.hpp's grammar.
+// changing a preset, the golden set or a target's byte grammar.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -189,6 +193,92 @@ void apply_args_seeds(const fs::path& out) {
   with_edits({0, 0, 2, 13, 0, 1 << 2, 2, 13}); // q shape[0] = shape[1] = ~sqrt(2^63)
 }
 
+// The byte grammar of fuzz/attention_case.hpp, decode_attention_case.
+void attention_args_seeds(const fs::path& out) {
+  int index = 0;
+  auto emit = [&](const std::vector<uint8_t>& bytes) {
+    write_file(out / ("call_" + std::to_string(index++)), std::string(bytes.begin(), bytes.end()));
+  };
+  auto call = [](uint8_t layout, uint8_t encoding, std::vector<uint8_t> edits) {
+    const bool thd = layout == 3;
+    const int64_t batch = thd ? 1 : 2;
+    // Two query blocks (BSHD + RoPE) or several key tiles and the split over keys (BHSD).
+    const uint8_t q_byte = layout == 0 && encoding == 1 ? 0x80 | 70 : 5, k_byte = layout == 1 ? 0x80 | 130 : 7;
+    const int64_t q_seq = (q_byte & 0x80) ? (q_byte & 0x7f) % 80 : q_byte % 7, k_seq = (k_byte & 0x80) ? (k_byte & 0x7f) % 200 : k_byte % 9;
+    std::vector<uint8_t> b = {layout, static_cast<uint8_t>((layout + encoding) % 3)};
+    if (!thd) b.push_back(static_cast<uint8_t>(batch));
+    // q, k seq; kv heads 2, q heads 4; encoding; spec (RoPE: full, GPT-J partial, NeoX partial); table options
+    b.insert(b.end(), {q_byte, k_byte, 1, 1, encoding, static_cast<uint8_t>(encoding == 1 ? layout % 3 : 0), 0});
+    // qk dim (RoPE 18, else 8), v dim 8, mask, window, scale mode
+    b.insert(b.end(), {static_cast<uint8_t>(encoding == 1 ? 2 : 7), 7, static_cast<uint8_t>(layout % 2),
+                       static_cast<uint8_t>(encoding == 2 ? 3 : 0), static_cast<uint8_t>(layout % 3)});
+    if (thd) {
+      b.insert(b.end(), {1, 2, 3});  // two sequences: q split at 2, k at 3
+    } else {
+      b.push_back(encoding % 2);
+      if (encoding % 2 == 1) b.insert(b.end(), {5, 7});  // kv_lengths
+    }
+    b.push_back(encoding % 3);  // query offsets: none, one (3), per sequence (1, 4)
+    if (encoding % 3 == 1) b.push_back(3);
+    if (encoding % 3 == 2) b.insert(b.end(), {1, 4});
+    const int64_t q_tokens = thd ? q_seq : batch * q_seq, k_tokens = thd ? k_seq : batch * k_seq;
+    if (encoding == 1) {
+      b.insert(b.end(), {1, 1});  // positions x 3, rotary_offset 1
+      for (int64_t i = 0; i < q_tokens + k_tokens; ++i) b.push_back(static_cast<uint8_t>(5 * i + 1));
+    }
+    if (encoding == 2) {
+      b.push_back(layout % 2);  // the paper's slopes, or random ones
+      if (layout % 2 == 1) b.insert(b.end(), {100, 156, 30, 200});
+    }
+    if (encoding == 3) {
+      b.push_back(20);  // 21 rows
+      for (int i = 0; i < 64; ++i) b.push_back(static_cast<uint8_t>(i * 37));
+      for (int64_t i = 0; i < q_tokens + k_tokens; ++i) b.push_back(static_cast<uint8_t>(3 * i + 2));
+    }
+    b.push_back(static_cast<uint8_t>(edits.size() / 4));
+    b.insert(b.end(), edits.begin(), edits.end());
+    return b;
+  };
+  for (uint8_t layout = 0; layout < 4; ++layout) {
+    for (uint8_t encoding = 0; encoding < 4; ++encoding) emit(call(layout, encoding, {}));
+  }
+  // Edits: (kind, target, value mode, value...). Mode 2 picks case_support.hpp's special values.
+  emit(call(0, 0, {0, 0 | (1 << 2), 2, 9}));   // q shape[1] = INT64_MAX
+  emit(call(0, 0, {1, 1 | (3 << 2), 2, 2}));   // k stride[3] = -1
+  emit(call(0, 0, {6, 3 | (0 << 2), 1, 0}));   // out aliases q
+  emit(call(0, 0, {19, 0, 1, 0}));             // scale NaN
+  emit(call(0, 2, {29, 1, 1, 12}));            // slope 2^100
+  emit(call(1, 1, {23, 3, 2, 7}));             // a RoPE position past kMaxPosition
+  emit(call(3, 0, {14, 1, 1, 9}));             // cu_seqlens_q[1] = 9
+  emit(call(2, 3, {33, 0, 1, 3, 20, 2, 1, 0}));  // absolute q count 3, and RoPE on too
+}
+
+// The byte grammar of fuzz/kv_cache_ops_fuzz.cpp: a cache, then operations.
+void kv_cache_ops_seeds(const fs::path& out) {
+  int index = 0;
+  for (uint8_t spec = 0; spec < 8; ++spec) {
+    for (uint8_t dtype = 0; dtype < 3; ++dtype) {
+      // spec, table options (LongRoPE: the long factors), batch 2, kv heads 2, head dim 17,
+      // v head dim 6, capacity 24, dtype, rotary offset 1, shape not broken, 9 ops
+      std::vector<uint8_t> b = {spec, static_cast<uint8_t>(spec == 4 && dtype == 2 ? 2 : 0), 1, 1, 1, 6, 24, dtype, 1, 0, 8};
+      const bool long_factors = spec == 4 && dtype == 2;
+      // append 4 (BSHD), positions given with gaps up to 5 (long factors: up to 100, past 32)
+      b.insert(b.end(), {0, 4, 0, 0, 0, 1, static_cast<uint8_t>(long_factors ? 4 : 3)});
+      for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(long_factors ? 90 + i : i));
+      b.push_back(0);
+      b.insert(b.end(), {3, 2, 1, static_cast<uint8_t>(dtype), 0, 0, 0, 0, 0, 0});  // attend 2 queries
+      b.insert(b.end(), {1, 1, 1, 0, 0, 0, 0});                                     // append 1, next positions
+      b.insert(b.end(), {3, 1, 0, 1, 0, 0, 1, 2, 1, 0});                            // attend 1, no mask, window 2, scale 0.5
+      b.insert(b.end(), {5, 0, 0, 1, 2});                                           // shift all: keep 1, discard 2
+      b.insert(b.end(), {3, 1, 1, 2, 0, 0, 0, 0, 0, 0});                            // attend 1 (SBHD)
+      b.insert(b.end(), {4, 0, 1, 0, 1});                                          // shift sequence 1: discard 1
+      b.insert(b.end(), {6, 0, 1, 2});                                              // queries
+      b.insert(b.end(), {7});                                                       // clear
+      write_file(out / ("ops_" + std::to_string(index++)), std::string(b.begin(), b.end()));
+    }
+  }
+}
+
 }  // namespace
 
 // Checkpoints for fuzz/safetensors_fuzz.cpp: byte 0 picks the geometry (0 Llama 4 heads / 2 kv
@@ -265,6 +355,8 @@ int main(int argc, char** argv) {
   npy_seeds(out / "npy");
   cli_seeds(out / "cli");
   apply_args_seeds(out / "apply_args");
+  attention_args_seeds(out / "attention_args");
+  kv_cache_ops_seeds(out / "kv_cache_ops");
   safetensors_seeds(out / "safetensors");
   std::cout << "seed corpus written to " << out.string() << "\n";
   return 0;

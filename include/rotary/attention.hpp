@@ -85,7 +85,8 @@ struct AttentionAbsolute {
 };
 
 struct AttentionOptions {
-  // The softmax scale; unset = 1/sqrt(head_dim). Must be finite when set.
+  // The softmax scale; unset = 1/sqrt(head_dim). When set: finite, > 0 and at most float32's
+  // largest value (the fast path computes in float32).
   std::optional<double> scale;
   Mask mask = Mask::None;
   // Position of query 0 in its sequence, the same for every sequence (chunked prefill: the
@@ -149,7 +150,7 @@ double attention_scale(const RopeSpec& spec, int64_t qk_head_dim);
 // dim; out has q's shape but v's head dim), q_heads % kv_heads == 0, q and k head dims equal,
 // extents >= 0 and their byte spans in int64, unit stride on the head dim, strides >= 0, null or
 // misaligned data, out overlapping q / k / v or itself, a negative window or offset, a non-finite
-// or non-positive scale, kv_lengths / query_offsets / cu_seqlens of the wrong length or with values
+// or non-positive scale or one past float32's range, kv_lengths / query_offsets / cu_seqlens of the wrong length or with values
 // out of range, THD without cu_seqlens; with rope: a null table, position counts, positions past
 // the table, rotary_offset + rotary_dim past the head dim, a spec the fused path does not serve;
 // with ALiBi: a slope count other than q heads, non-finite or too large slopes, ALiBi with RoPE

@@ -12,6 +12,7 @@
 //   - out's elements have distinct addresses, and out touches no byte of q, k or v (by address
 //     range: conservative for interleaved views, never wrong);
 //   - every sequence's query positions offset + i fit below 2^62, its visible keys lie in k;
+//   - the scale is finite and > 0 in float32 too (the fast path's q' = fl32(scale) q);
 //   - with rope: every position is in the table, which serves the call's seq_len;
 //   - with ALiBi: one finite slope per q head, |slope| * distance <= 2^100; no other encoding;
 //   - with an absolute table: rows * dim values, dim = head dim, every position in [0, rows).
@@ -58,7 +59,15 @@ Checked check_view(const TensorView& view, std::string_view name) {
       fail(detail::concat(name, ".stride_elems[", axis, "] must be >= 0 (got ", view.stride_elems[axis], ")"));
     }
   }
-  checked.elements = element_count(view, name);
+  // element_count's own messages ("tensor q: ...") carry this function's prefix like every other.
+  for (int axis = 0; axis < rank; ++axis) {
+    if (view.shape[axis] < 0) fail(detail::concat(name, ".shape[", axis, "] must be >= 0 (got ", view.shape[axis], ")"));
+  }
+  try {
+    checked.elements = element_count(view, name);
+  } catch (const Error& error) {
+    fail(error.what());
+  }
   checked.axes = named_axes(view);
   if (checked.elements == 0) return checked;
   if (view.data == nullptr) fail(detail::concat(name, ".data must not be null for shape ", shape_text(view), " (got null)"));
@@ -260,6 +269,12 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
   // Options.
   if (options.scale.has_value()) {
     if (!std::isfinite(*options.scale) || *options.scale <= 0) fail(detail::concat("options.scale must be finite and > 0 (got ", *options.scale, ")"));
+    // The fast path multiplies q by the scale rounded to float32: a scale past float32's range
+    // would be infinite there and every output NaN, where the float64 reference is finite.
+    if (*options.scale > static_cast<double>(std::numeric_limits<float>::max())) {
+      fail(detail::concat("options.scale must be finite in float32, at most 3.4028235e+38",
+                          " (attention computes in float32) (got ", *options.scale, ")"));
+    }
     plan.scale = *options.scale;
   } else {
     plan.scale = plan.qk_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(plan.qk_dim)) : 1.0;

@@ -89,7 +89,11 @@ void check_layout(const TensorView& view, const char* where, const char* name) {
                          " on axis ", axis, ")"));
     }
   }
-  element_count(view, name);
+  try {
+    element_count(view, name);
+  } catch (const Error& error) {  // tensor.cpp's "tensor out: ...", with this operation's prefix
+    throw Error(concat(where, ": ", error.what()));
+  }
 }
 
 }  // namespace
@@ -128,13 +132,17 @@ KvCache::KvCache(const CosSinTable& table, const KvCacheShape& shape) : table_(&
   if (!(std::isfinite(scaling) && scaling > 0)) {
     throw Error(concat("KvCache: the table's attention_scaling must be finite and > 0 (got ", scaling, ")"));
   }
-  // Bytes of each block, checked against int64 and a sane allocation.
+  // Bytes of each block, and of the per-slot positions and per-sequence lengths (a huge batch
+  // of capacity 0 has no K or V but still a length each), checked against int64.
   int64_t slots = 0, key_elems = 0, value_elems = 0, key_bytes = 0, value_bytes = 0;
-  if (!checked_mul(shape_.batch, shape_.capacity, slots) || !checked_mul(slots, shape_.kv_heads, slots) ||
+  int64_t position_bytes = 0, length_bytes = 0, bookkeeping = 0;
+  if (!checked_mul(shape_.batch, shape_.capacity, slots) || !checked_mul(slots, 8, position_bytes) ||
+      !checked_mul(shape_.batch, 8, length_bytes) || __builtin_add_overflow(position_bytes, length_bytes, &bookkeeping) ||
+      !checked_mul(slots, shape_.kv_heads, slots) ||
       !checked_mul(slots, shape_.head_dim, key_elems) || !checked_mul(slots, shape_.v_head_dim, value_elems) ||
       !checked_mul(key_elems, dtype_size(shape_.dtype), key_bytes) ||
       !checked_mul(value_elems, dtype_size(shape_.dtype), value_bytes) ||
-      key_bytes > std::numeric_limits<int64_t>::max() - value_bytes) {
+      key_bytes > std::numeric_limits<int64_t>::max() - value_bytes - bookkeeping) {
     throw Error(concat("KvCache: shape.capacity ", shape_.capacity, " with batch ", shape_.batch, ", kv_heads ",
                        shape_.kv_heads, " and head dims ", shape_.head_dim, " / ", shape_.v_head_dim,
                        " must fit in int64 bytes (got an overflow)"));

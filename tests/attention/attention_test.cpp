@@ -12,7 +12,7 @@
 //         1 ulp; the rounding of s - m costs u |s - m| <= 104 u where the weight is not 0)
 //   acc = (n + 2 * tiles + 4) u                          float32 sums over n keys, a rescale per tile
 //   |fast - ref64| <= Vbar_e * (2 eta (1 + 2 eta) + 2 acc) + storage
-//         Vbar_e = max_{visible j} |v_je|; storage = u |ref| (float32), ulp_fmt(max(|fast|, |ref|))
+//         Vbar_e = max_{visible j} |v_je|; storage = u |ref| (float32), storage_ulp(max(|fast|, |ref|))
 //         (bfloat16 / float16: p = 7 / 10 bits, at least the smallest subnormal).
 // The reference runs on float64 copies of the inputs (exact widening), so `ref64` has no storage
 // rounding. ToleranceRejectsAnOffByOneMask shows the bound is tight enough to catch a wrong mask.
@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -37,6 +38,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "tests/support/attention_bound.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
 #include "src/attention/bf16_dot.hpp"
@@ -209,6 +211,44 @@ TEST(AttentionArgs, RejectsMismatchedShapesNullDataAndOverlap) {
   EXPECT_THAT([&] { attention(huge, s.k.view, s.v.view, s.out.view); }, ThrowsMessage<Error>(HasSubstr("q")));
 }
 
+// Found by fuzz/attention_args_fuzz.cpp (tests/reliability/fuzz_crashes/attention_args/
+// scale_1e39_past_float32): a scale that is finite in double but not in float32 was accepted,
+// and the fast path, which multiplies q by fl32(scale) = inf, returned NaN for every output while
+// reference::attention returned finite values — a silent wrong answer. Now refused by both.
+TEST(AttentionArgs, RejectsAScalePastFloat32NamingIt) {
+  Small s;
+  Rng rng(7);
+  s.q.fill(rng), s.k.fill(rng), s.v.fill(rng);
+  const std::vector<double> before = s.out.storage;
+  for (const double scale : {1e39, 3.5e38}) {
+    SCOPED_TRACE(scale);
+    EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.scale = scale}); },
+                ThrowsMessage<Error>(HasSubstr("options.scale must be finite in float32, at most 3.4028235e+38")));
+    EXPECT_THAT([&] { reference::attention(s.q.view, s.k.view, s.v.view, s.out.view, {.scale = scale}); },
+                ThrowsMessage<Error>(HasSubstr("options.scale must be finite in float32")));
+    EXPECT_EQ(s.out.storage, before);
+  }
+  // The largest float32 is a scale the fast path holds exactly: accepted (the scores of these
+  // inputs overflow float32, a data range the checks cannot see; see docs/attention.md).
+  EXPECT_NO_THROW(check_attention_arguments(s.q.view, s.k.view, s.v.view, s.out.view,
+                                            {.scale = static_cast<double>(std::numeric_limits<float>::max())}));
+}
+
+// Found by fuzz/attention_args_fuzz.cpp (fuzz_crashes/attention_args/q_seq_int64_max): a shape
+// whose element count overflows int64, or a negative extent, was refused with tensor.cpp's
+// message "tensor q: ..." instead of one starting "attention: " like every other argument error.
+TEST(AttentionArgs, AbsurdShapesAreRefusedWithTheAttentionPrefix) {
+  Small s;
+  TensorView huge = s.q.view;
+  huge.shape[1] = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT([&] { attention(huge, s.k.view, s.v.view, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: tensor q: element count must fit in int64 (got shape")));
+  TensorView negative = s.v.view;
+  negative.shape[2] = -3;
+  EXPECT_THAT([&] { reference::attention(s.q.view, s.k.view, negative, s.out.view); },
+              ThrowsMessage<Error>(HasSubstr("attention: v.shape[2] must be >= 0 (got -3)")));
+}
+
 TEST(AttentionArgs, RejectsRopePositionsOfTheWrongCountOrPastTheTable) {
   Small s;
   RopeSpec spec;
@@ -287,13 +327,6 @@ TEST(AttentionArgs, EmptyExtentsAreValidAndWriteNothingOutside) {
 }
 
 // ---- the fast path against the reference --------------------------------------------------------
-
-double ulp_fmt(DType dtype, double value) {
-  const int p = dtype == DType::BF16 ? 7 : 10;
-  const double min_ulp = dtype == DType::BF16 ? 0x1p-133 : 0x1p-24;
-  if (value == 0) return min_ulp;
-  return std::max(std::ldexp(1.0, std::ilogb(value) - p), min_ulp);
-}
 
 struct Case {
   DType dtype = DType::F32;
@@ -455,15 +488,11 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
         // weight (106u) and a rescale and a sum per chunk to l and o (at most one chunk per tile):
         // counted always, split or not. (+ the absolute term of vdpbf16ps's flushing of
         // subnormals, bf16_dot.hpp: negligible for these inputs, counted for every bf16 call.)
-        const double E = static_cast<double>(c.qk_dim + 6 + (c.alibi ? 1 : 0)) * kU * max_a + 3 * kU * max_bias +
-                         (c.dtype == DType::BF16 ? static_cast<double>(2 * c.qk_dim + 1) * 0x1p-126 : 0.0);
-        const double eta = E + (110 + 106) * kU;
-        const int64_t tiles = n / 64 + 2;
-        const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * kU;
+        // The formula: tests/support/attention_bound.hpp (the fuzz targets use it too).
         for (int64_t e = 0; e < c.v_dim; ++e) {
           const double fast = out.at(tb, q0 + i, h, e), want = ref.at(tb, q0 + i, h, e);
-          double tolerance = vbar[static_cast<size_t>(e)] * (2 * eta * (1 + 2 * eta) + 2 * acc);
-          tolerance += c.dtype == DType::F32 ? kU * std::abs(want) : ulp_fmt(c.dtype, std::max(std::abs(fast), std::abs(want)));
+          double tolerance = test::attention_arithmetic_bound(c.dtype, c.qk_dim, c.alibi, max_a, max_bias, n, vbar[static_cast<size_t>(e)]);
+          tolerance += c.dtype == DType::F32 ? kU * std::abs(want) : test::storage_ulp(c.dtype, std::max(std::abs(fast), std::abs(want)));
           if (n == 0) tolerance = 0;  // zeros, exactly
           const double error = std::abs(fast - want);
           const double ratio = tolerance > 0 ? error / tolerance : (error > 0 ? INFINITY : 0.0);

@@ -569,6 +569,66 @@ TEST(KvCache, RefusesMRopeAndXposAtConstruction) {
               ThrowsMessage<Error>(AllOf(HasSubstr("KvCache: spec.xpos must be unset (got scale_base 512"), HasSubstr("zeta^-e(p)"))));
 }
 
+// Found by fuzz/kv_cache_ops_fuzz.cpp (tests/reliability/fuzz_crashes/kv_cache_ops/
+// huge_batch_of_capacity_0): a cache of capacity 0 has no K or V bytes, so the int64 check passed
+// for any batch, and the constructor then sized its per-sequence lengths to 2^62 entries: a
+// std::length_error (or bad_alloc) instead of rotary::Error. The positions and lengths are now in
+// the byte count.
+TEST(KvCache, RefusesAHugeBatchOfCapacityZeroNamingIt) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  KvCacheShape shape = small_shape(spec, 0);
+  shape.batch = int64_t{1} << 62;
+  EXPECT_THAT([&] { KvCache c(table, shape); },
+              ThrowsMessage<Error>(HasSubstr("KvCache: shape.capacity 0 with batch 4611686018427387904")));
+  shape.batch = 3;
+  KvCache empty(table, shape);  // capacity 0 with a sane batch is a valid (useless) cache
+  EXPECT_EQ(empty.length(2), 0);
+}
+
+// Found by fuzz/kv_cache_ops_fuzz.cpp (fuzz_crashes/kv_cache_ops/attend_scale_1e39): attend handed
+// a scale past float32's range to rotary::attention, whose output was NaN (the attention_args
+// finding, through the cache). Refused now, and the cache is unchanged.
+TEST(KvCache, AttendRefusesAScalePastFloat32) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  KvCache cache(table, small_shape(spec));
+  Tensor k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim);
+  Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
+  std::mt19937_64 rng(8);
+  k.fill(rng), v.fill(rng), q.fill(rng);
+  cache.append(k.view, v.view);
+  const std::vector<double> before = out.storage;
+  EXPECT_THAT([&] { cache.attend(q.view, out.view, {.scale = 1e39}); },
+              ThrowsMessage<Error>(HasSubstr("attention: options.scale must be finite in float32")));
+  EXPECT_EQ(out.storage, before);
+  cache.attend(q.view, out.view, {.scale = 0.5});
+  for (int64_t e = 0; e < spec.head_dim; ++e) EXPECT_TRUE(std::isfinite(out.at(0, 0, 1, e)));
+}
+
+// Found by fuzz/kv_cache_ops_fuzz.cpp (fuzz_crashes/kv_cache_ops/out_element_count_overflows):
+// a q, out, k or v whose element count overflows int64 was refused with tensor.cpp's message
+// ("tensor out: element count must fit in int64 ...") without the operation's prefix.
+TEST(KvCache, OverflowingShapesAreRefusedWithTheOperationsPrefix) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  KvCache cache(table, small_shape(spec));
+  Tensor k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim);
+  Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
+  std::mt19937_64 rng(9);
+  k.fill(rng), v.fill(rng), q.fill(rng);
+  cache.append(k.view, v.view);
+  TensorView huge_out = out.view;
+  huge_out.shape[1] = int64_t{1} << 59;
+  EXPECT_THAT([&] { cache.attend(q.view, huge_out); },
+              ThrowsMessage<Error>(HasSubstr("KvCache::attend: tensor out: element count must fit in int64")));
+  TensorView huge_v = v.view;
+  huge_v.shape[1] = int64_t{1} << 59;
+  EXPECT_THAT([&] { cache.append(k.view, huge_v); },
+              ThrowsMessage<Error>(HasSubstr("KvCache::append: tensor v: element count must fit in int64")));
+  EXPECT_EQ(cache.length(0), 2);
+}
+
 TEST(KvCache, RefusesBadShapesAndDtypesNamingThem) {
   const RopeSpec spec = preset_spec("llama-3.1-8b");  // head_dim 128
   const CosSinTable table(spec);

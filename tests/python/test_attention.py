@@ -254,6 +254,9 @@ def test_attention_scale_rule():
     (dict(implementation="fast"), "implementation must be 'kernels' or 'reference' (got 'fast')"),
     (dict(scale=float("nan")), "scale"),
     (dict(scale="0.1"), "scale must be a number (got '0.1')"),
+    # Found by the attention_args fuzz target: the float32 fast path's scale was inf (NaN out).
+    (dict(scale=1e39), "options.scale must be finite in float32, at most 3.4028235e.38 (attention computes in "
+                       "float32) (got 1e.39)"),
     (dict(q_positions=[0, 1, 2]), "q_positions is for fused RoPE or an absolute table and needs spec_or_table or "
                                   "absolute (got q_positions without either)"),
     (dict(rotary_offset=2), "rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)"),

@@ -30,6 +30,8 @@ int cli_one_input(const uint8_t* data, size_t size);
 int apply_args_one_input(const uint8_t* data, size_t size);
 int cos_sin_one_input(const uint8_t* data, size_t size);
 int safetensors_one_input(const uint8_t* data, size_t size);
+int attention_args_one_input(const uint8_t* data, size_t size);
+int kv_cache_ops_one_input(const uint8_t* data, size_t size);
 }  // namespace rotary::fuzz
 
 #include "cli_sandbox.hpp"  // the CLI target's working directory
@@ -65,12 +67,31 @@ TEST(FuzzReplay, NpyCorpus) { EXPECT_GT(replay("npy", fuzz::npy_one_input), 10);
 TEST(FuzzReplay, ApplyArgsCorpus) { EXPECT_GT(replay("apply_args", fuzz::apply_args_one_input), 100); }
 TEST(FuzzReplay, CosSinCorpus) { EXPECT_GT(replay("cos_sin", fuzz::cos_sin_one_input), 30); }
 TEST(FuzzReplay, SafetensorsCorpus) { EXPECT_GT(replay("safetensors", fuzz::safetensors_one_input), 20); }
+TEST(FuzzReplay, AttentionArgsCorpus) { EXPECT_GT(replay("attention_args", fuzz::attention_args_one_input), 20); }
+TEST(FuzzReplay, KvCacheOpsCorpus) { EXPECT_GT(replay("kv_cache_ops", fuzz::kv_cache_ops_one_input), 20); }
 TEST(FuzzReplay, CliCorpus) {
   const fuzz::Sandbox sandbox;  // the files the corpus names, as the fuzz target has them
   EXPECT_GT(replay("cli", fuzz::cli_one_input), 10);
 }
 
 // ---- the bugs the fuzzers found (their inputs are in fuzz_crashes/) --------------------------
+//
+// attention_args and kv_cache_ops (their regression tests are in tests/attention/, beside the
+// code's other tests; the replays above run the inputs):
+//   fuzz_crashes/attention_args/scale_1e39_past_float32: options.scale 1e39, finite in double,
+//     was accepted; the fast path's fl32(scale) was inf and every output NaN while the reference
+//     was finite (AttentionArgs.RejectsAScalePastFloat32NamingIt).
+//   fuzz_crashes/attention_args/q_seq_int64_max: a shape whose element count overflows int64
+//     was refused with "tensor q: ..." instead of "attention: ..."
+//     (AttentionArgs.AbsurdShapesAreRefusedWithTheAttentionPrefix).
+//   fuzz_crashes/kv_cache_ops/attend_scale_1e39: the same scale through KvCache::attend
+//     (KvCache.AttendRefusesAScalePastFloat32).
+//   fuzz_crashes/kv_cache_ops/huge_batch_of_capacity_0: KvCache(batch 2^62, capacity 0)
+//     passed the int64 byte check (no K or V bytes) and threw std::length_error sizing its
+//     per-sequence lengths (KvCache.RefusesAHugeBatchOfCapacityZeroNamingIt).
+//   fuzz_crashes/kv_cache_ops/out_element_count_overflows: attend's out (and append's k, v, q)
+//     with an element count past int64 was refused with "tensor out: ..." without the
+//     operation's prefix (KvCache.OverflowingShapesAreRefusedWithTheOperationsPrefix).
 
 RopeSpec spec16() { return test::rope_spec({.name = "regression", .head_dim = 16, .max_position_embeddings = 0}); }
 
