@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "rotary/apply.hpp"
@@ -147,10 +149,23 @@ KvCache::KvCache(const CosSinTable& table, const KvCacheShape& shape) : table_(&
                        shape_.kv_heads, " and head dims ", shape_.head_dim, " / ", shape_.v_head_dim,
                        " must fit in int64 bytes (got an overflow)"));
   }
-  allocate_blocks(keys_, static_cast<size_t>((key_bytes + 7) / 8));
-  allocate_blocks(values_, static_cast<size_t>((value_bytes + 7) / 8));
-  positions_.assign(static_cast<size_t>(shape_.batch * shape_.capacity), 0);
-  lengths_.assign(static_cast<size_t>(shape_.batch), 0);
+  // A shape that fits int64 may still be more than the system will give: say so with the shape
+  // and the bytes, as a rotary::Error (std::bad_alloc names neither).
+  const auto too_large = [&] {
+    return Error(concat("KvCache: shape.capacity ", shape_.capacity, " with batch ", shape_.batch, ", kv_heads ",
+                        shape_.kv_heads, " and head dims ", shape_.head_dim, " / ", shape_.v_head_dim, " needs ",
+                        key_bytes + value_bytes + bookkeeping, " bytes, more than could be allocated"));
+  };
+  try {
+    allocate_blocks(keys_, static_cast<size_t>((key_bytes + 7) / 8));
+    allocate_blocks(values_, static_cast<size_t>((value_bytes + 7) / 8));
+    positions_.assign(static_cast<size_t>(shape_.batch * shape_.capacity), 0);
+    lengths_.assign(static_cast<size_t>(shape_.batch), 0);
+  } catch (const std::bad_alloc&) {
+    throw too_large();
+  } catch (const std::length_error&) {  // past the vector's max_size on this platform
+    throw too_large();
+  }
 }
 
 void KvCache::check_sequence(int64_t sequence, const char* where) const {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -584,6 +585,31 @@ TEST(KvCache, RefusesAHugeBatchOfCapacityZeroNamingIt) {
   shape.batch = 3;
   KvCache empty(table, shape);  // capacity 0 with a sane batch is a valid (useless) cache
   EXPECT_EQ(empty.length(2), 0);
+}
+
+// A shape that fits int64 but not in memory (batch 2 x 10^14 of capacity 1: 3.2 PB) is a
+// rotary::Error naming the shape and the bytes, not std::bad_alloc (the fuzz target's note). Only
+// where the system refuses such an allocation up front (vm.overcommit_memory 0 or 2); not under
+// AddressSanitizer, whose allocator aborts on it by design.
+TEST(KvCache, RefusesAShapeThatCannotBeAllocatedNamingIt) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer aborts on allocations this large";
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "AddressSanitizer aborts on allocations this large";
+#endif
+#endif
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  if (!(overcommit >> mode) || mode == 1) GTEST_SKIP() << "overcommit mode " << mode << ": the allocation would not fail up front";
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  KvCacheShape shape = small_shape(spec, 1);
+  shape.batch = 200'000'000'000'000;
+  EXPECT_THAT([&] { KvCache c(table, shape); },
+              ThrowsMessage<Error>(AllOf(HasSubstr("KvCache: shape.capacity 1 with batch 200000000000000"),
+                                         HasSubstr("bytes, more than could be allocated"))));
 }
 
 // Found by fuzz/kv_cache_ops_fuzz.cpp (fuzz_crashes/kv_cache_ops/attend_scale_1e39): attend handed
