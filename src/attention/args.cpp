@@ -69,7 +69,24 @@ Checked check_view(const TensorView& view, std::string_view name) {
     fail(error.what());
   }
   checked.axes = named_axes(view);
-  if (checked.elements == 0) return checked;
+  if (checked.elements == 0) {
+    // Even a view without elements: the plan computes each sequence's first token (b x seq) and
+    // base offset (b x stride_batch, token x stride_seq) from its extents and strides, so its
+    // token count and the offsets its extents reach must fit in int64 too (three empty sequences
+    // of 2^62 tokens overflowed b x seq: UBSan, found by the attention_args fuzz target).
+    int64_t tokens = 0, reach = 0;
+    if (__builtin_mul_overflow(std::max<int64_t>(checked.axes.batch, 1), checked.axes.seq, &tokens)) {
+      fail(detail::concat(name, ": the token count (batch x seq) must fit in int64 (got shape ", shape_text(view), ")"));
+    }
+    for (int axis = 0; axis < rank; ++axis) {
+      int64_t term = 0;
+      if (__builtin_mul_overflow(std::max<int64_t>(view.shape[axis] - 1, 0), view.stride_elems[axis], &term) ||
+          __builtin_add_overflow(reach, term, &reach)) {
+        fail(detail::concat(name, ": element offsets must fit in int64 (got shape ", shape_text(view), ")"));
+      }
+    }
+    return checked;
+  }
   if (view.data == nullptr) fail(detail::concat(name, ".data must not be null for shape ", shape_text(view), " (got null)"));
   if (checked.axes.dim > 1 && checked.axes.stride_dim != 1) {
     fail(detail::concat(name, ": the head dim must have unit stride (got stride ", checked.axes.stride_dim, ")"));

@@ -249,6 +249,38 @@ TEST(AttentionArgs, AbsurdShapesAreRefusedWithTheAttentionPrefix) {
               ThrowsMessage<Error>(HasSubstr("attention: v.shape[2] must be >= 0 (got -3)")));
 }
 
+// Found by fuzz/attention_args_fuzz.cpp with a random seed on 2026-11-26 (fuzz_crashes/
+// attention_args/empty_batch_times_seq_overflows): q with no heads, batch 3 and 2^62 tokens per
+// sequence has no elements, so its element count passed, and the plan's first token of sequence 2
+// (2 x 2^62) overflowed int64 (UBSan). An empty view's token count and reach must fit too.
+TEST(AttentionArgs, EmptyViewsWhoseTokensOrOffsetsOverflowAreRefused) {
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "reference");
+    const auto call = [&](const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out) {
+      if (fast) {
+        attention(q, k, v, out);
+      } else {
+        reference::attention(q, k, v, out);
+      }
+    };
+    const int64_t tokens = int64_t{1} << 62;
+    TensorView q{nullptr, DType::F32, Layout::BSHD, {3, tokens, 0, 8}, {0, 0, 8, 1}};
+    TensorView out = q;
+    TensorView k{nullptr, DType::F32, Layout::BSHD, {3, 5, 0, 8}, {0, 0, 8, 1}};
+    EXPECT_THAT([&] { call(q, k, k, out); },
+                ThrowsMessage<Error>(HasSubstr("attention: q: the token count (batch x seq) must fit in int64 (got shape [3, 4611686018427387904, 0, 8])")));
+    // Token counts that fit, but a batch stride that 2 sequences already take past int64.
+    TensorView wide_q{nullptr, DType::F32, Layout::BSHD, {3, 4, 0, 8}, {tokens, 8, 8, 1}};
+    TensorView wide_out = wide_q;
+    wide_out.stride_elems[0] = 32;
+    EXPECT_THAT([&] { call(wide_q, k, k, wide_out); },
+                ThrowsMessage<Error>(HasSubstr("attention: q: element offsets must fit in int64 (got shape [3, 4, 0, 8])")));
+    // The same shapes with ordinary strides are valid empty calls.
+    TensorView fine_q{nullptr, DType::F32, Layout::BSHD, {3, 4, 0, 8}, {0, 0, 8, 1}};
+    EXPECT_NO_THROW(call(fine_q, k, k, fine_q));
+  }
+}
+
 TEST(AttentionArgs, RejectsRopePositionsOfTheWrongCountOrPastTheTable) {
   Small s;
   RopeSpec spec;

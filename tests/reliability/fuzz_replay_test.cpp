@@ -84,6 +84,13 @@ TEST(FuzzReplay, CliCorpus) {
 //   fuzz_crashes/attention_args/q_seq_int64_max: a shape whose element count overflows int64
 //     was refused with "tensor q: ..." instead of "attention: ..."
 //     (AttentionArgs.AbsurdShapesAreRefusedWithTheAttentionPrefix).
+//   fuzz_crashes/attention_args/empty_batch_times_seq_overflows (a random-seed run, 2026-11-26):
+//     q with no heads, batch 3 and 2^62 tokens a sequence passed the checks (no elements) and the
+//     plan's b x seq overflowed int64 (UBSan; AttentionArgs.EmptyViewsWhoseTokensOrOffsetsOverflow
+//     AreRefused).
+//   fuzz_crashes/kv_cache_ops/empty_out_batch_stride_overflows (the same day, kv_cache_ops): the
+//     same overflow through KvCache::attend, an empty out whose batch stride times the sequence
+//     index left int64 (b x stride_batch); the same check refuses it.
 //   fuzz_crashes/kv_cache_ops/attend_scale_1e39: the same scale through KvCache::attend
 //     (KvCache.AttendRefusesAScalePastFloat32).
 //   fuzz_crashes/kv_cache_ops/huge_batch_of_capacity_0: KvCache(batch 2^62, capacity 0)
