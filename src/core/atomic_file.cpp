@@ -109,7 +109,7 @@ void AtomicFileSet::add_streamed(const std::string& path, std::function<void(Sin
     if (S_ISDIR(status.st_mode)) fail(file, EISDIR);
     if (!S_ISREG(status.st_mode)) {
       // A device or a pipe: nothing to replace atomically; written at commit().
-      file.device_bytes = std::move(produce);
+      file.write_device = std::move(produce);
       files_.push_back(std::move(file));
       return;
     }
@@ -148,10 +148,9 @@ void AtomicFileSet::add_streamed(const std::string& path, std::function<void(Sin
     ::close(fd);  // the destructor removes the temporary file
     throw;
   }
-  int error = 0;
   // fsync: the data is on disk before the rename makes it the target, so that a crash cannot leave
   // the new name on an empty or partial file.
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  int error = ::fsync(fd) != 0 ? errno : 0;
   // close() reports deferred write errors on some file systems (NFS).
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error != 0) fail(file, error);
@@ -166,7 +165,7 @@ void AtomicFileSet::commit() {
     if (fd < 0) fail(file, errno);
     try {
       Sink sink(*this, file.label, file.path, fd);
-      file.device_bytes(sink);
+      file.write_device(sink);
     } catch (...) {
       ::close(fd);
       throw;

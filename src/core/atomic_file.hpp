@@ -80,7 +80,7 @@ class AtomicFileSet {
     std::string path;         // as the caller gave it, for messages
     std::string target;       // the file replaced: `path`, or the regular file a symlink names
     std::string temp;         // the temporary file beside `target`; empty for a device
-    std::function<void(Sink&)> device_bytes;  // writes what a device or pipe receives, at commit()
+    std::function<void(Sink&)> write_device;  // writes what a device or pipe receives, at commit()
     bool target_existed = false;
   };
 
