@@ -165,6 +165,7 @@ struct Plan {
   PermutedTensor tensor;
   int64_t data_offset = 0;  // in the file
   int64_t row_bytes = 0;
+  int64_t bytes = 0;  // the whole tensor's, from data_offset
 };
 
 }  // namespace
@@ -323,6 +324,7 @@ ConversionPlan plan_conversion(const safetensors::Header& header, int64_t file_s
     plan.data_offset = header.data_start + entry.begin;
     // rows > 0 and elements x size == span <= file size, so the row size fits too.
     plan.row_bytes = (entry.end - entry.begin) / rows;
+    plan.bytes = entry.end - entry.begin;
     plans.push_back(plan);
   }
 
@@ -428,11 +430,10 @@ ConvertResult convert_weights(const std::string& in_path, const std::string& out
           int64_t at = 0;
           for (const Plan* plan : in_order) {
             copy(at, plan->data_offset);
-            const int64_t bytes = plan->row_bytes * plan->tensor.shape[0];
-            read_exactly(fd, plan->data_offset, bytes, piece, in_path, file_size);
+            read_exactly(fd, plan->data_offset, plan->bytes, piece, in_path, file_size);
             permute_tensor(piece.data(), *plan, order, block);
             sink.write(piece);
-            at = plan->data_offset + bytes;
+            at = plan->data_offset + plan->bytes;
           }
           copy(at, file_size);
           // A file that grew, or was rewritten in place, while it was read would give a mix of
