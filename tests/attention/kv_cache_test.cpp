@@ -612,18 +612,31 @@ TEST(KvCache, RefusesAShapeThatCannotBeAllocatedNamingIt) {
                                          HasSubstr("bytes, more than could be allocated"))));
 }
 
+// A llama-3.1-8b cache holding one random token (two kv heads), and a random query for it with
+// its output: what the refusal tests below attend with.
+struct OneTokenCache {
+  explicit OneTokenCache(uint64_t seed)
+      : spec(preset_spec("llama-3.1-8b")), table(spec), cache(table, small_shape(spec)),
+        k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim),
+        q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim) {
+    std::mt19937_64 rng(seed);
+    k.fill(rng), v.fill(rng), q.fill(rng);
+    cache.append(k.view, v.view);
+  }
+  RopeSpec spec;
+  CosSinTable table;
+  KvCache cache;
+  Tensor k, v, q, out;
+};
+
 // Found by fuzz/kv_cache_ops_fuzz.cpp (fuzz_crashes/kv_cache_ops/attend_scale_1e39): attend handed
 // a scale past float32's range to rotary::attention, whose output was NaN (the attention_args
 // finding, through the cache). Refused now, and the cache is unchanged.
 TEST(KvCache, AttendRefusesAScalePastFloat32) {
-  const RopeSpec spec = preset_spec("llama-3.1-8b");
-  const CosSinTable table(spec);
-  KvCache cache(table, small_shape(spec));
-  Tensor k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim);
-  Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
-  std::mt19937_64 rng(8);
-  k.fill(rng), v.fill(rng), q.fill(rng);
-  cache.append(k.view, v.view);
+  OneTokenCache c(8);
+  const RopeSpec& spec = c.spec;
+  KvCache& cache = c.cache;
+  Tensor &q = c.q, &out = c.out;
   const std::vector<double> before = out.storage;
   EXPECT_THAT([&] { cache.attend(q.view, out.view, {.scale = 1e39}); },
               ThrowsMessage<Error>(HasSubstr("attention: options.scale must be finite in float32")));
@@ -636,14 +649,9 @@ TEST(KvCache, AttendRefusesAScalePastFloat32) {
 // a q, out, k or v whose element count overflows int64 was refused with tensor.cpp's message
 // ("tensor out: element count must fit in int64 ...") without the operation's prefix.
 TEST(KvCache, OverflowingShapesAreRefusedWithTheOperationsPrefix) {
-  const RopeSpec spec = preset_spec("llama-3.1-8b");
-  const CosSinTable table(spec);
-  KvCache cache(table, small_shape(spec));
-  Tensor k(DType::F32, 1, 2, 1, spec.head_dim), v(DType::F32, 1, 2, 1, spec.head_dim);
-  Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
-  std::mt19937_64 rng(9);
-  k.fill(rng), v.fill(rng), q.fill(rng);
-  cache.append(k.view, v.view);
+  OneTokenCache c(9);
+  KvCache& cache = c.cache;
+  Tensor &k = c.k, &v = c.v, &q = c.q, &out = c.out;
   TensorView huge_out = out.view;
   huge_out.shape[1] = int64_t{1} << 59;
   EXPECT_THAT([&] { cache.attend(q.view, huge_out); },
