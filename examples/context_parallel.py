@@ -113,6 +113,7 @@ def worker(rank: int, world_size: int, port: int, args) -> None:
     torch.set_num_threads(1)
     rotary.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    code = 1
     try:
         results = run_checks(rank, world_size, args)
         # Every rank gathered the same full tensors; agree on one verdict.
@@ -125,14 +126,21 @@ def worker(rank: int, world_size: int, port: int, args) -> None:
                   f"k_heads={args.k_heads} head_dim={args.head_dim}: "
                   f"{'all equal' if failed.item() == 0 else f'{failed.item()} check(s) failed across ranks'}",
                   flush=True)
-        # Tear down only once every rank is done with the group: a rank that destroys it while
-        # its peer's gloo threads still talk to it can abort that peer ("terminate called
-        # without an active exception"), a known gloo teardown race.
+        # Tear down only once every rank is done with the group.
         dist.barrier()
-        if failed.item():
-            raise SystemExit(1)
+        code = 1 if failed.item() else 0
+    except BaseException:
+        traceback.print_exc()
     finally:
         dist.destroy_process_group()
+    # Leave without finalizing the interpreter. gloo's worker threads can still be releasing the
+    # last collective's work (and the tensors it holds) after destroy_process_group returns; a
+    # thread that needs the GIL while Python 3.11 finalizes is ended with pthread_exit, whose
+    # unwinding through a C++ destructor calls std::terminate ("terminate called without an
+    # active exception", exit -6). That aborted this example about once in many hundred runs.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv=None) -> int:

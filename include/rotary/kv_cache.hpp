@@ -75,8 +75,9 @@ struct KvAttendOptions {
 class KvCache {
  public:
   // Borrows the table (it must outlive the cache). Throws rotary::Error for a bad shape, a dtype
-  // other than F32 / BF16 / F16, a spec the cache does not serve (M-RoPE, vision, xPos), or
-  // rotary_offset + rotary_dim > head_dim.
+  // other than F32 / BF16 / F16, a spec the cache does not serve (M-RoPE, vision, xPos),
+  // rotary_offset + rotary_dim > head_dim, or storage larger than the machine's memory and swap
+  // or than the system will allocate (the message names the shape and the bytes).
   KvCache(const CosSinTable& table, const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }

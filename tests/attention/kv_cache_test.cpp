@@ -18,10 +18,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/sysinfo.h>
+#endif
 
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
@@ -587,29 +590,38 @@ TEST(KvCache, RefusesAHugeBatchOfCapacityZeroNamingIt) {
   EXPECT_EQ(empty.length(2), 0);
 }
 
-// A shape that fits int64 but not in memory (batch 2 x 10^14 of capacity 1: 3.2 PB) is a
-// rotary::Error naming the shape and the bytes, not std::bad_alloc (the fuzz target's note). Only
-// where the system refuses such an allocation up front (vm.overcommit_memory 0 or 2); not under
-// AddressSanitizer, whose allocator aborts on it by design.
-TEST(KvCache, RefusesAShapeThatCannotBeAllocatedNamingIt) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer aborts on allocations this large";
-#endif
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "AddressSanitizer aborts on allocations this large";
-#endif
-#endif
-  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
-  int mode = -1;
-  if (!(overcommit >> mode) || mode == 1) GTEST_SKIP() << "overcommit mode " << mode << ": the allocation would not fail up front";
+// A shape that fits int64 but not in this machine's memory and swap (batch 2 x 10^14 of capacity
+// 1: 3.2 PB) is a rotary::Error naming the shape and the bytes, refused before allocating: not
+// std::bad_alloc (the fuzz target's note), and not, under vm.overcommit_memory = 1, an allocation
+// that succeeds and whose zero fill meets the OOM killer. Nothing is allocated, so this runs under
+// AddressSanitizer too.
+TEST(KvCache, RefusesAShapeLargerThanTheMachineNamingIt) {
   const RopeSpec spec = preset_spec("llama-3.1-8b");
   const CosSinTable table(spec);
   KvCacheShape shape = small_shape(spec, 1);
   shape.batch = 200'000'000'000'000;
   EXPECT_THAT([&] { KvCache c(table, shape); },
               ThrowsMessage<Error>(AllOf(HasSubstr("KvCache: shape.capacity 1 with batch 200000000000000"),
-                                         HasSubstr("bytes, more than could be allocated"))));
+                                         HasSubstr("bytes, more than this machine's memory and swap ("))));
+#if defined(__linux__)
+  // At the edge: one slot more than memory + swap hold (one sequence, one float32 kv head of 128:
+  // 2 x 512 bytes of K and V and 8 of position per slot, 8 of length) is refused naming its bytes.
+  struct sysinfo info {};
+  ASSERT_EQ(sysinfo(&info), 0);
+  const int64_t machine = (static_cast<int64_t>(info.totalram) + static_cast<int64_t>(info.totalswap)) * info.mem_unit;
+  shape = small_shape(spec, 1);
+  shape.batch = 1;
+  shape.kv_heads = 1;
+  shape.head_dim = shape.v_head_dim = 128;
+  shape.dtype = DType::F32;
+  constexpr int64_t kSlotBytes = 2 * 128 * 4 + 8;
+  shape.capacity = (machine - 8) / kSlotBytes + 1;
+  const int64_t bytes = shape.capacity * kSlotBytes + 8;
+  ASSERT_GT(bytes, machine);
+  EXPECT_THAT([&] { KvCache c(table, shape); },
+              ThrowsMessage<Error>(HasSubstr("needs " + std::to_string(bytes) + " bytes, more than this machine's memory and swap (" +
+                                                   std::to_string(machine) + " bytes)")));
+#endif
 }
 
 // A llama-3.1-8b cache holding one random token (two kv heads), and a random query for it with
