@@ -8,10 +8,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +22,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "interop/safetensors.hpp"
@@ -469,6 +473,59 @@ TEST(ConvertWeights, StreamedFileEqualsTheInMemoryConversion) {
     EXPECT_EQ(streamed.copied, 2);
     EXPECT_EQ(streamed.file_bytes, static_cast<int64_t>(original.size()));
   }
+}
+
+// An input rewritten in place while convert_weights reads it would give a mix of two files: its
+// modification time moves, and the conversion is refused naming the input, the existing output
+// left as it was and no temporary file behind. Another thread keeps setting the input's mtime
+// from before the conversion starts until it returns: the conversion of a 96 MiB file (12
+// pieces) takes tens of milliseconds, each change microseconds. (A file that grows is refused by
+// the same check of size and mtime at the end; here a thread appending to it would usually be
+// caught first, by the header's "trailing bytes" check, which makes no test of this one.)
+TEST(ConvertWeights, AnInputRewrittenWhileReadIsRefusedAndNothingIsWritten) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  {
+    std::mt19937_64 rng(35);
+    const int64_t big = int64_t{24} << 20;  // floats: 96 MiB
+    std::string bytes(static_cast<size_t>(big * 4), '\0');
+    for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(rng());
+    std::vector<safetensors::TensorData> tensors;
+    tensors.push_back({"model.embed_tokens.weight", "F32", {big}, std::move(bytes)});
+    tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
+    write(dir.file("in.safetensors"), safetensors::serialize(tensors));
+  }
+  write(dir.file("kept.safetensors"), "previous contents");
+  const int fd = ::open(dir.file("in.safetensors").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> changes{0};
+  std::thread changer([&] {
+    for (int64_t i = 1; !stop.load(); ++i) {
+      const struct timespec times[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT}, {.tv_sec = 1'000'000 + i, .tv_nsec = 0}};
+      if (::futimens(fd, times) == 0) changes.fetch_add(1);
+      std::this_thread::yield();
+    }
+  });
+  while (changes.load() == 0) std::this_thread::yield();
+  try {
+    convert_weights(dir.file("in.safetensors"), dir.file("kept.safetensors"), g, {.to = Style::GPTJ});
+    ADD_FAILURE() << "accepted an input that changed while it was read";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("convert-weights: " + dir.file("in.safetensors") +
+                                        " changed while it was read (" + std::to_string(fs::file_size(dir.file("in.safetensors"))) +
+                                        " bytes expected); nothing was written"));
+  }
+  stop = true;
+  changer.join();
+  ::close(fd);
+  EXPECT_EQ(read(dir.file("kept.safetensors")), "previous contents");
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.file(""))) files += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 2);  // in, kept: no temporary file left
+  // Left alone, the same file converts (the refusal was the changes').
+  convert_weights(dir.file("in.safetensors"), dir.file("kept.safetensors"), g, {.to = Style::GPTJ});
+  EXPECT_EQ(fs::file_size(dir.file("kept.safetensors")), fs::file_size(dir.file("in.safetensors")));
 }
 
 // The peak memory of a conversion is its pieces and its largest q / k tensor, not the file: a
