@@ -94,6 +94,20 @@ Direction parse_direction(const std::string& name) {
   fail("direction must be 'forward' or 'backward' (got '" + name + "')");
 }
 
+Precision parse_precision_or_fail(const std::string& name) {
+  const auto precision = parse_precision(name);
+  if (!precision) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + name + "')");
+  return *precision;
+}
+
+// "kernels" (the fast path), "reference" (the float64 definition), or "checks" (only the
+// argument checks: the pure-torch paths check the same way, then torch computes).
+void check_implementation(const std::string& name) {
+  if (name != "kernels" && name != "reference" && name != "checks") {
+    fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + name + "')");
+  }
+}
+
 Style parse_style_or_fail(const std::string& name) {
   const auto style = parse_style(name);
   if (!style) fail("style must be 'neox' or 'gptj' (got '" + name + "')");
@@ -704,9 +718,7 @@ PYBIND11_MODULE(_rotary, m) {
                        int64_t fixed_positions, std::vector<float> hf_inv_freq, int64_t max_bytes,
                        const std::string& cache_dtype) {
              TableOptions options;
-             const auto parsed = parse_precision(precision);
-             if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
-             options.precision = *parsed;
+             options.precision = parse_precision_or_fail(precision);
              const auto dtype = parse_dtype(cache_dtype);
              if (!dtype) fail("cache_dtype must be float32, bfloat16 or float16 (got '" + cache_dtype + "')");
              options.cache_dtype = *dtype;
@@ -777,9 +789,7 @@ PYBIND11_MODULE(_rotary, m) {
   py::class_<RopeCache, std::shared_ptr<RopeCache>>(m, "RopeCache")
       .def(py::init([](const RopeSpec& spec, const std::string& precision) {
         TableOptions options;
-        const auto parsed = parse_precision(precision);
-        if (!parsed) fail("precision must be 'exact', 'hf', 'ggml' or 'vllm' (got '" + precision + "')");
-        options.precision = *parsed;
+        options.precision = parse_precision_or_fail(precision);
         return std::make_shared<RopeCache>(spec, options);
       }))
       .def("table_for",
@@ -852,9 +862,7 @@ PYBIND11_MODULE(_rotary, m) {
          const CosSinTable* table, const py::handle& q_positions, const py::handle& k_positions, int64_t rotary_offset,
          int64_t seq_len, const std::string& implementation, const py::handle& alibi_slopes,
          const py::handle& absolute) {
-        if (implementation != "kernels" && implementation != "reference" && implementation != "checks") {
-          fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + implementation + "')");
-        }
+        check_implementation(implementation);
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k"), vv = to_view(v, "v"), vout = to_view(out, "out");
         const auto span_of = [](const py::handle& handle) {
           const auto [data, count] = to_ints(handle);
@@ -937,11 +945,7 @@ PYBIND11_MODULE(_rotary, m) {
          const py::handle& per_token, const py::handle& offsets, const py::handle& cu_seqlens, const CosSinTable& table,
          const std::string& direction, int64_t rotary_offset, int64_t xpos_length, int64_t seq_len,
          const std::string& implementation) {
-        // "kernels" (rotary::apply), "reference" (the float64 definition), or "checks" (only
-        // check_apply_arguments: the pure-torch path checks the same way, then torch computes).
-        if (implementation != "kernels" && implementation != "reference" && implementation != "checks") {
-          fail("implementation must be 'kernels', 'reference' or 'checks' (got '" + implementation + "')");
-        }
+        check_implementation(implementation);
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k");
         const TensorView vq_out = to_view(q_out, "q_out"), vk_out = to_view(k_out, "k_out");
         // Python takes positions and offsets as two keywords; C++ takes one source, so giving
