@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "args.hpp"
 #include "bench_attention.hpp"
@@ -216,6 +217,43 @@ std::string find_torch_python(const PeerOptions& options, std::string& python) {
   return "";
 }
 
+// One run of a peer script on one case: `case_flags` (the script's flags for the case), then
+// the repetitions, one warm-up like ours, the JSON path and the threads and dtypes asked for.
+// Returns the script's JSON, or nothing with `failure` set to the note that ends the peer's
+// rows (`rows`: which rows are skipped).
+std::optional<json::Value> run_peer_case(const PeerOptions& options, const std::string& python,
+                                         const std::string& script, const char* script_name,
+                                         const std::string& temp_dir, const std::string& case_name,
+                                         std::vector<std::string> case_flags, int repetitions, std::ostream& progress,
+                                         const char* rows, std::string& failure) {
+  if (options.progress) {
+    progress << format_line("# torch: running %s on %s (%d repetitions)...\n", script_name, case_name.c_str(),
+                            repetitions);
+  }
+  const std::string json_path = temp_dir + "/" + case_name + ".json";
+  const std::string stdout_path = temp_dir + "/" + case_name + ".out";
+  const std::string stderr_path = temp_dir + "/" + case_name + ".err";
+  std::vector<std::string> argv = {python, script};
+  argv.insert(argv.end(), case_flags.begin(), case_flags.end());
+  argv.insert(argv.end(), {"--reps", std::to_string(repetitions), "--warmup", "1", "--json", json_path, "--threads"});
+  for (int t : options.threads) argv.push_back(std::to_string(t));
+  argv.emplace_back("--dtypes");
+  for (DType dtype : options.dtypes) argv.emplace_back(to_string(dtype));
+  const int exit_code = run_process(argv, stdout_path, stderr_path);
+  if (exit_code != 0) {
+    failure = detail::concat("torch: ", script, " failed on ", case_name, " (exit ", exit_code, "): ",
+                             last_line(stderr_path), " (its remaining ", rows, " skipped)");
+    return std::nullopt;
+  }
+  try {
+    return json::parse_file(json_path);
+  } catch (const std::exception& e) {
+    failure = detail::concat("torch: could not read the results of ", script, " on ", case_name, ": ", e.what(),
+                             " (its remaining ", rows, " skipped)");
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::string run_torch_peer(const PeerOptions& options, const std::vector<Workload>& workloads, const RopeSpec& spec,
@@ -239,42 +277,22 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     int repetitions = options.repetitions;
     if (options.quick) repetitions = std::min(repetitions, kTorchQuickRepetitionsCap);
     if (workload.name == "prefill_long") repetitions = std::min(repetitions, kTorchLongRepetitionsCap);
-    if (options.progress) {
-      progress << format_line("# torch: running %s on %s (%d repetitions)...\n", kPeerScript, workload.name.c_str(),
-                              repetitions);
-    }
-    const std::string json_path = temp.path() + "/" + workload.name + ".json";
-    const std::string stdout_path = temp.path() + "/" + workload.name + ".out";
-    const std::string stderr_path = temp.path() + "/" + workload.name + ".err";
     // The script's flags (see its argparse): one shape, BSHD only, arange positions, no table
-    // timing, one warm-up like ours.
-    std::vector<std::string> argv = {python, script,
-                                     "--batch", std::to_string(workload.torch_batch),
-                                     "--tokens", std::to_string(workload.torch_tokens),
-                                     "--heads-q", std::to_string(workload.torch_heads_q),
-                                     "--heads-kv", std::to_string(kKvHeads),
-                                     "--head-dim", std::to_string(kHeadDim),
-                                     "--theta", detail::shortest(spec.theta_base),
-                                     "--layouts", "bshd",
-                                     "--reps", std::to_string(repetitions),
-                                     "--warmup", "1",
-                                     "--table-positions", "0",
-                                     "--json", json_path,
-                                     "--threads"};
-    for (int t : options.threads) argv.push_back(std::to_string(t));
-    argv.push_back("--dtypes");
-    for (DType dtype : options.dtypes) argv.emplace_back(to_string(dtype));
-    const int exit_code = run_process(argv, stdout_path, stderr_path);
-    if (exit_code != 0) {
-      return detail::concat("torch: ", script, " failed on ", workload.name, " (exit ", exit_code, "): ",
-                            last_line(stderr_path), " (its remaining PyTorch rows skipped)");
-    }
+    // timing.
+    std::string failure;
+    const std::optional<json::Value> root = run_peer_case(
+        options, python, script, kPeerScript, temp.path(), workload.name,
+        {"--batch", std::to_string(workload.torch_batch), "--tokens", std::to_string(workload.torch_tokens),
+         "--heads-q", std::to_string(workload.torch_heads_q), "--heads-kv", std::to_string(kKvHeads),
+         "--head-dim", std::to_string(kHeadDim), "--theta", detail::shortest(spec.theta_base), "--layouts", "bshd",
+         "--table-positions", "0"},
+        repetitions, progress, "PyTorch rows", failure);
+    if (!root) return failure;
     std::vector<Row> rows;
     try {
-      const json::Value root = json::parse_file(json_path);
-      rows = read_torch_rows(root, workload, read_torch_meta(root, version));
+      rows = read_torch_rows(*root, workload, read_torch_meta(*root, version));
       // torch.compile's compile time: excluded from the torch_hf_compile rows' timing, said here.
-      if (const json::Value* results = root.find("results"); results != nullptr && results->is_array()) {
+      if (const json::Value* results = root->find("results"); results != nullptr && results->is_array()) {
         for (const json::Value& item : results->as_array()) {
           const json::Value* compile_s = item.find("compile_s");
           const json::Value* dtype = item.find("dtype");
@@ -317,34 +335,15 @@ std::string run_torch_attention_peer(const PeerOptions& options, const std::vect
     int repetitions = options.repetitions;
     if (options.quick) repetitions = std::min(repetitions, kTorchQuickRepetitionsCap);
     if (c.prefill) repetitions = std::min(repetitions, kAttentionPrefillRepetitionsCap);
-    if (options.progress) {
-      progress << format_line("# torch: running %s on %s (%d repetitions)...\n", kAttentionPeerScript, c.name.c_str(),
-                              repetitions);
-    }
-    const std::string json_path = temp.path() + "/" + c.name + ".json";
-    const std::string stdout_path = temp.path() + "/" + c.name + ".out";
-    const std::string stderr_path = temp.path() + "/" + c.name + ".err";
-    std::vector<std::string> argv = {python, script,
-                                     "--case", c.prefill ? "prefill" : "decode",
-                                     "--tokens", std::to_string(c.keys),
-                                     "--heads-q", std::to_string(kQHeads),
-                                     "--heads-kv", std::to_string(kKvHeads),
-                                     "--head-dim", std::to_string(kHeadDim),
-                                     "--reps", std::to_string(repetitions),
-                                     "--warmup", "1",
-                                     "--json", json_path,
-                                     "--threads"};
-    for (int t : options.threads) argv.push_back(std::to_string(t));
-    argv.push_back("--dtypes");
-    for (DType dtype : options.dtypes) argv.emplace_back(to_string(dtype));
-    const int exit_code = run_process(argv, stdout_path, stderr_path);
-    if (exit_code != 0) {
-      return detail::concat("torch: ", script, " failed on ", c.name, " (exit ", exit_code, "): ",
-                            last_line(stderr_path), " (its remaining PyTorch attention rows skipped)");
-    }
+    std::string failure;
+    const std::optional<json::Value> root = run_peer_case(
+        options, python, script, kAttentionPeerScript, temp.path(), c.name,
+        {"--case", c.prefill ? "prefill" : "decode", "--tokens", std::to_string(c.keys), "--heads-q",
+         std::to_string(kQHeads), "--heads-kv", std::to_string(kKvHeads), "--head-dim", std::to_string(kHeadDim)},
+        repetitions, progress, "PyTorch attention rows", failure);
+    if (!root) return failure;
     try {
-      const json::Value root = json::parse_file(json_path);
-      for (TorchResult& result : read_torch_results(root, read_torch_meta(root, version))) {
+      for (TorchResult& result : read_torch_results(*root, read_torch_meta(*root, version))) {
         Row& row = result.row;
         row.workload = c.name;
         row.shape = c.prefill ? detail::concat(c.shape.substr(0, c.shape.find(", fused")),
