@@ -33,6 +33,22 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512bh load_bf16
   return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, p));
 }
 
+// The lane sums of a0..a3, in order, as one 128-bit vector: pairs of vectors interleaved and
+// added per 128-bit block (32-bit, then 64-bit lanes), leaving per block the four partial sums in
+// order, then the four blocks added. 11 operations for four sums, where four
+// _mm512_reduce_add_ps take 32 (each halves its vector four times). The summation order differs
+// from reduce_add's; any order is within the error analysis (docs/attention.md).
+__attribute__((target("avx512f"))) inline __m128 sum_of_four(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));  // a0 a1 a0 a1
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));  // a2 a3 a2 a3
+  const __m512d d01 = _mm512_castps_pd(s01), d23 = _mm512_castps_pd(s23);
+  const __m512 sum = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d01, d23)),
+                                   _mm512_castpd_ps(_mm512_unpackhi_pd(d01, d23)));  // per block: a0 a1 a2 a3
+  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(sum),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+}
+
 }  // namespace
 
 // Four keys per pass over q (each q vector loaded once for four K rows), one accumulator each;
@@ -50,10 +66,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void scores_bf16
       a2 = _mm512_dpbf16_ps(a2, qv, load_bf16(k0 + 2 * k_stride + e, dim - e));
       a3 = _mm512_dpbf16_ps(a3, qv, load_bf16(k0 + 3 * k_stride + e, dim - e));
     }
-    s[j] = scale * _mm512_reduce_add_ps(a0);
-    s[j + 1] = scale * _mm512_reduce_add_ps(a1);
-    s[j + 2] = scale * _mm512_reduce_add_ps(a2);
-    s[j + 3] = scale * _mm512_reduce_add_ps(a3);
+    _mm_storeu_ps(s + j, _mm_mul_ps(_mm_set1_ps(scale), sum_of_four(a0, a1, a2, a3)));
   }
   for (; j < keys; ++j) {
     __m512 a = _mm512_setzero_ps();
@@ -91,8 +104,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void scor
         acc[r][3] = _mm512_dpbf16_ps(acc[r][3], qv, c3);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int i = 0; i < 4; ++i) s[r * s_stride + j + i] = scale * _mm512_reduce_add_ps(acc[r][i]);
+    const __m128 scale4 = _mm_set1_ps(scale);
+    for (int r = 0; r < R; ++r) {
+      _mm_storeu_ps(s + r * s_stride + j, _mm_mul_ps(scale4, sum_of_four(acc[r][0], acc[r][1], acc[r][2], acc[r][3])));
+    }
   }
   for (int r = 0; r < R; ++r) scores_bf16_dot(q[r], k + j * k_stride, k_stride, keys - j, dim, scale, s + r * s_stride + j);
 }
