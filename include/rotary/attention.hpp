@@ -14,7 +14,8 @@
 //
 // Visibility (the mask), by positions within the sequence. The query at index i sits at position
 // p_i = i + query offset (AttentionOptions::query_offset, or query_offsets[b]); key j at position j.
-//   j < kv_length(b)                       always (kv_lengths[b], or the sequence's key count)
+//   kv_start(b) <= j < kv_length(b)        always (kv_starts[b], or 0; kv_lengths[b], or the
+//                                          sequence's key count)
 //   j <= p_i                               if mask == Mask::Causal
 //   p_i - j < window                       if window > 0 (sliding window: the window - 1 keys
 //                                          before the query and the query's own position;
@@ -102,6 +103,12 @@ struct AttentionOptions {
   // Per-sequence key counts (padded batches, a KV cache): batch values in [0, k's seq]; keys at
   // j >= kv_lengths[b] are invisible. Empty = all keys. Not with THD (cu_seqlens say it).
   std::span<const int64_t> kv_lengths;
+  // Per-sequence first visible key (left-padded batches: the padding sits before it): batch
+  // values in [0, kv_lengths[b]] (or k's seq); keys at j < kv_starts[b] are invisible. Positions
+  // are unchanged (key j stays at position j), so a query sees keys in [kv_starts[b], ...) of its
+  // causal / window range. Empty = 0 for all. Not with THD (cu_seqlens say where a sequence
+  // starts).
+  std::span<const int64_t> kv_starts;
   // THD (packed, variable length; flash-attn varlen): num_sequences + 1 token offsets each,
   // starting at 0, non-decreasing, ending at q's (k's) token count. Required for THD, refused
   // otherwise. Sequence b owns query tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]) and key
@@ -150,7 +157,7 @@ double attention_scale(const RopeSpec& spec, int64_t qk_head_dim);
 // dim; out has q's shape but v's head dim), q_heads % kv_heads == 0, q and k head dims equal,
 // extents >= 0 and their byte spans in int64, unit stride on the head dim, strides >= 0, null or
 // misaligned data, out overlapping q / k / v or itself, a negative window or offset, a non-finite
-// or non-positive scale or one past float32's range, kv_lengths / query_offsets / cu_seqlens of the wrong length or with values
+// or non-positive scale or one past float32's range, kv_lengths / kv_starts / query_offsets / cu_seqlens of the wrong length or with values
 // out of range, THD without cu_seqlens; with rope: a null table, position counts, positions past
 // the table, rotary_offset + rotary_dim past the head dim, a spec the fused path does not serve;
 // with ALiBi: a slope count other than q heads, non-finite or too large slopes, ALiBi with RoPE

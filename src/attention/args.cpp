@@ -313,6 +313,7 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     check_cu_seqlens(options.cu_seqlens_q, "options.cu_seqlens_q", cq.axes.seq, 0);
     check_cu_seqlens(options.cu_seqlens_k, "options.cu_seqlens_k", ck.axes.seq, options.cu_seqlens_q.size());
     if (!options.kv_lengths.empty()) fail(detail::concat("options.kv_lengths must be empty for layout thd (cu_seqlens_k gives them) (got ", options.kv_lengths.size(), " values)"));
+    if (!options.kv_starts.empty()) fail(detail::concat("options.kv_starts must be empty for layout thd (cu_seqlens_k gives where a sequence starts) (got ", options.kv_starts.size(), " values)"));
     num_sequences = static_cast<int64_t>(options.cu_seqlens_q.size()) - 1;
   } else {
     if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
@@ -320,6 +321,9 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     }
     if (!options.kv_lengths.empty() && static_cast<int64_t>(options.kv_lengths.size()) != num_sequences) {
       fail(detail::concat("options.kv_lengths must hold one value per sequence, ", num_sequences, " (got ", options.kv_lengths.size(), ")"));
+    }
+    if (!options.kv_starts.empty() && static_cast<int64_t>(options.kv_starts.size()) != num_sequences) {
+      fail(detail::concat("options.kv_starts must hold one value per sequence, ", num_sequences, " (got ", options.kv_starts.size(), ")"));
     }
   }
   if (!options.query_offsets.empty() && static_cast<int64_t>(options.query_offsets.size()) != num_sequences) {
@@ -358,6 +362,14 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
           fail(detail::concat("options.kv_lengths[", b, "] must be in [0, ", ck.axes.seq, "] (k's seq) (got ", length, ")"));
         }
         s.num_keys = length;
+      }
+      if (!options.kv_starts.empty()) {
+        const int64_t start = options.kv_starts[ub];
+        if (start < 0 || start > s.num_keys) {
+          fail(detail::concat("options.kv_starts[", b, "] must be in [0, ", s.num_keys, "] (",
+                              options.kv_lengths.empty() ? "k's seq" : "its kv_lengths", ") (got ", start, ")"));
+        }
+        s.first_key = start;
       }
     }
     s.query_offset = options.query_offsets.empty() ? options.query_offset : options.query_offsets[ub];

@@ -63,8 +63,8 @@ Items make_items(const Plan& plan) {
     if (s.num_queries == 0) continue;
     const int64_t blocks = (s.num_queries + block - 1) / block;
     // The keys the block's queries see, together: ranges move right with the position.
-    const KeyRange head = visible_keys(plan, s.query_offset, s.num_keys);
-    const KeyRange tail = visible_keys(plan, s.query_offset + s.num_queries - 1, s.num_keys);
+    const KeyRange head = visible_keys(plan, s.query_offset, s.first_key, s.num_keys);
+    const KeyRange tail = visible_keys(plan, s.query_offset + s.num_queries - 1, s.first_key, s.num_keys);
     const int64_t keys_first = head.first, keys_last = std::max(head.last, tail.last);
     const KeySplit split =
         blocks == 1 && split_over_keys.load(std::memory_order_relaxed) ? key_split(unsplit_items, keys_last - keys_first)

@@ -559,7 +559,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
-      KeyRange range = visible_keys(plan, seq.query_offset + query, seq.num_keys);
+      KeyRange range = visible_keys(plan, seq.query_offset + query, seq.first_key, seq.num_keys);
       // A chunk of a split item sees only its own keys (the merge adds the chunks up).
       range.first = std::max(range.first, item.key_first);
       range.last = std::min(range.last, item.key_last);

@@ -23,6 +23,7 @@ struct Sequence {
   int64_t q_token0 = 0, k_token0 = 0;
   int64_t num_queries = 0;
   int64_t num_keys = 0;       // visible length: kv_lengths[b], else the keys the tensor holds
+  int64_t first_key = 0;      // first visible key: kv_starts[b], else 0 (<= num_keys)
   int64_t query_offset = 0;   // position of query 0
   // K and V rows that exist from k_base / v_base on (the views' seq extent from this sequence's
   // first token; >= num_keys): how far a prefetch may run past the visible keys.
@@ -47,13 +48,13 @@ struct Plan {
 Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttentionOptions& options, const AttentionRope* rope, bool allow_f64);
 
-// The visible keys of a query at position p in a sequence of num_keys visible keys: the
-// half-open range [first, last). Empty (first >= last) when every key is masked.
+// The visible keys of a query at position p in a sequence whose keys [first_key, num_keys) are
+// visible: the half-open range [first, last). Empty (first >= last) when every key is masked.
 struct KeyRange {
   int64_t first = 0, last = 0;
 };
-inline KeyRange visible_keys(const Plan& plan, int64_t position, int64_t num_keys) {
-  KeyRange range{0, num_keys};
+inline KeyRange visible_keys(const Plan& plan, int64_t position, int64_t first_key, int64_t num_keys) {
+  KeyRange range{first_key, num_keys};
   // position <= kMaxPosition-ish bounds are checked: p + 1 cannot overflow.
   if (plan.mask == Mask::Causal && position + 1 < range.last) range.last = position + 1;
   if (plan.window > 0) {

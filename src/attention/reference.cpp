@@ -78,7 +78,7 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
         for (int64_t i = 0; i < s.num_queries; ++i) {
           const int64_t q_row = s.q_base + i * plan.q.stride_seq + h * plan.q.stride_heads;
           const int64_t out_row = s.out_base + i * plan.out.stride_seq + h * plan.out.stride_heads;
-          const attention_internal::KeyRange range = attention_internal::visible_keys(plan, s.query_offset + i, s.num_keys);
+          const attention_internal::KeyRange range = attention_internal::visible_keys(plan, s.query_offset + i, s.first_key, s.num_keys);
           std::fill(output.begin(), output.end(), 0.0);
           if (range.first < range.last) {
             for (int64_t e = 0; e < dq; ++e) query[static_cast<size_t>(e)] = cpu::load_element(q.data, q.dtype, q_row + e * plan.q.stride_dim);

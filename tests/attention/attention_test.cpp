@@ -134,6 +134,15 @@ TEST(AttentionReference, FullyMaskedRowIsZeros) {
   EXPECT_THAT(out, ::testing::Each(0.0));
 }
 
+TEST(AttentionReference, TwoTokensKvStartHidesTheKeysBeforeIt) {
+  // kv_starts {1}: key 0 is padding. Causal: query 0 (position 0) sees no key (zeros), query 1
+  // sees key 1 alone (v_1); no mask: both see key 1 alone.
+  TwoTokens t;
+  const std::vector<int64_t> start_1{1};
+  EXPECT_EQ(t.run({.scale = 1.0, .mask = Mask::Causal, .kv_starts = start_1}), (std::array<double, 4>{0, 0, 3, 4}));
+  EXPECT_EQ(t.run({.scale = 1.0, .kv_starts = start_1}), (std::array<double, 4>{3, 4, 3, 4}));
+}
+
 // ---- argument checks -----------------------------------------------------------------------------
 
 struct Small {
@@ -163,6 +172,76 @@ TEST(AttentionArgs, RejectsKvLengthsThatDisagreeWithTheTensors) {
               ThrowsMessage<Error>(HasSubstr("options.kv_lengths must hold one value per sequence, 2 (got 3)")));
   EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_lengths = too_long}); },
               ThrowsMessage<Error>(HasSubstr("options.kv_lengths[1] must be in [0, 5] (k's seq) (got 6)")));
+}
+
+TEST(AttentionArgs, RejectsKvStartsThatDisagreeWithTheTensors) {
+  Small s;
+  const std::vector<int64_t> three{1, 2, 3}, past_k{0, 6}, negative{-1, 0}, lengths{5, 2}, past_length{0, 3};
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_starts = three}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_starts must hold one value per sequence, 2 (got 3)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_starts = past_k}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_starts[1] must be in [0, 5] (k's seq) (got 6)")));
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_starts = negative}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_starts[0] must be in [0, 5] (k's seq) (got -1)")));
+  EXPECT_THAT([&] { reference::attention(s.q.view, s.k.view, s.v.view, s.out.view, {.kv_lengths = lengths, .kv_starts = past_length}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_starts[1] must be in [0, 2] (its kv_lengths) (got 3)")));
+  Tensor q = make(DType::F32, Layout::THD, 1, 6, 2, 8), k = make(DType::F32, Layout::THD, 1, 6, 2, 8);
+  Tensor v = make(DType::F32, Layout::THD, 1, 6, 2, 8), out = make(DType::F32, Layout::THD, 1, 6, 2, 8);
+  const std::vector<int64_t> cu{0, 2, 6}, starts{0, 1};
+  EXPECT_THAT([&] { attention(q.view, k.view, v.view, out.view, {.kv_starts = starts, .cu_seqlens_q = cu, .cu_seqlens_k = cu}); },
+              ThrowsMessage<Error>(HasSubstr("options.kv_starts must be empty for layout thd")));
+}
+
+// Left padding two ways: kv_starts on the whole batch, and each sequence's own call on the keys
+// from its start (the query offset moved back by the start, so every position relation is the
+// same). The float64 reference gives the same bits both ways (the same keys, in the same order);
+// the fast path agrees within float32 rounding, on every dtype's float32 form.
+TEST(AttentionCpu, KvStartsEqualEachSequenceOnItsKeysFromTheStart) {
+  Rng rng(7);
+  const int64_t batch = 3, q_seq = 5, k_seq = 40, kv_heads = 2, group = 2, dim = 16;
+  const std::vector<int64_t> starts{0, 7, 33}, offsets{35, 35, 35}, lengths{40, 38, 40};
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "no mask");
+    Tensor q(DType::F64, Layout::BHSD, batch, q_seq, kv_heads * group, dim), k(DType::F64, Layout::BHSD, batch, k_seq, kv_heads, dim);
+    Tensor v(DType::F64, Layout::BHSD, batch, k_seq, kv_heads, dim), out(DType::F64, Layout::BHSD, batch, q_seq, kv_heads * group, dim);
+    q.fill(rng), k.fill(rng), v.fill(rng);
+    const Mask mask = causal ? Mask::Causal : Mask::None;
+    reference::attention(q.view, k.view, v.view, out.view,
+                         {.mask = mask, .query_offsets = offsets, .kv_lengths = lengths, .kv_starts = starts});
+    Tensor q32(DType::F32, Layout::BHSD, batch, q_seq, kv_heads * group, dim), k32(DType::F32, Layout::BHSD, batch, k_seq, kv_heads, dim);
+    Tensor v32(DType::F32, Layout::BHSD, batch, k_seq, kv_heads, dim), out32(DType::F32, Layout::BHSD, batch, q_seq, kv_heads * group, dim);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < kv_heads * group; ++h)
+        for (int64_t e = 0; e < dim; ++e) {
+          for (int64_t i = 0; i < q_seq; ++i) q32.set(b, i, h, e, q.at(b, i, h, e));
+          for (int64_t j = 0; j < k_seq && h < kv_heads; ++j) k32.set(b, j, h, e, k.at(b, j, h, e)), v32.set(b, j, h, e, v.at(b, j, h, e));
+        }
+    attention(q32.view, k32.view, v32.view, out32.view,
+              {.mask = mask, .query_offsets = offsets, .kv_lengths = lengths, .kv_starts = starts});
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto ub = static_cast<size_t>(b);
+      const int64_t keys = lengths[ub] - starts[ub];
+      // Sequence b alone, its keys from the start: views into the same buffers.
+      const auto slice = [&](const Tensor& t, int64_t first, int64_t count) {
+        TensorView view = t.view;
+        view.data = static_cast<char*>(t.view.data) + (b * t.axes.stride_batch + first * t.axes.stride_seq) * dtype_size(t.view.dtype);
+        view.shape[0] = 1;
+        view.shape[2] = count;
+        return view;
+      };
+      Tensor alone(DType::F64, Layout::BHSD, 1, q_seq, kv_heads * group, dim), alone32(DType::F32, Layout::BHSD, 1, q_seq, kv_heads * group, dim);
+      const AttentionOptions shifted{.mask = mask, .query_offset = offsets[ub] - starts[ub]};
+      reference::attention(slice(q, 0, q_seq), slice(k, starts[ub], keys), slice(v, starts[ub], keys), alone.view, shifted);
+      attention(slice(q32, 0, q_seq), slice(k32, starts[ub], keys), slice(v32, starts[ub], keys), alone32.view, shifted);
+      for (int64_t h = 0; h < kv_heads * group; ++h)
+        for (int64_t i = 0; i < q_seq; ++i)
+          for (int64_t e = 0; e < dim; ++e) {
+            ASSERT_EQ(out.at(b, i, h, e), alone.at(0, i, h, e)) << "b " << b << " h " << h << " i " << i << " e " << e;
+            ASSERT_NEAR(out32.at(b, i, h, e), alone32.at(0, i, h, e), 1e-6) << "b " << b << " h " << h << " i " << i;
+            ASSERT_NEAR(out32.at(b, i, h, e), alone.at(0, i, h, e), 1e-5) << "b " << b << " h " << h << " i " << i;
+          }
+    }
+  }
 }
 
 TEST(AttentionArgs, RejectsCuSeqlensThatDoNotEndAtTheTokenCount) {
@@ -366,7 +445,7 @@ struct Case {
   int64_t batch = 1, q_seq = 1, k_seq = 1, kv_heads = 1, group = 1, qk_dim = 8, v_dim = 8;
   std::array<int64_t, 3> pad{};
   AttentionOptions options;
-  std::vector<int64_t> kv_lengths, query_offsets, cu_q, cu_k;
+  std::vector<int64_t> kv_lengths, kv_starts, query_offsets, cu_q, cu_k;
   bool rope = false;
   Style style = Style::NeoX;
   Storage storage = Storage::Stored;
@@ -376,8 +455,8 @@ struct Case {
 };
 
 // The visible key range of the reference's rule, recomputed here independently.
-std::pair<int64_t, int64_t> keys_of(const Case& c, int64_t position, int64_t num_keys) {
-  int64_t first = 0, last = num_keys;
+std::pair<int64_t, int64_t> keys_of(const Case& c, int64_t position, int64_t first_key, int64_t num_keys) {
+  int64_t first = first_key, last = num_keys;
   if (c.options.mask == Mask::Causal) last = std::min(last, position + 1);
   if (c.options.window > 0) first = std::max<int64_t>(first, position - c.options.window + 1);
   return {first, std::max(first, last)};
@@ -400,6 +479,7 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
   Tensor out(c.dtype, c.layout, thd ? 1 : c.batch, c.q_seq, c.kv_heads * c.group, c.v_dim, c.pad);
   q.fill(rng), k.fill(rng), v.fill(rng);
   c.options.kv_lengths = c.kv_lengths;
+  c.options.kv_starts = c.kv_starts;
   c.options.query_offsets = c.query_offsets;
   c.options.cu_seqlens_q = c.cu_q;
   c.options.cu_seqlens_k = c.cu_k;
@@ -497,12 +577,13 @@ Outcome run_case(Case c, uint64_t seed, int64_t shift_offset = 0) {
     const int64_t nq = thd ? c.cu_q[static_cast<size_t>(b) + 1] - q0 : c.q_seq;
     int64_t nk = thd ? c.cu_k[static_cast<size_t>(b) + 1] - k0 : c.k_seq;
     if (!c.kv_lengths.empty()) nk = c.kv_lengths[static_cast<size_t>(b)];
+    const int64_t k_first = c.kv_starts.empty() ? 0 : c.kv_starts[static_cast<size_t>(b)];
     const int64_t offset = c.query_offsets.empty() ? c.options.query_offset : c.query_offsets[static_cast<size_t>(b)];
     const int64_t tb = thd ? 0 : b;
     for (int64_t h = 0; h < c.kv_heads * c.group; ++h) {
       const int64_t g = h / c.group;
       for (int64_t i = 0; i < nq; ++i) {
-        const auto [first, last] = keys_of(c, offset + i, nk);
+        const auto [first, last] = keys_of(c, offset + i, k_first, nk);
         const int64_t q_token = thd ? q0 + i : b * c.q_seq + i;
         const std::vector<double> qm = magnitudes(q, tb, q0 + i, h, c.rope ? q_positions[static_cast<size_t>(q_token)] : c.absolute ? abs_q_positions[static_cast<size_t>(q_token)] : 0);
         double max_a = 0, max_bias = 0;
@@ -550,7 +631,7 @@ std::string describe(const Case& c) {
                      std::to_string(c.qk_dim) + "/" + std::to_string(c.v_dim) + " mask " +
                      (c.options.mask == Mask::Causal ? "causal" : "none") + " window " + std::to_string(c.options.window) +
                      " offset " + std::to_string(c.options.query_offset) + " offsets " + std::to_string(c.query_offsets.size()) +
-                     " kv_lengths " + std::to_string(c.kv_lengths.size());
+                     " kv_lengths " + std::to_string(c.kv_lengths.size()) + " kv_starts " + std::to_string(c.kv_starts.size());
   if (c.rope) text += " rope " + std::string(to_string(c.style)) + " rotary_dim " + std::to_string(c.rotary_dim) + " at " + std::to_string(c.rotary_offset);
   if (c.alibi) text += " alibi";
   if (c.absolute) text += " absolute";
@@ -608,6 +689,13 @@ Case random_case(Rng& rng) {
     c.alibi = true;
   } else if (rng.percent(40)) {
     c.absolute = true;
+  }
+  // Left padding: a first visible key per sequence (drawn last, so the draws above are as before).
+  if (!thd && rng.percent(30)) {
+    for (int64_t s = 0; s < sequences; ++s) {
+      const int64_t keys = c.kv_lengths.empty() ? c.k_seq : c.kv_lengths[static_cast<size_t>(s)];
+      c.kv_starts.push_back(rng.uniform(0, keys));
+    }
   }
   return c;
 }
