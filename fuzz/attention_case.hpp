@@ -4,7 +4,8 @@
 // The bytes first choose a valid call: a layout (BSHD, BHSD, SBHD, THD), a storage type (f32,
 // bf16, f16), a small shape (q heads a multiple of kv heads; sometimes enough queries for two
 // query blocks and enough keys for several tiles and the split over keys), a mask, a window, a
-// scale, per-sequence kv_lengths and query offsets (THD: cu_seqlens), and one position encoding:
+// scale, per-sequence kv_lengths, query offsets and (read last) kv_starts (THD: cu_seqlens), and
+// one position encoding:
 // none, fused RoPE (a table from attention_spec's set, partial rotary and a rotary_offset
 // included, one position per q and k token), ALiBi slopes (the paper's or random ones), or an
 // absolute table. Then up to 8 edits each set one field (a shape entry, a stride, a data offset,
@@ -107,8 +108,8 @@ struct AttentionCase {
   std::array<bool, 4> null_data{};
   AttentionOptions options;  // spans bound by bind()
   // Per-sequence spans: counts (0 = not given) and values.
-  int64_t num_kv_lengths = 0, num_query_offsets = 0, num_cu_q = 0, num_cu_k = 0;
-  std::vector<int64_t> kv_lengths, query_offsets, cu_q, cu_k;
+  int64_t num_kv_lengths = 0, num_query_offsets = 0, num_cu_q = 0, num_cu_k = 0, num_kv_starts = 0;
+  std::vector<int64_t> kv_lengths, query_offsets, cu_q, cu_k, kv_starts;
   // Fused RoPE.
   bool rope_on = false, null_table = false;
   AttentionRope rope;  // table and spans bound by bind()
@@ -129,7 +130,7 @@ struct AttentionCase {
   // whose size its checks accept (cu_seqlens of any length, positions for 2^40 tokens without
   // elements), so a call with a span this harness cannot back is not made.
   bool spans_backed() const {
-    for (const int64_t count : {num_kv_lengths, num_query_offsets, num_cu_q, num_cu_k, num_rope_q, num_rope_k, num_slopes,
+    for (const int64_t count : {num_kv_lengths, num_query_offsets, num_cu_q, num_cu_k, num_kv_starts, num_rope_q, num_rope_k, num_slopes,
                                 num_abs_values, num_abs_q, num_abs_k}) {
       if (count < 0 || count > kMaxArray) return false;
     }
@@ -140,6 +141,7 @@ struct AttentionCase {
   void bind(unsigned char* arena, const CosSinTable* table) {
     for (size_t v = 0; v < 4; ++v) views[v].data = null_data[v] ? nullptr : arena + offset_bytes[v];
     options.kv_lengths = backed_span(kv_lengths, num_kv_lengths);
+    options.kv_starts = backed_span(kv_starts, num_kv_starts);
     options.query_offsets = backed_span(query_offsets, num_query_offsets);
     options.cu_seqlens_q = backed_span(cu_q, num_cu_q);
     options.cu_seqlens_k = backed_span(cu_k, num_cu_k);
@@ -310,6 +312,17 @@ inline AttentionCase decode_attention_case(const uint8_t* data, size_t size) {
         if (target % 2 == 0) c.num_abs_q = value;
         else set_element(c.abs_k);
         break;
+    }
+  }
+  // kv_starts (left padding), read after everything else, so that an input which ends before
+  // them (every input written before they existed) gives none: 1 = a first key per sequence in
+  // [0, its keys]; 3 = a count off by one and raw byte values, for the checks.
+  const uint8_t starts = in.u8() % 4;
+  if (starts == 1 || starts == 3) {
+    c.num_kv_starts = starts == 1 ? num_sequences : std::max<int64_t>(0, num_sequences + (in.u8() % 2 == 1 ? 1 : -1));
+    for (int64_t b = 0; b < c.num_kv_starts; ++b) {
+      const int64_t keys = static_cast<size_t>(b) < c.kv_lengths.size() ? c.kv_lengths[static_cast<size_t>(b)] : k_seq;
+      c.kv_starts.push_back(starts == 1 ? in.u8() % (std::max<int64_t>(keys, 0) + 1) : static_cast<int8_t>(in.u8()));
     }
   }
   return c;

@@ -199,7 +199,7 @@ void attention_args_seeds(const fs::path& out) {
   auto emit = [&](const std::vector<uint8_t>& bytes) {
     write_file(out / ("call_" + std::to_string(index++)), std::string(bytes.begin(), bytes.end()));
   };
-  auto call = [](uint8_t layout, uint8_t encoding, std::vector<uint8_t> edits) {
+  auto call = [](uint8_t layout, uint8_t encoding, std::vector<uint8_t> edits, std::vector<uint8_t> starts = {}) {
     const bool thd = layout == 3;
     const int64_t batch = thd ? 1 : 2;
     // Two query blocks (BSHD + RoPE) or several key tiles and the split over keys (BHSD).
@@ -237,6 +237,7 @@ void attention_args_seeds(const fs::path& out) {
     }
     b.push_back(static_cast<uint8_t>(edits.size() / 4));
     b.insert(b.end(), edits.begin(), edits.end());
+    b.insert(b.end(), starts.begin(), starts.end());  // kv_starts, read last
     return b;
   };
   for (uint8_t layout = 0; layout < 4; ++layout) {
@@ -251,6 +252,12 @@ void attention_args_seeds(const fs::path& out) {
   emit(call(1, 1, {23, 3, 2, 7}));             // a RoPE position past kMaxPosition
   emit(call(3, 0, {14, 1, 1, 9}));             // cu_seqlens_q[1] = 9
   emit(call(2, 3, {33, 0, 1, 3, 20, 2, 1, 0}));  // absolute q count 3, and RoPE on too
+  // kv_starts: a first key per sequence (left padding), with a causal mask and the split over
+  // keys (BHSD), with RoPE (BSHD), a count off by one with raw values, and THD (refused).
+  emit(call(1, 0, {}, {1, 3, 100}));
+  emit(call(0, 1, {}, {1, 2, 4}));
+  emit(call(0, 0, {}, {3, 1, 200, 7, 9}));
+  emit(call(3, 0, {}, {1, 1, 2}));
 }
 
 // The byte grammar of fuzz/kv_cache_ops_fuzz.cpp: a cache, then operations.

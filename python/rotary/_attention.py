@@ -43,6 +43,7 @@ class Prepared(NamedTuple):
     seq_len: int  # -1: the call's largest position + 1 (Hugging Face's rule)
     alibi_slopes: Optional[np.ndarray] = None  # float32 [q_heads]
     absolute: Optional[np.ndarray] = None  # float32 [rows, head_dim], C-contiguous
+    kv_starts: Optional[np.ndarray] = None
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -119,7 +120,8 @@ def optional_scale(scale) -> Optional[float]:
 
 
 def _sequence_ints(values, name: str) -> Optional[np.ndarray]:
-    """kv_lengths / query offsets / cu_seqlens: 1-D integers (their count is checked in C++)."""
+    """kv_lengths / kv_starts / query offsets / cu_seqlens: 1-D integers (their count is checked in
+    C++)."""
     if values is None:
         return None
     array = int64_positions(values, name)
@@ -171,11 +173,12 @@ def _default_positions(layout: str, shape, cu: Optional[np.ndarray], offsets: Op
 
 def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, kv_lengths, cu_seqlens_q,
             cu_seqlens_k, spec_or_table, q_positions, k_positions, precision, seq_len, alibi_slopes=None,
-            absolute=None) -> Prepared:
+            absolute=None, kv_starts=None) -> Prepared:
     """Checks and converts everything that crosses as a plain buffer; resolves the table. The
     positions serve fused RoPE or the absolute table (C++ refuses the two together)."""
     offsets = _sequence_ints(query_offsets, "query_offsets")
     lengths = _sequence_ints(kv_lengths, "kv_lengths")
+    starts = _sequence_ints(kv_starts, "kv_starts")
     cu_q = _sequence_ints(cu_seqlens_q, "cu_seqlens_q")
     cu_k = _sequence_ints(cu_seqlens_k, "cu_seqlens_k")
     slopes = check_alibi_slopes(alibi_slopes)
@@ -189,12 +192,12 @@ def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, 
                 if value is not None:
                     raise RotaryError(f"{name} is for fused RoPE or an absolute table and needs spec_or_table or "
                                       f"absolute (got {name} without either)")
-            return Prepared(offsets, lengths, cu_q, cu_k, None, None, None, -1, slopes, None)
+            return Prepared(offsets, lengths, cu_q, cu_k, None, None, None, -1, slopes, None, starts)
         q_pos, k_pos = _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions,
                                        k_positions)
         empty = np.empty(0, dtype=np.int64)
         return Prepared(offsets, lengths, cu_q, cu_k, None, empty if q_pos is None else q_pos,
-                        empty if k_pos is None else k_pos, -1, slopes, table)
+                        empty if k_pos is None else k_pos, -1, slopes, table, starts)
     check_source(spec_or_table)
     named_seq_len = None if seq_len is None else int_arg("seq_len", seq_len, minimum=0)
     q_pos, k_pos = _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions,
@@ -209,7 +212,8 @@ def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, 
     _, native = resolve(spec_or_table, precision, None, call_seq_len)
     empty = np.empty(0, dtype=np.int64)
     return Prepared(offsets, lengths, cu_q, cu_k, native, empty if q_pos is None else q_pos,
-                    empty if k_pos is None else k_pos, -1 if named_seq_len is None else named_seq_len, slopes, table)
+                    empty if k_pos is None else k_pos, -1 if named_seq_len is None else named_seq_len, slopes, table,
+                    starts)
 
 
 def _call_positions(layout, q_shape, k_shape, cu_q, cu_k, offsets, query_offset, q_positions, k_positions):
@@ -238,8 +242,9 @@ def output_shape(q_shape, v_shape) -> tuple:
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False, scale: Optional[float] = None,
               window: int = 0, query_offset: int = 0, query_offsets: Optional[ArrayLike] = None,
-              kv_lengths: Optional[ArrayLike] = None, cu_seqlens_q: Optional[ArrayLike] = None,
-              cu_seqlens_k: Optional[ArrayLike] = None, layout: str = "bhsd",
+              kv_lengths: Optional[ArrayLike] = None, kv_starts: Optional[ArrayLike] = None,
+              cu_seqlens_q: Optional[ArrayLike] = None, cu_seqlens_k: Optional[ArrayLike] = None,
+              layout: str = "bhsd",
               spec_or_table: Union[Spec, Table, None] = None, q_positions: Optional[ArrayLike] = None,
               k_positions: Optional[ArrayLike] = None, rotary_offset: int = 0, precision: Optional[str] = None,
               seq_len: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
@@ -260,6 +265,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
                      sliding layers; the query's own position counts);
       query_offset / query_offsets: one offset for all sequences, or one per sequence;
       kv_lengths:    [batch] visible keys per sequence (keys past it are padding);
+      kv_starts:     [batch] first visible key per sequence (keys before it are padding: a
+                     left-padded batch in one call; positions are unchanged, key j stays at j);
       cu_seqlens_q / cu_seqlens_k: [sequences + 1] segment starts for layout "thd".
     A query that sees no key gets zeros. scale: None for 1/sqrt(d).
 
@@ -301,7 +308,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     prepared = prepare(q.shape, k.shape, layout, query_offset=query_offset, query_offsets=query_offsets,
                        kv_lengths=kv_lengths, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                        spec_or_table=spec_or_table, q_positions=q_positions, k_positions=k_positions,
-                       precision=precision, seq_len=seq_len, alibi_slopes=alibi_slopes, absolute=absolute)
+                       precision=precision, seq_len=seq_len, alibi_slopes=alibi_slopes, absolute=absolute,
+                       kv_starts=kv_starts)
     if out is None:
         out = np.empty(output_shape(q.shape, v.shape), dtype=q.dtype)
     out_view = numpy_view(out, "out", layout, writable=True)
@@ -318,7 +326,8 @@ def _call(q_view, k_view, v_view, out_view, scale, causal, window, query_offset,
                       ints_descriptor(p.query_offsets), window, ints_descriptor(p.kv_lengths),
                       ints_descriptor(p.cu_seqlens_q), ints_descriptor(p.cu_seqlens_k), p.native_table,
                       ints_descriptor(p.q_positions), ints_descriptor(p.k_positions), rotary_offset, p.seq_len,
-                      implementation, floats_descriptor(p.alibi_slopes), table_descriptor(p.absolute))
+                      implementation, floats_descriptor(p.alibi_slopes), table_descriptor(p.absolute),
+                      ints_descriptor(p.kv_starts))
 
 
 def floats_descriptor(array: Optional[np.ndarray]):

@@ -64,7 +64,7 @@ def _check_cpu(tensors) -> None:
 
 def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
          alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset,
-         seq_len, implementation) -> None:
+         seq_len, implementation, kv_starts=None) -> None:
     """Checks the call (Python buffers here, the rest in C++) and writes out."""
     spec_or_table = _handles.lookup(source) if source else None
     prepared = prepare(tuple(q.shape), tuple(k.shape), layout, query_offset=query_offset,
@@ -72,7 +72,7 @@ def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_
                        cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
                        spec_or_table=spec_or_table, q_positions=_host(q_positions), k_positions=_host(k_positions),
                        precision=precision or None, seq_len=None if seq_len < 0 else seq_len,
-                       alibi_slopes=_host(alibi_slopes), absolute=_host(absolute))
+                       alibi_slopes=_host(alibi_slopes), absolute=_host(absolute), kv_starts=_host(kv_starts))
     f64 = torch.float64 in (q.dtype, k.dtype, v.dtype, out.dtype)
     _rotary.attention(_descriptor(q, "q", layout), _descriptor(k, "k", layout), _descriptor(v, "v", layout),
                       _descriptor(out, "out", layout), scale, causal, query_offset,
@@ -81,12 +81,13 @@ def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_
                       prepared.native_table, ints_descriptor(prepared.q_positions),
                       ints_descriptor(prepared.k_positions), rotary_offset, prepared.seq_len,
                       "reference" if f64 or implementation == "reference" else "kernels",
-                      floats_descriptor(prepared.alibi_slopes), table_descriptor(prepared.absolute))
+                      floats_descriptor(prepared.alibi_slopes), table_descriptor(prepared.absolute),
+                      ints_descriptor(prepared.kv_starts))
 
 
 # ---- the custom op ----------------------------------------------------------------------------------
 # source: a Spec's or Table's handle, "" = no fused RoPE; precision "" = the default; seq_len -1 =
-# the call's largest position + 1.
+# the call's largest position + 1. kv_starts comes last (it came last), with a default.
 @torch.library.custom_op(_OP_NAME, mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_offsets: Optional[torch.Tensor],
                   kv_lengths: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
@@ -94,18 +95,18 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_offse
                   k_positions: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
                   absolute: Optional[torch.Tensor], source: str, precision: str, scale: Optional[float],
                   causal: bool, window: int, query_offset: int, layout: str, rotary_offset: int, seq_len: int,
-                  implementation: str) -> torch.Tensor:
+                  implementation: str, kv_starts: Optional[torch.Tensor] = None) -> torch.Tensor:
     out = torch.empty(output_shape(q.shape, v.shape), dtype=q.dtype, device=q.device)
     _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
          absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len,
-         implementation)
+         implementation, kv_starts)
     return out
 
 
 @_attention_op.register_fake
 def _(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
       absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len,
-      implementation):
+      implementation, kv_starts=None):
     return q.new_empty(output_shape(q.shape, v.shape))
 
 
@@ -180,13 +181,13 @@ def _from_bhsd(t, layout):
     return {"bhsd": t, "bshd": t.transpose(1, 2), "sbhd": t.permute(2, 0, 1, 3)}[layout]
 
 
-def _visible(batch, q_len, kv_len, causal, window, offsets, kv_lengths, device):
-    """attention.hpp's mask, [batch, 1, q_len, kv_len]: key j < kv_length(b); j <= p if causal;
-    p - j < window if window > 0; p = offset_b + i."""
+def _visible(batch, q_len, kv_len, causal, window, offsets, kv_starts, kv_lengths, device):
+    """attention.hpp's mask, [batch, 1, q_len, kv_len]: kv_start(b) <= key j < kv_length(b); j <= p
+    if causal; p - j < window if window > 0; p = offset_b + i."""
     i = torch.arange(q_len, device=device).view(1, 1, q_len, 1)
     j = torch.arange(kv_len, device=device).view(1, 1, 1, kv_len)
     p = i + offsets.view(batch, 1, 1, 1)
-    visible = j < kv_lengths.view(batch, 1, 1, 1)
+    visible = (j >= kv_starts.view(batch, 1, 1, 1)) & (j < kv_lengths.view(batch, 1, 1, 1))
     if causal:
         visible = visible & (j <= p)
     if window > 0:
@@ -196,9 +197,11 @@ def _visible(batch, q_len, kv_len, causal, window, offsets, kv_lengths, device):
 
 def _attention_setup(ctx, inputs, output):
     (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
-     source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation) = inputs
+     source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation,
+     *rest) = inputs
+    kv_starts = rest[0] if rest else None
     ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
-                          alibi_slopes, absolute)
+                          alibi_slopes, absolute, kv_starts)
     ctx.source = _handles.lookup(source) if source else None  # alive until backward
     ctx.args = (source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len)
 
@@ -213,13 +216,13 @@ def _rope_positions(positions, batch, seq, offsets):
 
 def _attention_backward(ctx, grad_out):
     (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
-     absolute) = ctx.saved_tensors
+     absolute, kv_starts) = ctx.saved_tensors
     dq, dk, dv, d_table = _attention_backward_op(q, k, v, grad_out.contiguous(), query_offsets, kv_lengths,
                                                  cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes,
-                                                 absolute, *ctx.args)
+                                                 absolute, *ctx.args, kv_starts)
     # Inputs: q, k, v, 4 sequence tensors, 2 positions, alibi_slopes (no gradient: the wrapper
-    # refuses slopes that require one), absolute, then 10 non-tensor arguments.
-    return (dq, dk, dv) + (None,) * 7 + (d_table if absolute is not None else None,) + (None,) * 10
+    # refuses slopes that require one), absolute, then 10 non-tensor arguments and kv_starts.
+    return (dq, dk, dv) + (None,) * 7 + (d_table if absolute is not None else None,) + (None,) * 11
 
 
 # The backward runs as an op of its own: it reads values (cu_seqlens, positions, the table), which
@@ -232,8 +235,8 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
                            q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
                            alibi_slopes: Optional[torch.Tensor], absolute: Optional[torch.Tensor], source: str,
                            precision: str, scale: Optional[float], causal: bool, window: int, query_offset: int,
-                           layout: str, rotary_offset: int,
-                           seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                           layout: str, rotary_offset: int, seq_len: int, kv_starts: Optional[torch.Tensor] = None,
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv, d_table); d_table is empty [0] without an absolute table."""
     compute = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
     if layout == "thd":
@@ -263,28 +266,30 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
         tq, tk, tv, tg = (_to_bhsd(t[sel], lay).to(compute) for (t, lay), sel in
                           zip(views, (sel_q, sel_k, sel_k, sel_q)))
         batch, q_len, kv_len = tq.shape[0], tq.shape[2], tk.shape[2]
-        if layout == "thd":
+        if layout == "thd":  # (kv_starts are refused with thd)
             offsets = torch.tensor([offset])
+            starts = torch.tensor([0])
             lengths = torch.tensor([kv_len])
         else:
             offsets = query_offsets.to(torch.int64) if query_offsets is not None else \
                 torch.full((batch,), query_offset, dtype=torch.int64)
+            starts = kv_starts.to(torch.int64) if kv_starts is not None else torch.zeros(batch, dtype=torch.int64)
             lengths = kv_lengths.to(torch.int64) if kv_lengths is not None else torch.full((batch,), kv_len)
         pq = pk = None
         if spec_or_table is not None or absolute is not None:
             pq = _rope_positions(q_pos, batch, q_len, offsets)
             pk = _rope_positions(k_pos, batch, kv_len, torch.zeros(batch, dtype=torch.int64))
-        parts.append((sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk))
+        parts.append((sel_q, sel_k, tq, tk, tv, tg, offsets, starts, lengths, pq, pk))
     call_seq_len = seq_len
     if spec_or_table is not None and seq_len < 0:
-        call_seq_len = 1 + max([int(p.max()) for part in parts for p in part[8:] if p.numel()] or [-1])
+        call_seq_len = 1 + max([int(p.max()) for part in parts for p in part[9:] if p.numel()] or [-1])
     from ._torch_ops import apply_rotary
 
     rope = dict(layout="bhsd", precision=precision or None, rotary_offset=rotary_offset, seq_len=call_seq_len)
     table = None if absolute is None else absolute.to(compute)  # float32 values widened, as the reference
     d_table = torch.zeros(table.shape if table is not None else (0,), dtype=compute)
     slopes = None if alibi_slopes is None else alibi_slopes.to(torch.float32).to(compute)
-    for sel_q, sel_k, tq, tk, tv, tg, offsets, lengths, pq, pk in parts:
+    for sel_q, sel_k, tq, tk, tv, tg, offsets, starts, lengths, pq, pk in parts:
         if spec_or_table is not None:
             tq = apply_rotary(tq, None, pq, spec_or_table, **rope)[0]
             tk = apply_rotary(tk, None, pk, spec_or_table, **rope)[0]
@@ -293,7 +298,7 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
             tk = tk + table[pk].unsqueeze(1)
         batch, heads, q_len, head_dim = tq.shape
         kv_len = tk.shape[2]
-        visible = _visible(batch, q_len, kv_len, causal, window, offsets, lengths, tq.device)
+        visible = _visible(batch, q_len, kv_len, causal, window, offsets, starts, lengths, tq.device)
         bias = None
         if slopes is not None:  # -slope_h |p_i - j|, p_i = offset_b + i (attention.hpp)
             p = torch.arange(q_len).view(1, 1, q_len, 1) + offsets.view(batch, 1, 1, 1)
@@ -314,7 +319,8 @@ def _attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
 
 @_attention_backward_op.register_fake
 def _(q, k, v, grad_out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
-      alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len):
+      alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len,
+      kv_starts=None):
     d_table = absolute.new_empty(absolute.shape) if absolute is not None else q.new_empty((0,), dtype=torch.float32)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), d_table
 
@@ -325,8 +331,8 @@ _attention_op.register_autograd(_attention_backward, setup_context=_attention_se
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               scale: Optional[float] = None, window: int = 0, query_offset: int = 0,
               query_offsets: Optional[torch.Tensor] = None, kv_lengths: Optional[torch.Tensor] = None,
-              cu_seqlens_q: Optional[torch.Tensor] = None, cu_seqlens_k: Optional[torch.Tensor] = None,
-              layout: str = "bhsd", spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
+              kv_starts: Optional[torch.Tensor] = None, cu_seqlens_q: Optional[torch.Tensor] = None,
+              cu_seqlens_k: Optional[torch.Tensor] = None, layout: str = "bhsd", spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
               k_positions: Optional[torch.Tensor] = None, rotary_offset: int = 0, precision: Optional[str] = None,
               seq_len: Optional[int] = None, alibi_slopes: Optional[torch.Tensor] = None,
               absolute: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
@@ -334,7 +340,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """rotary.attention for torch CPU tensors: the custom op ``rotary::attention`` (torch.compile
     keeps it as one node; fake implementation for the shapes). Same arguments and rules as
     rotary.attention (the NumPy function); the integer arguments (query_offsets, kv_lengths,
-    cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
+    kv_starts, cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
     kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
     dtype to write into (no autograd). Gradients: the dense attention backward recomputed in torch
     (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE.
@@ -356,8 +362,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
         if tensor.dtype not in _DTYPES:
             raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
-    ints = (("query_offsets", query_offsets), ("kv_lengths", kv_lengths), ("cu_seqlens_q", cu_seqlens_q),
-            ("cu_seqlens_k", cu_seqlens_k), ("q_positions", q_positions), ("k_positions", k_positions))
+    ints = (("query_offsets", query_offsets), ("kv_lengths", kv_lengths), ("kv_starts", kv_starts),
+            ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("q_positions", q_positions),
+            ("k_positions", k_positions))
     for name, tensor in ints:
         if tensor is not None and (not isinstance(tensor, torch.Tensor) or tensor.is_floating_point()
                                    or tensor.is_complex() or tensor.dtype == torch.bool):
@@ -387,7 +394,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
     args = (query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
             source, precision or "", scale, causal, window, query_offset, layout, rotary_offset, named_seq_len,
-            implementation)
+            implementation, kv_starts)
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise RotaryError(f"out must be a torch.Tensor (got {type(out).__name__})")
@@ -533,14 +540,17 @@ def _hf_attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                           implementation)
         return out
     plans = _mask_plans(mask, batch, q_len, kv_len, causal, window)
-    if all(p is not None and p.key_start == 0 and p.offset >= 0 for p in plans):
-        lengths = np.array([p.key_end for p in plans], dtype=np.int64)
-        offsets = np.array([p.offset for p in plans], dtype=np.int64)
+    if all(p is None or p.offset >= 0 for p in plans):
+        # One call for the batch: left padding (keys before key_start hidden) through kv_starts; a
+        # row whose queries see no key gets no visible key (zeros).
+        starts = np.array([0 if p is None else p.key_start for p in plans], dtype=np.int64)
+        lengths = np.array([0 if p is None else p.key_end for p in plans], dtype=np.int64)
+        offsets = np.array([0 if p is None else p.offset for p in plans], dtype=np.int64)
         _rotary.attention(*views, scale, causal, 0, ints_descriptor(offsets), window, ints_descriptor(lengths), None,
-                          None, None, None, None, 0, -1, implementation)
+                          None, None, None, None, 0, -1, implementation, kv_starts=ints_descriptor(starts))
         return out
-    # Left padding (keys before key_start hidden) or queries before every key: one call per row on
-    # views that start at the row's first visible key and query.
+    # Queries before every key of their row (a negative causal offset): one call per row on views
+    # that start at the row's first visible key and query.
     for b, plan in enumerate(plans):
         if plan is None:
             out[b].zero_()

@@ -446,15 +446,19 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
     return _fused_rows(where, query, key, value, plans, seeing, deltas, q_pos, call, scale, window), None
 
 
-def _row_positions(where, b, plan: _RowPlan, seeing, d, q_pos_row, call: _Call, first_query: int, key_end: int):
-    """Row b's query positions from first_query and key positions of indices [key_start, key_end)
-    (keys past the plan's key_end, never visible, get 0)."""
-    key_slots = np.arange(plan.key_start, key_end, dtype=np.int64) + call.kv_offset
-    k_positions = key_slots + d
-    k_positions[plan.key_end - plan.key_start:] = 0
-    if k_positions.size and k_positions[0] < 0:
-        raise RotaryError(f"{where}: batch row {b}'s first visible key would sit at position {int(k_positions[0])} "
-                          f"(cache slot {int(key_slots[0])}, position_ids = slot + {d}); refused")
+def _row_positions(where, b, plan: _RowPlan, seeing, d, q_pos_row, call: _Call, first_query: int, key_begin: int,
+                   key_end: int):
+    """Row b's query positions from first_query, and the positions of key indices [key_begin,
+    key_end): the visible ones [plan.key_start, plan.key_end) at slot + d, the others (never
+    visible) 0."""
+    k_positions = np.zeros(key_end - key_begin, dtype=np.int64)
+    if plan.key_end > plan.key_start:
+        first_slot = plan.key_start + call.kv_offset
+        if first_slot + d < 0:
+            raise RotaryError(f"{where}: batch row {b}'s first visible key would sit at position {first_slot + d} "
+                              f"(cache slot {first_slot}, position_ids = slot + {d}); refused")
+        k_positions[plan.key_start - key_begin:plan.key_end - key_begin] = \
+            np.arange(first_slot, plan.key_end + call.kv_offset, dtype=np.int64) + d
     # Queries that see no key keep their given position (clamped at 0): their output is 0.
     q_positions = np.maximum(np.where(seeing[first_query:], np.arange(first_query, len(q_pos_row)) + call.q_offset + d,
                                       q_pos_row[first_query:]), 0).astype(np.int64)
@@ -463,8 +467,9 @@ def _row_positions(where, b, plan: _RowPlan, seeing, d, q_pos_row, call: _Call, 
 
 def _fused_rows(where, q, k, v, plans, seeing, deltas, q_pos, call: _Call, scale, window) -> torch.Tensor:
     """Rotary's attention kernel with the layer's table and every row's positions; [b, q, h, d_v]
-    (zeros for queries that see no key). One call for the batch when every row's keys start at
-    index 0 (no left padding), else one call per row on views that start at the row's first
+    (zeros for queries that see no key). One call for the batch, left padding included (each row's
+    keys from its first visible one: kv_starts), unless a row's queries sit before its keys
+    (a negative causal offset): then one call per row on views that start at the row's first
     visible key and first seeing query (as the unfused backend)."""
     batch, heads, q_len, _ = q.shape
     kv_len = k.shape[2]
@@ -472,19 +477,23 @@ def _fused_rows(where, q, k, v, plans, seeing, deltas, q_pos, call: _Call, scale
     out_bhsd = out.transpose(1, 2)
     implementation = "reference" if q.dtype == torch.float64 else "kernels"
     table = call.rope.table
-    if all(p is not None and d is not None and p.key_start == 0 and p.offset >= 0 for p, d in zip(plans, deltas)):
-        rows = [_row_positions(where, b, p, seeing[b], deltas[b], q_pos[b], call, 0, kv_len)
-                for b, p in enumerate(plans)]
+    if all(p is None or d is None or p.offset >= 0 for p, d in zip(plans, deltas)):
+        blank = _RowPlan(0, 0, 0)  # a row whose queries see no key: no visible key, zeros out
+        rows = [(blank, (np.zeros(q_len, dtype=np.int64), np.zeros(kv_len, dtype=np.int64))) if p is None or d is None
+                else (p, _row_positions(where, b, p, seeing[b], d, q_pos[b], call, 0, 0, kv_len))
+                for b, (p, d) in enumerate(zip(plans, deltas))]
         prepared = prepare(tuple(q.shape), tuple(k.shape), "bhsd", query_offset=0,
-                           query_offsets=np.array([p.offset for p in plans], dtype=np.int64),
-                           kv_lengths=np.array([p.key_end for p in plans], dtype=np.int64), cu_seqlens_q=None,
-                           cu_seqlens_k=None, spec_or_table=table, q_positions=np.stack([r[0] for r in rows]),
-                           k_positions=np.stack([r[1] for r in rows]), precision=None, seq_len=None)
+                           query_offsets=np.array([p.offset for p, _ in rows], dtype=np.int64),
+                           kv_lengths=np.array([p.key_end for p, _ in rows], dtype=np.int64), cu_seqlens_q=None,
+                           cu_seqlens_k=None, spec_or_table=table, q_positions=np.stack([r[0] for _, r in rows]),
+                           k_positions=np.stack([r[1] for _, r in rows]), precision=None, seq_len=None,
+                           kv_starts=np.array([p.key_start for p, _ in rows], dtype=np.int64))
         _rotary.attention(_descriptor(q, "q", "bhsd"), _descriptor(k, "k", "bhsd"), _descriptor(v, "v", "bhsd"),
                           _descriptor(out_bhsd, "out", "bhsd"), scale, True, 0,
                           ints_descriptor(prepared.query_offsets), window, ints_descriptor(prepared.kv_lengths), None,
                           None, prepared.native_table, ints_descriptor(prepared.q_positions),
-                          ints_descriptor(prepared.k_positions), 0, prepared.seq_len, implementation)
+                          ints_descriptor(prepared.k_positions), 0, prepared.seq_len, implementation,
+                          kv_starts=ints_descriptor(prepared.kv_starts))
         return out
     for b, plan in enumerate(plans):
         if plan is None or deltas[b] is None:
@@ -496,7 +505,7 @@ def _fused_rows(where, q, k, v, plans, seeing, deltas, q_pos, call: _Call, scale
         if first_query == q_len:
             continue
         q_positions, k_positions = _row_positions(where, b, plan, seeing[b], deltas[b], q_pos[b], call, first_query,
-                                                  plan.key_end)
+                                                  plan.key_start, plan.key_end)
         sub = lambda t, start, end: t[b:b + 1, :, start:end]  # noqa: E731
         qs, ks = sub(q, first_query, q_len), sub(k, plan.key_start, plan.key_end)
         prepared = prepare(tuple(qs.shape), tuple(ks.shape), "bhsd", query_offset=offset + first_query,

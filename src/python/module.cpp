@@ -861,7 +861,7 @@ PYBIND11_MODULE(_rotary, m) {
          const py::handle& kv_lengths, const py::handle& cu_seqlens_q, const py::handle& cu_seqlens_k,
          const CosSinTable* table, const py::handle& q_positions, const py::handle& k_positions, int64_t rotary_offset,
          int64_t seq_len, const std::string& implementation, const py::handle& alibi_slopes,
-         const py::handle& absolute) {
+         const py::handle& absolute, const py::handle& kv_starts) {
         check_implementation(implementation);
         const TensorView vq = to_view(q, "q"), vk = to_view(k, "k"), vv = to_view(v, "v"), vout = to_view(out, "out");
         const auto span_of = [](const py::handle& handle) {
@@ -875,6 +875,7 @@ PYBIND11_MODULE(_rotary, m) {
         options.query_offsets = span_of(query_offsets);
         options.window = window;
         options.kv_lengths = span_of(kv_lengths);
+        options.kv_starts = span_of(kv_starts);
         options.cu_seqlens_q = span_of(cu_seqlens_q);
         options.cu_seqlens_k = span_of(cu_seqlens_k);
         AttentionRope rope;
@@ -923,7 +924,7 @@ PYBIND11_MODULE(_rotary, m) {
       py::arg("cu_seqlens_q").none(true), py::arg("cu_seqlens_k").none(true), py::arg("table").none(true),
       py::arg("q_positions").none(true), py::arg("k_positions").none(true), py::arg("rotary_offset"),
       py::arg("seq_len"), py::arg("implementation"), py::arg("alibi_slopes") = py::none(),
-      py::arg("absolute") = py::none());
+      py::arg("absolute") = py::none(), py::arg("kv_starts") = py::none());
   // encodings.hpp, the one definition: ALiBi's slopes (float64 bytes) and the sinusoidal table
   // (float32 bytes, row-major [rows][d_model]).
   m.def("alibi_slopes", [](int64_t num_heads) { return floats_bytes(alibi_slopes(num_heads)); }, py::arg("num_heads"));

@@ -491,3 +491,33 @@ def test_encoding_refusals_name_the_argument_and_value(rng, make_kwargs, message
 def test_encoding_helper_refusals(call, message):
     with pytest.raises(rotary.RotaryError, match=re.escape(message)):
         call()
+
+
+def test_kv_starts_equal_each_sequence_on_its_keys_from_the_start(rng):
+    """kv_starts hides each sequence's keys before it (left padding) with positions unchanged: the
+    same as each sequence alone on k[b, :, start:], its query offset moved back by the start. The
+    float64 reference gives the same bits; the kernels agree within float32 rounding. With fused
+    RoPE the keys keep their positions too."""
+    q = random_values(rng, (3, 4, 5, 16), np.float64)
+    k = random_values(rng, (3, 2, 20, 16), np.float64)
+    v = random_values(rng, (3, 2, 20, 16), np.float64)
+    starts, offsets = np.array([0, 6, 14]), np.array([15, 15, 15])
+    spec = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=16, rotary_dim=16)
+    for extra in ({}, {"spec_or_table": spec}):
+        full = rotary.attention(q, k, v, causal=True, query_offsets=offsets, kv_starts=starts, **extra)
+        fast = rotary.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), causal=True,
+                                query_offsets=offsets, kv_starts=starts, **extra)
+        for b, s in enumerate(starts):
+            # Alone, the keys from s: the mask's positions shift, so fused RoPE is given the originals.
+            positions = {"q_positions": (offsets[b] + np.arange(5))[None, :], "k_positions": np.arange(s, 20)[None, :]}
+            alone = rotary.attention(q[b:b + 1], k[b:b + 1, :, s:], v[b:b + 1, :, s:], causal=True,
+                                     query_offset=int(offsets[b] - s), **(positions if extra else {}), **extra)
+            np.testing.assert_array_equal(full[b:b + 1], alone)
+            np.testing.assert_allclose(fast[b:b + 1], alone, rtol=0, atol=2e-6)
+    with pytest.raises(rotary.RotaryError, match=r"attention: options.kv_starts\[2\] must be in \[0, 20\] \(k's seq\) "
+                                                 r"\(got 21\)"):
+        rotary.attention(q, k, v, kv_starts=[0, 0, 21])
+    with pytest.raises(rotary.RotaryError, match=r"options.kv_starts must hold one value per sequence, 3 \(got 2\)"):
+        rotary.attention(q, k, v, kv_starts=[0, 0])
+    with pytest.raises(rotary.RotaryError, match=r"kv_starts must be 1-D"):
+        rotary.attention(q, k, v, kv_starts=[[0, 0, 0]])

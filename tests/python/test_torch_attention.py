@@ -55,9 +55,10 @@ def test_op_equals_the_numpy_function_bit_for_bit(dtype):
     q = random_tensor(gen, (2, 4, 9, 32), dtype)
     k = random_tensor(gen, (2, 2, 13, 32), dtype)
     v = random_tensor(gen, (2, 2, 13, 24), dtype)
-    kwargs = dict(causal=True, window=6, query_offsets=[4, 2], kv_lengths=[13, 11])
-    got = rt.attention(q, k, v, **{**kwargs, "query_offsets": torch.tensor([4, 2]),
-                                   "kv_lengths": torch.tensor([13, 11])})
+    kwargs = dict(causal=True, window=6, query_offsets=[4, 2], kv_lengths=[13, 11], kv_starts=[2, 5])
+    tensors = {"query_offsets": torch.tensor([4, 2]), "kv_lengths": torch.tensor([13, 11]),
+               "kv_starts": torch.tensor([2, 5])}
+    got = rt.attention(q, k, v, **{**kwargs, **tensors})
     as_numpy = (lambda t: t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)) if dtype == torch.bfloat16 \
         else (lambda t: t.numpy())
     want = rotary.attention(as_numpy(q), as_numpy(k), as_numpy(v), **kwargs)
@@ -65,8 +66,7 @@ def test_op_equals_the_numpy_function_bit_for_bit(dtype):
     assert np.array_equal(as_numpy(got).view(np.uint16 if dtype != torch.float32 else np.uint32),
                           want.view(np.uint16 if dtype != torch.float32 else np.uint32))
     # Through the op's dispatch (grad mode with a leaf that requires grad skips the eager shortcut).
-    through_op = rt.attention(q.clone().requires_grad_(dtype != torch.float16), k, v,
-                              **{**kwargs, "query_offsets": torch.tensor([4, 2]), "kv_lengths": torch.tensor([13, 11])})
+    through_op = rt.attention(q.clone().requires_grad_(dtype != torch.float16), k, v, **{**kwargs, **tensors})
     assert torch.equal(through_op.detach(), got)
 
 
@@ -137,6 +137,10 @@ def test_gradients_pass_gradcheck_for_every_mask_layout_and_fused_rope():
             lambda q, k, v: rt.attention(q, k, v, causal=True, window=3, query_offsets=torch.tensor([2, 0]),
                                          kv_lengths=torch.tensor([6, 4]), scale=0.3),
             (_leaf(gen, 2, 4, 4, 8), _leaf(gen, 2, 2, 6, 8), _leaf(gen, 2, 2, 6, 5))),
+        "bhsd causal left padding (kv_starts), a row that sees nothing": (
+            lambda q, k, v: rt.attention(q, k, v, causal=True, query_offsets=torch.tensor([2, 2, 0]),
+                                         kv_starts=torch.tensor([0, 3, 4]), kv_lengths=torch.tensor([6, 6, 4])),
+            (_leaf(gen, 3, 4, 4, 8), _leaf(gen, 3, 2, 6, 8), _leaf(gen, 3, 2, 6, 5))),
         "bshd no mask": (lambda q, k, v: rt.attention(q, k, v, layout="bshd"),
                          (_leaf(gen, 1, 3, 4, 8), _leaf(gen, 1, 5, 2, 8), _leaf(gen, 1, 5, 2, 8))),
         "sbhd causal offset": (lambda q, k, v: rt.attention(q, k, v, layout="sbhd", causal=True, query_offset=1),
@@ -697,3 +701,50 @@ def test_set_attn_implementation_switches_an_existing_model(rotary_calls):
     ids = prompt()
     assert torch.equal(logits(switched, ids), logits(ours, ids))  # the same backend on the same weights
     assert rotary_calls["n"] == 2 * ours.config.num_hidden_layers
+
+
+def _masked_softmax_reference(q, k, v, mask, scale):
+    """softmax(scale q kᵀ over the visible keys) v in float64, GQA by repeating k / v; zeros for a
+    query that sees no key. q [b, h, q, d], k / v [b, g, kv, d], mask bool [b, 1, q, kv]."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = scale * q @ k.transpose(-1, -2)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)  # a row of -inf: NaN -> 0
+    return (weights @ v).transpose(1, 2)  # [b, q, h, d]
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_backend_masks_one_call_for_left_padding_and_per_row_only_for_queries_before_their_keys(monkeypatch, window):
+    """The backend reads each row's mask as (first key, last key, causal offset). Left padding
+    (and rows that see no key) go in one call through kv_starts; a row whose queries sit before
+    its keys (a negative causal offset) takes the per-row path. Both equal the masked softmax in
+    float64."""
+    calls = []
+    real = rotary._rotary.attention
+    monkeypatch.setattr(rotary._rotary, "attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    module = torch.nn.Module()
+    module.is_causal = True
+    module.sliding_window = window or None
+    gen = torch.Generator().manual_seed(11)
+    q = random_tensor(gen, (4, 4, 6, 8), torch.float64)
+    k = random_tensor(gen, (4, 2, 9, 8), torch.float64)
+    v = random_tensor(gen, (4, 2, 9, 8), torch.float64)
+    i, j = torch.arange(6).view(6, 1), torch.arange(9).view(1, 9)
+    causal = j <= i + 3  # bottom-right: 3 cached keys before the 6 new ones
+    if window:
+        causal = causal & (i + 3 - j < window)
+    padded = causal.expand(4, 1, 6, 9).clone()
+    padded[0, :, :, :4] = False  # left padding of 4 (the first query sees nothing)
+    padded[1, :, :, :1] = False  # of 1
+    padded[3] = False            # a row that sees no key at all
+    scale = 8 ** -0.5
+    got = rt.rotary_attention_forward(module, q, k, v, padded)[0]
+    assert len(calls) == 1
+    assert torch.allclose(got, _masked_softmax_reference(q, k, v, padded, scale), rtol=0, atol=1e-13)
+    before = padded.clone()
+    before[2] = (j <= i - 1) & (i - 1 - j < (window or 99))  # row 2's queries one position before their keys
+    calls.clear()
+    got = rt.rotary_attention_forward(module, q, k, v, before)[0]
+    assert len(calls) == 3  # rows 0-2 on their own; row 3 sees nothing
+    assert torch.allclose(got, _masked_softmax_reference(q, k, v, before, scale), rtol=0, atol=1e-13)
