@@ -108,6 +108,26 @@ def test_fused_left_padded_batch_and_static_cache_equal_sdpa(family, fused_calls
     assert fused_calls["n"] == fused.config.num_hidden_layers * (1 + 8 + 8)
 
 
+def test_fused_custom_masks_take_one_call_or_one_per_row_and_equal_sdpa(monkeypatch):
+    """A custom 4-D mask: left padding (row 1's keys from index 2) runs the batch in one kernel call
+    per layer (kv_starts); a row whose queries sit before their keys (row 0: each query sees only
+    the keys before it, a causal offset of -1) makes the layer run one call per row. Both equal
+    SDPA with the same mask."""
+    calls = counted_calls(monkeypatch, rotary._rotary, "attention")
+    sdpa, fused = fused_pair("llama")
+    ids = prompt(batch=2)
+    n = ids.shape[1]
+    i, j = torch.arange(n).view(n, 1), torch.arange(n).view(1, n)
+    layers = fused.config.num_hidden_layers
+    left_padded = torch.stack([j <= i, (j <= i) & (j >= 2)])[:, None]
+    before_keys = torch.stack([j <= i - 1, (j <= i) & (j >= 2)])[:, None]
+    for mask, want_calls in ((left_padded, layers), (before_keys, 2 * layers)):
+        calls["n"] = 0
+        got, want = logits(fused, ids, attention_mask=mask), logits(sdpa, ids, attention_mask=mask)
+        assert calls["n"] == want_calls
+        assert close(got, want)
+
+
 def test_fused_keys_are_cached_unrotated_and_rotation_matters(fused_calls):
     """The cache of a fused model holds the un-rotated keys (the model's rotation was skipped), and
     the positions matter: shifting every position by 5 keeps the logits (RoPE is relative) while
