@@ -15,14 +15,11 @@
 #include <string>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/sysinfo.h>
-#endif
-
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "src/core/huge_pages.hpp"
+#include "src/core/system_memory.hpp"
 #include "src/cpu/storage.hpp"
 
 namespace rotary {
@@ -42,22 +39,6 @@ void allocate_blocks(std::vector<double>& block, size_t count) {
   block.assign(count, 0.0);
 }
 
-
-// This machine's memory plus swap in bytes (0 where unknown). A cache larger than that can never
-// be held: with vm.overcommit_memory = 1 the allocation would succeed and the zero fill would
-// meet the OOM killer, a crash instead of an error.
-int64_t memory_and_swap_bytes() {
-#if defined(__linux__)
-  struct sysinfo info {};
-  if (sysinfo(&info) != 0) return 0;
-  const long double bytes =
-      (static_cast<long double>(info.totalram) + static_cast<long double>(info.totalswap)) * info.mem_unit;
-  return bytes >= static_cast<long double>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
-                                                                                 : static_cast<int64_t>(bytes);
-#else
-  return 0;
-#endif
-}
 
 using detail::concat;
 
@@ -172,15 +153,16 @@ KvCache::KvCache(const CosSinTable& table, const KvCacheShape& shape) : table_(&
   }
   // A shape that fits int64 may still be more than the system will give: say so with the shape
   // and the bytes, as a rotary::Error (std::bad_alloc names neither). More than the machine's
-  // memory and swap is refused before allocating, whatever the overcommit policy.
+  // memory and swap, or the process's cgroup limit and swap, is refused before allocating,
+  // whatever the overcommit policy (src/core/system_memory.hpp).
   const int64_t total_bytes = key_bytes + value_bytes + bookkeeping;
   const auto too_large = [&](const std::string& why) {
     return Error(concat("KvCache: shape.capacity ", shape_.capacity, " with batch ", shape_.batch, ", kv_heads ",
                         shape_.kv_heads, " and head dims ", shape_.head_dim, " / ", shape_.v_head_dim, " needs ",
                         total_bytes, " bytes, ", why));
   };
-  if (const int64_t machine = memory_and_swap_bytes(); machine > 0 && total_bytes > machine) {
-    throw too_large(concat("more than this machine's memory and swap (", machine, " bytes)"));
+  if (const detail::MemoryCeiling ceiling = detail::memory_ceiling(); ceiling.bytes > 0 && total_bytes > ceiling.bytes) {
+    throw too_large(concat("more than ", ceiling.what, " (", ceiling.bytes, " bytes)"));
   }
   try {
     allocate_blocks(keys_, static_cast<size_t>((key_bytes + 7) / 8));

@@ -22,10 +22,6 @@
 #include <string>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/sysinfo.h>
-#endif
-
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
@@ -35,6 +31,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "src/core/system_memory.hpp"
 #include "tests/support/elements.hpp"
 
 namespace rotary {
@@ -590,11 +587,11 @@ TEST(KvCache, RefusesAHugeBatchOfCapacityZeroNamingIt) {
   EXPECT_EQ(empty.length(2), 0);
 }
 
-// A shape that fits int64 but not in this machine's memory and swap (batch 2 x 10^14 of capacity
-// 1: 3.2 PB) is a rotary::Error naming the shape and the bytes, refused before allocating: not
-// std::bad_alloc (the fuzz target's note), and not, under vm.overcommit_memory = 1, an allocation
-// that succeeds and whose zero fill meets the OOM killer. Nothing is allocated, so this runs under
-// AddressSanitizer too.
+// A shape that fits int64 but not in this machine's memory and swap, or this process's cgroup
+// limit and swap (batch 2 x 10^14 of capacity 1: 3.2 PB), is a rotary::Error naming the shape and
+// the bytes, refused before allocating: not std::bad_alloc (the fuzz target's note), and not,
+// under vm.overcommit_memory = 1 or a cgroup limit, an allocation that succeeds and whose zero
+// fill meets the OOM killer. Nothing is allocated, so this runs under AddressSanitizer too.
 TEST(KvCache, RefusesAShapeLargerThanTheMachineNamingIt) {
   const RopeSpec spec = preset_spec("llama-3.1-8b");
   const CosSinTable table(spec);
@@ -602,26 +599,24 @@ TEST(KvCache, RefusesAShapeLargerThanTheMachineNamingIt) {
   shape.batch = 200'000'000'000'000;
   EXPECT_THAT([&] { KvCache c(table, shape); },
               ThrowsMessage<Error>(AllOf(HasSubstr("KvCache: shape.capacity 1 with batch 200000000000000"),
-                                         HasSubstr("bytes, more than this machine's memory and swap ("))));
-#if defined(__linux__)
-  // At the edge: one slot more than memory + swap hold (one sequence, one float32 kv head of 128:
-  // 2 x 512 bytes of K and V and 8 of position per slot, 8 of length) is refused naming its bytes.
-  struct sysinfo info {};
-  ASSERT_EQ(sysinfo(&info), 0);
-  const int64_t machine = (static_cast<int64_t>(info.totalram) + static_cast<int64_t>(info.totalswap)) * info.mem_unit;
+                                         HasSubstr("bytes, more than this "))));
+  // At the edge: one slot more than the ceiling (memory + swap, or a cgroup limit + swap; its
+  // parts are tested in tests/core/system_memory_test.cpp), one sequence, one float32 kv head of
+  // 128: 2 x 512 bytes of K and V and 8 of position per slot, 8 of length.
+  const detail::MemoryCeiling ceiling = detail::memory_ceiling();
+  ASSERT_GT(ceiling.bytes, 0);
   shape = small_shape(spec, 1);
   shape.batch = 1;
   shape.kv_heads = 1;
   shape.head_dim = shape.v_head_dim = 128;
   shape.dtype = DType::F32;
   constexpr int64_t kSlotBytes = 2 * 128 * 4 + 8;
-  shape.capacity = (machine - 8) / kSlotBytes + 1;
+  shape.capacity = (ceiling.bytes - 8) / kSlotBytes + 1;
   const int64_t bytes = shape.capacity * kSlotBytes + 8;
-  ASSERT_GT(bytes, machine);
+  ASSERT_GT(bytes, ceiling.bytes);
   EXPECT_THAT([&] { KvCache c(table, shape); },
-              ThrowsMessage<Error>(HasSubstr("needs " + std::to_string(bytes) + " bytes, more than this machine's memory and swap (" +
-                                                   std::to_string(machine) + " bytes)")));
-#endif
+              ThrowsMessage<Error>(HasSubstr("needs " + std::to_string(bytes) + " bytes, more than " + ceiling.what + " (" +
+                                             std::to_string(ceiling.bytes) + " bytes)")));
 }
 
 // A llama-3.1-8b cache holding one random token (two kv heads), and a random query for it with
