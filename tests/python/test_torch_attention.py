@@ -748,3 +748,78 @@ def test_backend_masks_one_call_for_left_padding_and_per_row_only_for_queries_be
     got = rt.rotary_attention_forward(module, q, k, v, before)[0]
     assert len(calls) == 3  # rows 0-2 on their own; row 3 sees nothing
     assert torch.allclose(got, _masked_softmax_reference(q, k, v, before, scale), rtol=0, atol=1e-13)
+
+
+import rotary._torch_attention as backend  # noqa: E402
+
+
+def _plan_rows_by_row(mask, causal, window):
+    """The backend's mask reading row by row, as it was written first: the definition the
+    vectorized _plan_rows is checked against (plans, or the RotaryError's message)."""
+    batch, q_len, kv_len = mask.shape
+    seen = mask.any(-1)
+    first = mask.int().argmax(-1)
+    last = kv_len - 1 - mask.flip(-1).int().argmax(-1)
+    rows_i, cols_j = torch.arange(q_len).unsqueeze(1), torch.arange(kv_len).unsqueeze(0)
+    plans = []
+    for b in range(batch):
+        visible_rows = seen[b].nonzero().flatten()
+        if visible_rows.numel() == 0:
+            plans.append(None)
+            continue
+        key_start = int(first[b][visible_rows].min())
+        key_end = int(last[b][visible_rows].max()) + 1
+        offset = 0
+        if causal:
+            short = (last[b][visible_rows] < key_end - 1).nonzero().flatten()
+            row = int(visible_rows[short[0]]) if short.numel() else None
+            offset = int(last[b][row]) - row if row is not None else key_end - 1 - int(visible_rows[0])
+        expected = ((cols_j >= key_start) & (cols_j < key_end)).expand(q_len, kv_len)
+        if causal:
+            expected = expected & (cols_j <= rows_i + offset)
+        if window > 0:
+            expected = expected & (rows_i + offset - cols_j < window)
+        if not torch.equal(expected, mask[b]):
+            bad = (expected != mask[b]).nonzero()[0].tolist()
+            return f"row {b} at {bad}: {bool(mask[b, bad[0], bad[1]])} expected {bool(expected[bad[0], bad[1]])}"
+        plans.append(backend._RowPlan(key_start, key_end, offset))
+    return plans
+
+
+def test_mask_reading_equals_the_row_by_row_definition_on_random_masks():
+    """_plan_rows reads all rows at once; on 400 random masks (left and right padding, rows that
+    see nothing, causal offsets of either sign, windows, and single flipped elements that make a
+    mask inexpressible) it gives the row-by-row reading's plans, or refuses at the same element."""
+    gen = torch.Generator().manual_seed(12)
+    draw = lambda lo, hi: int(torch.randint(lo, hi + 1, (1,), generator=gen))  # noqa: E731
+    refused = 0
+    for trial in range(400):
+        batch, q_len, kv_len = draw(1, 4), draw(1, 9), draw(1, 12)
+        causal, window = bool(draw(0, 1)), draw(0, 4) * draw(0, 1)
+        i, j = torch.arange(q_len).view(q_len, 1), torch.arange(kv_len).view(1, kv_len)
+        rows = []
+        for _ in range(batch):
+            start, end, offset = draw(0, kv_len), draw(0, kv_len), draw(-3, kv_len)
+            row = (j >= start) & (j < end)
+            if causal:
+                row = row & (j <= i + offset)
+            if window:
+                row = row & (i + offset - j < window)
+            rows.append(row.expand(q_len, kv_len))
+        mask = torch.stack(rows)
+        if draw(0, 3) == 0:
+            b, qi, kj = draw(0, batch - 1), draw(0, q_len - 1), draw(0, kv_len - 1)
+            mask[b, qi, kj] = ~mask[b, qi, kj]
+        want = _plan_rows_by_row(mask, causal, window)
+        try:
+            got = backend._plan_rows(mask, causal, window)
+        except rotary.RotaryError as error:
+            assert isinstance(want, str), (trial, str(error), want)
+            b, at = want.split(" at ")[0].split()[1], want.split(" at ")[1].split(":")[0]
+            qi, kj = (int(x) for x in at.strip("[]").split(","))
+            assert f"attention_mask of batch row {b} " in str(error)
+            assert f"(got mask[{b}, 0, {qi}, {kj}] = " in str(error), (trial, str(error), want)
+            refused += 1
+            continue
+        assert got == want, (trial, got, want)
+    assert 20 < refused < 200
