@@ -77,9 +77,9 @@ inline KeyRange visible_keys(const Plan& plan, int64_t position, int64_t first_k
 //                    (a fixed number, above the thread counts this library is run with).
 //   kLongChunkKeys   a longer visible range is cut into chunks of at most this many keys. 1024
 //                    (it was 4096): a batch of 8 float32 sequences decoding over 4,096 keys in
-//                    one call (64 items, so none was cut for threads) took 9.0-10.4 ms on one
-//                    thread, 7.8-8.2 ms cut at 1,024 (AMD EPYC VM, 2026-11-26); one sequence over
-//                    32,768 keys measured the same either way (docs/performance.md).
+//                    one call (64 items, so none was cut for threads) took 9.7-10.4 ms on one
+//                    thread (medians), 8.2 ms cut at 1,024 (AMD EPYC VM, 2026-11-26); one sequence
+//                    over 32,768 keys measured the same either way (docs/performance.md).
 //   kMinChunkKeys    no chunk shorter: below it the merge and the item's set-up cost more than
 //                    the extra parallelism gives.
 constexpr int64_t kBusyItems = 32;
