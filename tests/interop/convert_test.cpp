@@ -475,6 +475,18 @@ TEST(ConvertWeights, StreamedFileEqualsTheInMemoryConversion) {
   }
 }
 
+// A checkpoint of one large float32 tensor (`floats` values, one random byte per 4 KiB: cheap
+// to make, not all zeros) and a q projection to permute, written to `path`.
+void write_large_checkpoint(const std::string& path, const CheckpointGeometry& g, int64_t floats, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string bytes(static_cast<size_t>(floats * 4), '\0');
+  for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(rng());
+  std::vector<safetensors::TensorData> tensors;
+  tensors.push_back({"model.embed_tokens.weight", "F32", {floats}, std::move(bytes)});
+  tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
+  write(path, safetensors::serialize(tensors));
+}
+
 // An input rewritten in place while convert_weights reads it would give a mix of two files: its
 // modification time moves, and the conversion is refused naming the input, the existing output
 // left as it was and no temporary file behind. Another thread keeps setting the input's mtime
@@ -485,16 +497,7 @@ TEST(ConvertWeights, StreamedFileEqualsTheInMemoryConversion) {
 TEST(ConvertWeights, AnInputRewrittenWhileReadIsRefusedAndNothingIsWritten) {
   const TempDir dir;
   const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
-  {
-    std::mt19937_64 rng(35);
-    const int64_t big = int64_t{24} << 20;  // floats: 96 MiB
-    std::string bytes(static_cast<size_t>(big * 4), '\0');
-    for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(rng());
-    std::vector<safetensors::TensorData> tensors;
-    tensors.push_back({"model.embed_tokens.weight", "F32", {big}, std::move(bytes)});
-    tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
-    write(dir.file("in.safetensors"), safetensors::serialize(tensors));
-  }
+  write_large_checkpoint(dir.file("in.safetensors"), g, int64_t{24} << 20, 35);  // 96 MiB
   write(dir.file("kept.safetensors"), "previous contents");
   const int fd = ::open(dir.file("in.safetensors").c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -534,16 +537,7 @@ TEST(ConvertWeights, AnInputRewrittenWhileReadIsRefusedAndNothingIsWritten) {
 TEST(ConvertWeights, MemoryDoesNotGrowWithTheFile) {
   const TempDir dir;
   const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
-  {
-    std::mt19937_64 rng(34);
-    const int64_t big = int64_t{48} << 20;  // floats: 192 MiB
-    std::string bytes(static_cast<size_t>(big * 4), '\0');
-    for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(rng());
-    std::vector<safetensors::TensorData> tensors;
-    tensors.push_back({"model.embed_tokens.weight", "F32", {big}, std::move(bytes)});
-    tensors.push_back({"model.layers.0.self_attn.q_proj.weight", "F32", {q_rows(g), kInputs}, random_floats(q_rows(g) * kInputs, rng)});
-    write(dir.file("big.safetensors"), safetensors::serialize(tensors));
-  }
+  write_large_checkpoint(dir.file("big.safetensors"), g, int64_t{48} << 20, 34);  // 192 MiB
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
