@@ -198,8 +198,7 @@ def _visible(batch, q_len, kv_len, causal, window, offsets, kv_starts, kv_length
 def _attention_setup(ctx, inputs, output):
     (q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
      source, precision, scale, causal, window, query_offset, layout, rotary_offset, seq_len, implementation,
-     *rest) = inputs
-    kv_starts = rest[0] if rest else None
+     kv_starts) = inputs
     ctx.save_for_backward(q, k, v, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
                           alibi_slopes, absolute, kv_starts)
     ctx.source = _handles.lookup(source) if source else None  # alive until backward
