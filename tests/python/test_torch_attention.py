@@ -34,6 +34,7 @@ import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
+import rotary._torch_attention as backend  # noqa: E402  (the mask reading's internals)
 from hf_harness import (ATTENTION_FAMILIES as FAMILIES, counted_calls, logits, one_torch_thread,  # noqa: E402,F401
                         prompt, small)
 
@@ -720,9 +721,7 @@ def test_backend_masks_one_call_for_left_padding_and_per_row_only_for_queries_be
     (and rows that see no key) go in one call through kv_starts; a row whose queries sit before
     its keys (a negative causal offset) takes the per-row path. Both equal the masked softmax in
     float64."""
-    calls = []
-    real = rotary._rotary.attention
-    monkeypatch.setattr(rotary._rotary, "attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    calls = counted_calls(monkeypatch, rotary._rotary, "attention")
     module = torch.nn.Module()
     module.is_causal = True
     module.sliding_window = window or None
@@ -740,17 +739,14 @@ def test_backend_masks_one_call_for_left_padding_and_per_row_only_for_queries_be
     padded[3] = False            # a row that sees no key at all
     scale = 8 ** -0.5
     got = rt.rotary_attention_forward(module, q, k, v, padded)[0]
-    assert len(calls) == 1
+    assert calls["n"] == 1
     assert torch.allclose(got, _masked_softmax_reference(q, k, v, padded, scale), rtol=0, atol=1e-13)
     before = padded.clone()
     before[2] = (j <= i - 1) & (i - 1 - j < (window or 99))  # row 2's queries one position before their keys
-    calls.clear()
+    calls["n"] = 0
     got = rt.rotary_attention_forward(module, q, k, v, before)[0]
-    assert len(calls) == 3  # rows 0-2 on their own; row 3 sees nothing
+    assert calls["n"] == 3  # rows 0-2 on their own; row 3 sees nothing
     assert torch.allclose(got, _masked_softmax_reference(q, k, v, before, scale), rtol=0, atol=1e-13)
-
-
-import rotary._torch_attention as backend  # noqa: E402
 
 
 def _plan_rows_by_row(mask, causal, window):
