@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -100,8 +101,10 @@ Items make_items(const Plan& plan) {
 
 // Merges the chunks of each split block in chunk order (flash-decoding's reduction): per row
 //   m = max_c m_c,  beta_c = exp(m_c - m),  l = sum_c beta_c l_c,  o = sum_c beta_c o_c,
-// then out = o / l rounded once to the storage type (zeros when no chunk saw a key). One pass
-// over rows x v_dim floats per block, after every item: cheap next to the items.
+// then out = o / l rounded once to the storage type: zeros when the row sees no key, NaN when a
+// chunk flagged it non-finite (l_c NaN) or when it sees keys but no chunk had a score above -inf
+// (the float64 reference's exp(-inf + inf); attention_kernels-inl.h). One pass over rows x v_dim
+// floats per block, after every item: cheap next to the items.
 void merge_chunks(const Plan& plan, const Items& cut, const Call& call) {
   const int64_t dv = plan.v_dim;
   std::vector<float> o(static_cast<size_t>(dv));
@@ -110,8 +113,10 @@ void merge_chunks(const Plan& plan, const Items& cut, const Call& call) {
     const int64_t rows = plan.group * split.q_count;
     for (int64_t r = 0; r < rows; ++r) {
       float m = -INFINITY;
+      bool non_finite = false;
       for (int64_t c = 0; c < split.chunks; ++c) {
         const auto row = static_cast<size_t>(split.first_partial_row + c * rows + r);
+        if (std::isnan(call.partial_l[row])) non_finite = true;
         if (call.partial_l[row] > 0.0f) m = std::max(m, call.partial_m[row]);
       }
       float l = 0.0f;
@@ -126,9 +131,13 @@ void merge_chunks(const Plan& plan, const Items& cut, const Call& call) {
       }
       const int64_t head = split.kv_head * plan.group + r / split.q_count;
       const int64_t query = split.q_first + r % split.q_count;
+      if (!non_finite && !(l > 0.0f)) {  // no chunk contributed: no visible key, or all scored -inf
+        const KeyRange range = visible_keys(plan, seq.query_offset + query, seq.first_key, seq.num_keys);
+        non_finite = range.first < range.last;
+      }
       const int64_t out_index = seq.out_base + query * plan.out.stride_seq + head * plan.out.stride_heads;
       for (int64_t e = 0; e < dv; ++e) {
-        const float value = l > 0.0f ? o[static_cast<size_t>(e)] / l : 0.0f;
+        const float value = non_finite ? std::numeric_limits<float>::quiet_NaN() : l > 0.0f ? o[static_cast<size_t>(e)] / l : 0.0f;
         cpu::store_element(call.out, plan.dtype, out_index + e, value);  // round to nearest even, once
       }
     }

@@ -14,8 +14,14 @@
 //   forms: bf16_dot.hpp);
 //   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
 //   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
-// and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when l_r = 0: no
-// visible key). Tiles hold rows padded with zeros to a whole number of vectors, so the dot
+// and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when the row has no
+// visible key). Non-finite inputs propagate as in the float64 reference (reference.cpp), which
+// takes m = max s_j and exp(s_j - m): a row with a NaN or +inf score among its visible keys, or
+// whose visible scores are all -inf, is NaN throughout (exp(NaN), exp(inf - inf) and
+// exp(-inf + inf) are NaN there); a -inf score beside finite ones only gets weight 0; NaN or inf
+// in V reaches o through p_j v_j. The online loop cannot get there by IEEE arithmetic alone (exp's
+// argument is clamped, and max drops NaN), so it flags such rows (Scratch::bad) and writes them
+// as NaN. Tiles hold rows padded with zeros to a whole number of vectors, so the dot
 // products and the accumulation run on full vectors; loads from the tensors stop at the head dim.
 // exp is Highway's contrib Exp (max error 1 ulp, 0 below -104). docs/attention.md derives the
 // error bound.
@@ -28,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "hwy/cache_control.h"
@@ -236,9 +243,22 @@ HWY_INLINE void SumOfFour(VF a0, VF a1, VF a2, VF a3, float* HWY_RESTRICT out) {
 #endif
 }
 
+// exp's argument d = s - m (or m_old - m_new) kept in [-200, 0]: d itself when it is there, 0 above,
+// -200 below and for NaN. No lane reaches an out-of-range float -> int conversion inside Exp,
+// and exp(-200) underflows to 0 as exp(d) would for any d < -104. NaN arises only in rows that
+// are flagged non-finite (Scratch::bad, or all scores -inf), whose output is NaN anyway; the test
+// is explicit because Highway leaves Max / Min of a NaN to the target.
+HWY_INLINE VF ExpArgument(VF d) {
+  const DF df;
+  const VF lo = hn::Set(df, -200.0f);
+  return hn::IfThenElse(hn::Ge(d, lo), hn::Min(d, hn::Zero(df)), lo);
+}
+
 // Scratch of one thread: float32 tiles, rows padded to whole vectors.
 struct Scratch {
   std::vector<float> q, k, v, s, o, m, l;
+  // Per row, 1 once a visible score was NaN or +inf (non_finite_scores below), else 0.
+  std::vector<float> bad;
   // The transposed form (ScoresTransposed): q as [dim][rows_pad], scores as [key][rows_pad], and
   // per row its visible keys within the tile [j0, j1) and its rescale factor.
   std::vector<float> qt, st, j0, j1, alpha;
@@ -319,7 +339,7 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const 
   // The cursor's pacing (prefetch.hpp): after step `step` of dq_pad / N the loop has read that
   // share of four rows' lines; the cursor is moved every other step.
   const int64_t steps = dq_pad / N, block_lines = prefetch != nullptr ? 4 * prefetch->row_lines() : 0;
-  const int64_t per_step = (block_lines + steps - 1) / steps;
+  const int64_t per_step = steps > 0 ? (block_lines + steps - 1) / steps : 0;  // steps 0: head_dim 0
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     const float* k0 = k + j * k_stride;
@@ -438,27 +458,32 @@ HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int
   float* st = t.st.data();
   if (t.alibi) AddAlibiTransposed(t, rows_pad, tile, tile_keys);
 
-  // Online softmax per vector of rows. As in the other form, exp's argument is clamped to
-  // [-200, 0]; a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
+  // Online softmax per vector of rows. As in the other form, exp's argument is kept in [-200, 0]
+  // (ExpArgument); a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
+  // Visible NaN / +inf scores flag their row (Scratch::bad).
   const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
+  const VF pos_inf = hn::Set(df, INFINITY), one = hn::Set(df, 1.0f);
   for (int64_t rb = 0; rb < rows_pad; rb += N) {
     const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
-    VF tile_max = neg_inf;
+    VF tile_max = neg_inf, bad = hn::LoadU(df, t.bad.data() + rb);
     for (int64_t j = 0; j < tile_keys; ++j) {
       const VF jf = hn::Set(df, static_cast<float>(j));
       const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
-      tile_max = hn::Max(tile_max, hn::IfThenElse(visible, hn::LoadU(df, st + j * rows_pad + rb), neg_inf));
+      const VF score = hn::LoadU(df, st + j * rows_pad + rb);
+      tile_max = hn::Max(tile_max, hn::IfThenElse(visible, score, neg_inf));
+      bad = hn::IfThenElse(hn::AndNot(hn::Lt(score, pos_inf), visible), one, bad);  // NaN or +inf, visible
     }
+    hn::StoreU(bad, df, t.bad.data() + rb);
     const VF m_old = hn::LoadU(df, t.m.data() + rb);
     const VF m_new = hn::Max(m_old, tile_max);
     const auto seen = hn::Gt(m_new, neg_inf);
-    const VF alpha = hn::Exp(df, hn::Max(hn::IfThenElseZero(seen, hn::Sub(m_old, m_new)), lo));
+    const VF alpha = hn::Exp(df, hn::IfThenElseZero(seen, ExpArgument(hn::Sub(m_old, m_new))));
     VF sum = zero;
     for (int64_t j = 0; j < tile_keys; ++j) {
       const VF jf = hn::Set(df, static_cast<float>(j));
       const auto visible = hn::And(hn::Ge(jf, j0), hn::Lt(jf, j1));
       float* at = st + j * rows_pad + rb;
-      const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, at), m_new), lo), zero);
+      const VF x = ExpArgument(hn::Sub(hn::LoadU(df, at), m_new));
       const VF p = hn::IfThenElseZero(visible, hn::Exp(df, x));
       hn::StoreU(p, df, at);
       sum = hn::Add(sum, p);
@@ -498,6 +523,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   const int64_t max_rows_pad = (max_rows + N - 1) / N * N;
   t.m.assign(static_cast<size_t>(max_rows_pad), 0.0f);
   t.l.assign(static_cast<size_t>(max_rows_pad), 0.0f);
+  t.bad.assign(static_cast<size_t>(max_rows_pad), 0.0f);
   t.qt.assign(static_cast<size_t>(dq * max_rows_pad), 0.0f);
   t.st.assign(static_cast<size_t>(kKeyBlock * max_rows_pad), 0.0f);
   t.j0.assign(static_cast<size_t>(max_rows_pad), 0.0f);
@@ -548,6 +574,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     if (dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
     if (dot_transposed) bf16_dot_prefill_items.fetch_add(1, std::memory_order_relaxed);
     int64_t first_key = seq.num_keys, last_key = 0;
+    std::fill_n(t.bad.begin(), rows_pad, 0.0f);
     for (int64_t r = rows; r < rows_pad; ++r) {
       t.m[static_cast<size_t>(r)] = -INFINITY;
       t.l[static_cast<size_t>(r)] = 0.0f;
@@ -735,7 +762,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         }
         // The tile's max a vector at a time (a scalar max chain of 64 keys per row was a latency
         // chain in the decode's per-tile work); max is exact, so for finite scores the order
-        // changes no bit (NaN scores are not specified: docs/attention.md, known limits).
+        // changes no bit (a NaN score may or may not reach tile_max; its row is flagged below).
         float tile_max = s[j0];
         j = j0 + 1;
         if (j1 - j0 >= N) {
@@ -745,22 +772,30 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         }
         for (; j < j1; ++j) tile_max = std::max(tile_max, s[j]);
         float& m = t.m[static_cast<size_t>(r)];
+        // m is never NaN: std::max(m, x) keeps m when x is NaN. m = -inf before the first visible
+        // key, and while every visible score so far is -inf: alpha = 1 there (o and l are 0), not
+        // exp(-inf + inf).
         const float m_new = std::max(m, tile_max);
-        // m = -inf before the first visible key: alpha = exp(-inf) = 0 (o and l are 0 anyway).
-        const float alpha = std::exp(m - m_new);
+        const float alpha = m == m_new ? 1.0f : std::exp(m - m_new);
         m = m_new;
         // p_j = exp(s_j - m) over whole vectors from j0; the slack past j1 is computed and unused.
-        // Clamped to [-200, 0] so that no lane (stale slack, a NaN-free but huge value) reaches
-        // an out-of-range float -> int conversion inside Exp; exp(-200) underflows to 0 as
-        // exp(s - m) would for any s - m < -104.
-        const VF vm = hn::Set(df, m_new), lo = hn::Set(df, -200.0f), hi = hn::Zero(df);
+        // Visible NaN / +inf scores flag the row (Scratch::bad; -inf is an ordinary score, weight 0).
+        const VF vm = hn::Set(df, m_new), pos_inf = hn::Set(df, INFINITY);
         VF sum = hn::Zero(df);
+        auto non_finite = hn::FirstN(df, 0);  // all false
         for (j = j0; j < j1; j += N) {
-          const VF x = hn::Min(hn::Max(hn::Sub(hn::LoadU(df, s + j), vm), lo), hi);
-          const VF p = hn::Exp(df, x);
+          const VF score = hn::LoadU(df, s + j);
+          const VF p = hn::Exp(df, ExpArgument(hn::Sub(score, vm)));
           hn::StoreU(p, df, s + j);
-          if (j + N <= j1) sum = hn::Add(sum, p);
+          const auto flagged = hn::Not(hn::Lt(score, pos_inf));
+          if (j + N <= j1) {
+            sum = hn::Add(sum, p);
+            non_finite = hn::Or(non_finite, flagged);
+          } else {
+            non_finite = hn::Or(non_finite, hn::And(flagged, hn::FirstN(df, static_cast<size_t>(j1 - j))));
+          }
         }
+        if (!hn::AllFalse(df, non_finite)) t.bad[static_cast<size_t>(r)] = 1.0f;
         float p_sum = hn::GetLane(hn::SumOfLanes(df, sum));
         for (j = j0 + (j1 - j0) / N * N; j < j1; ++j) p_sum += s[j];
         t.l[static_cast<size_t>(r)] = alpha * t.l[static_cast<size_t>(r)] + p_sum;
@@ -775,24 +810,31 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       }
     }
 
-    // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge.
+    // A chunk of a split item: its rows' m, l and unnormalised o, for attention.cpp's merge; l is
+    // NaN for a row flagged non-finite. A chunk whose visible scores are all -inf leaves m = -inf
+    // and l = 0, as one that saw no key: the merge decides, over all chunks, whether the row's
+    // scores were all -inf.
     if (item.partial_row >= 0) {
       for (int64_t r = 0; r < rows; ++r) {
         const auto row = static_cast<size_t>(item.partial_row + r);
         call.partial_m[row] = t.m[static_cast<size_t>(r)];
-        call.partial_l[row] = t.l[static_cast<size_t>(r)];
+        call.partial_l[row] = t.bad[static_cast<size_t>(r)] != 0.0f ? std::numeric_limits<float>::quiet_NaN() : t.l[static_cast<size_t>(r)];
         std::copy_n(t.o.begin() + r * dv_pad, dv, call.partial_o + row * static_cast<size_t>(dv));
       }
       continue;
     }
-    // out = o / l, zeros for a row without visible keys.
+    // out = o / l, zeros for a row without visible keys, NaN for a row flagged non-finite or whose
+    // visible scores were all -inf (m still -inf).
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t head = item.kv_head * plan.group + r / item.q_count;
       const int64_t query = item.q_first + r % item.q_count;
       const int64_t out_index = seq.out_base + query * plan.out.stride_seq + head * plan.out.stride_heads;
       float* o_row = t.o.data() + r * dv_pad;
       const float l = t.l[static_cast<size_t>(r)];
-      if (l > 0.0f) {
+      const KeyRange range = ranges[static_cast<size_t>(r)];
+      if (t.bad[static_cast<size_t>(r)] != 0.0f || (range.first < range.last && !(t.m[static_cast<size_t>(r)] > -INFINITY))) {
+        std::fill_n(o_row, dv_pad, std::numeric_limits<float>::quiet_NaN());
+      } else if (l > 0.0f) {
         const VF vl = hn::Set(df, l);
         for (int64_t e = 0; e < dv_pad; e += N) hn::StoreU(hn::Div(hn::LoadU(df, o_row + e), vl), df, o_row + e);
       }
