@@ -43,10 +43,18 @@
 //     sequence would select other frequencies (LongRoPE's long table shifted below the switch).
 //     Build the cache with a table for the frequencies wanted (TableOptions::seq_len).
 // Errors name the argument and its value: "KvCache::append: ... (got ...)".
+//
+// Threads: every member function may be called from several threads at once, as if the calls
+// were made one after another in some order. append, shift and clear take the cache exclusively
+// (a second writer, or a reader, waits until the first is done); attend, length, last_position
+// and position share it with each other. keys() and values() return views of the storage, which
+// never moves; reading them while another thread appends or shifts reads slots mid-write: order
+// such reads with the writer yourself. The cache is neither copyable nor movable (it owns its lock).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <vector>
 
@@ -122,8 +130,11 @@ class KvCache {
   int64_t key_offset(int64_t b, int64_t h, int64_t slot) const;
   int64_t value_offset(int64_t b, int64_t h, int64_t slot) const;
 
+  int64_t last_position_of(int64_t sequence) const;  // under the lock; sequence checked
+
   const CosSinTable* table_;
   KvCacheShape shape_;
+  mutable std::shared_mutex mutex_;  // exclusive: append, shift, clear; shared: the readers
   std::vector<double> keys_;    // 8-byte aligned storage of any dtype
   std::vector<double> values_;
   std::vector<int64_t> positions_;  // [batch][capacity]

@@ -12,6 +12,7 @@
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -183,17 +184,24 @@ void KvCache::check_sequence(int64_t sequence, const char* where) const {
 }
 
 int64_t KvCache::length(int64_t sequence) const {
+  std::shared_lock lock(mutex_);
   check_sequence(sequence, "KvCache::length");
   return lengths_[static_cast<size_t>(sequence)];
 }
 
-int64_t KvCache::last_position(int64_t sequence) const {
-  check_sequence(sequence, "KvCache::last_position");
+int64_t KvCache::last_position_of(int64_t sequence) const {
   const int64_t n = lengths_[static_cast<size_t>(sequence)];
   return n == 0 ? -1 : positions_[static_cast<size_t>(sequence * shape_.capacity + n - 1)];
 }
 
+int64_t KvCache::last_position(int64_t sequence) const {
+  std::shared_lock lock(mutex_);
+  check_sequence(sequence, "KvCache::last_position");
+  return last_position_of(sequence);
+}
+
 int64_t KvCache::position(int64_t sequence, int64_t slot) const {
+  std::shared_lock lock(mutex_);
   check_sequence(sequence, "KvCache::position");
   const int64_t n = lengths_[static_cast<size_t>(sequence)];
   if (slot < 0 || slot >= n) throw Error(concat("KvCache::position: slot must be in [0, ", n, ") (got ", slot, ")"));
@@ -218,6 +226,7 @@ TensorView KvCache::values() const {
 
 void KvCache::append(const TensorView& k, const TensorView& v, std::span<const int64_t> positions) {
   constexpr const char* kWhere = "KvCache::append";
+  std::unique_lock lock(mutex_);
   check_layout(k, kWhere, "k");
   check_layout(v, kWhere, "v");
   if (k.dtype != shape_.dtype) throw Error(concat(kWhere, ": k dtype must be the cache's ", name_of(shape_.dtype), " (got ", name_of(k.dtype), ")"));
@@ -271,7 +280,7 @@ void KvCache::append(const TensorView& k, const TensorView& v, std::span<const i
       throw Error(concat(kWhere, ": k new tokens must fit the capacity ", shape_.capacity, " of sequence ", b, ", which holds ", length,
                          " (got ", new_tokens, ": ", length + new_tokens, " > ", shape_.capacity, ")"));
     }
-    int64_t previous = last_position(b);
+    int64_t previous = last_position_of(b);
     for (int64_t i = 0; i < new_tokens; ++i) {
       int64_t& p = all[static_cast<size_t>(b * new_tokens + i)];
       if (positions.empty()) {
@@ -356,6 +365,7 @@ void KvCache::append(const TensorView& k, const TensorView& v, std::span<const i
 
 void KvCache::attend(const TensorView& q, const TensorView& out, const KvAttendOptions& options) const {
   constexpr const char* kWhere = "KvCache::attend";
+  std::shared_lock lock(mutex_);
   check_layout(q, kWhere, "q");
   check_layout(out, kWhere, "out");
   if (q.dtype != shape_.dtype) throw Error(concat(kWhere, ": q dtype must be the cache's ", name_of(shape_.dtype), " (got ", name_of(q.dtype), ")"));
@@ -379,7 +389,7 @@ void KvCache::attend(const TensorView& q, const TensorView& out, const KvAttendO
     for (int64_t i = 0; i < q_len; ++i) {
       q_positions[static_cast<size_t>(b * q_len + i)] = positions_[static_cast<size_t>(b * shape_.capacity + length - q_len + i)];
     }
-    if (length > 0) seq_len = std::max(seq_len, last_position(b) + 1);
+    if (length > 0) seq_len = std::max(seq_len, last_position_of(b) + 1);
   }
   // The rotated queries, contiguous in q's layout.
   const int64_t elements = element_count(q, "q");
@@ -495,15 +505,20 @@ void KvCache::shift_unchecked(int64_t sequence, int64_t n_keep, int64_t n_discar
 }
 
 void KvCache::shift(int64_t sequence, int64_t n_keep, int64_t n_discard) {
+  std::unique_lock lock(mutex_);
   check_shift(sequence, n_keep, n_discard);
   shift_unchecked(sequence, n_keep, n_discard);
 }
 
 void KvCache::shift(int64_t n_keep, int64_t n_discard) {
+  std::unique_lock lock(mutex_);
   for (int64_t b = 0; b < shape_.batch; ++b) check_shift(b, n_keep, n_discard);
   for (int64_t b = 0; b < shape_.batch; ++b) shift_unchecked(b, n_keep, n_discard);
 }
 
-void KvCache::clear() { std::fill(lengths_.begin(), lengths_.end(), 0); }
+void KvCache::clear() {
+  std::unique_lock lock(mutex_);
+  std::fill(lengths_.begin(), lengths_.end(), 0);
+}
 
 }  // namespace rotary

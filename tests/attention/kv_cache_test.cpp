@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rotary/apply.hpp"
@@ -711,6 +713,75 @@ TEST(KvCache, RefusesBadShapesAndDtypesNamingThem) {
   EXPECT_THAT([&] { cache2.attend(q3.view, out.view); },
               ThrowsMessage<Error>(HasSubstr("q heads must be a positive multiple of the cache's kv_heads 2 (got 3)")));
   EXPECT_THAT([&] { (void)cache.position(0, 2); }, ThrowsMessage<Error>(HasSubstr("slot must be in [0, 2) (got 2)")));
+}
+
+// Threads appending to one cache past its capacity (a Python probe of two threads doing 20 appends
+// each to a cache of 16 corrupted the heap: the length reached 17, then "double free or
+// corruption"). The calls are serialized (kv_cache.hpp, "Threads"): exactly `capacity` appends
+// land, the others are refused as capacity overflows, and every slot holds one whole token, its key the appended key rotated at
+// the slot's position, its value the appended value, positions in slot order. Readers (attend,
+// length) run beside them. Under ThreadSanitizer (make sanitize: "Concurrent" tests) this also
+// shows the members free of data races.
+TEST(KvCache, ConcurrentAppendsAreSerializedAndNeverOverflow) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const CosSinTable table(spec);
+  constexpr int64_t kCapacity = 64;
+  constexpr int kThreads = 4, kAppends = 40, kRounds = 5;
+  KvCache cache(table, small_shape(spec, kCapacity));
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    cache.clear();
+    // Thread t's token i has every key and value element t * 100 + i + 1 (so a slot tells which
+    // append it came from and that it was not torn).
+    std::atomic<int> landed{0}, refused{0}, other_errors{0};
+    std::atomic<bool> stop_reader{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        Tensor k(DType::F32, 1, 1, 1, spec.head_dim), v(DType::F32, 1, 1, 1, spec.head_dim);
+        for (int i = 0; i < kAppends; ++i) {
+          for (int64_t e = 0; e < spec.head_dim; ++e) k.set(0, 0, 0, e, t * 100 + i + 1), v.set(0, 0, 0, e, t * 100 + i + 1);
+          try {
+            cache.append(k.view, v.view);
+            ++landed;
+          } catch (const Error& error) {
+            (std::string(error.what()).find("capacity") != std::string::npos ? refused : other_errors)++;
+          }
+        }
+      });
+    }
+    std::thread reader([&] {  // attend and length beside the writers
+      Tensor q(DType::F32, 1, 1, 2, spec.head_dim), out(DType::F32, 1, 1, 2, spec.head_dim);
+      std::mt19937_64 rng(3);
+      q.fill(rng);
+      while (!stop_reader.load()) {
+        if (cache.length(0) > 0) cache.attend(q.view, out.view);
+      }
+    });
+    for (std::thread& thread : threads) thread.join();
+    stop_reader = true;
+    reader.join();
+    EXPECT_EQ(landed.load(), kCapacity);
+    EXPECT_EQ(refused.load(), kThreads * kAppends - kCapacity);
+    EXPECT_EQ(other_errors.load(), 0);
+    ASSERT_EQ(cache.length(0), kCapacity);
+    // Each slot: the value tags one append; the key is that token rotated at the slot's position.
+    const TensorView keys = cache.keys(), values = cache.values();
+    for (int64_t slot = 0; slot < kCapacity; ++slot) {
+      EXPECT_EQ(cache.position(0, slot), slot);
+      const double tag = load_element(values.data, DType::F32, slot * spec.head_dim);
+      for (int64_t e = 0; e < spec.head_dim; ++e) {
+        ASSERT_EQ(load_element(values.data, DType::F32, slot * spec.head_dim + e), tag) << slot << " " << e;
+      }
+      Tensor expected(DType::F32, 1, 1, 1, spec.head_dim);
+      for (int64_t e = 0; e < spec.head_dim; ++e) expected.set(0, 0, 0, e, tag);
+      const std::vector<int64_t> position{slot};
+      apply(expected.view, TensorView{}, expected.view, TensorView{}, Positions::per_token(position), table);
+      for (int64_t e = 0; e < spec.head_dim; ++e) {
+        ASSERT_EQ(load_element(keys.data, DType::F32, slot * spec.head_dim + e), expected.at(0, 0, 0, e)) << slot << " " << e;
+      }
+    }
+  }
 }
 
 }  // namespace
