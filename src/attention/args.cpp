@@ -393,6 +393,12 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     if (spec.axes != PositionAxes::Single) fail(detail::concat("rope.table spec axes must be single for fused attention (got ", to_string(spec.axes), ")"));
     if (spec.xpos.has_value()) fail("rope.table spec xpos must be unset for fused attention (got xpos)");
     const int64_t rotary_dim = 2 * table.num_pairs();
+    // The table's rotary_dim first: with a table wider than the head, no rotary_offset fits, and
+    // the offset's range [0, head_dim - rotary_dim] would be empty (blaming an argument the
+    // caller may never have set).
+    if (rotary_dim > plan.qk_dim) {
+      fail(detail::concat("q and k head_dim must be >= rope.table's rotary_dim ", rotary_dim, " (got ", plan.qk_dim, ")"));
+    }
     if (rope->rotary_offset < 0 || rope->rotary_offset > plan.qk_dim - rotary_dim) {
       fail(detail::concat("rope.rotary_offset must be in [0, head_dim - rotary_dim] = [0, ", plan.qk_dim - rotary_dim, "] (got ", rope->rotary_offset, ")"));
     }

@@ -377,6 +377,20 @@ TEST(AttentionArgs, RejectsRopePositionsOfTheWrongCountOrPastTheTable) {
               ThrowsMessage<Error>(HasSubstr("rope.table must not be null")));
 }
 
+// A table wider than the head is the table's fault, named as such; it was reported as
+// "rope.rotary_offset must be in [0, head_dim - rotary_dim] = [0, -8] (got 0)", an argument the
+// caller never set.
+TEST(AttentionArgs, RejectsATableWiderThanTheHeadNamingTheTable) {
+  Small s;  // head_dim 8
+  RopeSpec spec;
+  spec.head_dim = 16;
+  spec.rotary_dim = 16;
+  const CosSinTable table(spec, {.fixed_positions = 16});
+  const std::vector<int64_t> q_positions(6, 1), k_positions(10, 2);
+  EXPECT_THAT([&] { attention(s.q.view, s.k.view, s.v.view, s.out.view, {.table = &table, .q_positions = q_positions, .k_positions = k_positions}); },
+              ThrowsMessage<Error>(HasSubstr("attention: q and k head_dim must be >= rope.table's rotary_dim 16 (got 8)")));
+}
+
 TEST(AttentionScale, DefaultIsInverseSqrtAndDeepSeekYarnFoldsMscaleAllDimSquared) {
   RopeSpec spec;
   spec.head_dim = 64;
