@@ -9,9 +9,15 @@
 // target spec in plain words ("your implementation pairs (x[2i], x[2i+1]) ...; this model pairs
 // (x[i], x[i+64]) ..."). docs/analysis.md, "Diagnose", gives the math, how many rows and which
 // positions are needed, and what stays ambiguous.
+//
+// diagnose() refuses (rotary::Error) samples in which y is not x rotated pair by pair: y = 0,
+// noise, y = 2x, y = -x (no pair's angle depends on the position). A property the samples cannot
+// pin down (a fit whose residual is too large, or aliased positions) is left empty and listed in
+// Diagnosis::cannot_tell; compare_to_spec() never calls it a mismatch.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,14 +73,22 @@ struct PairFinding {
   double max_residual_rad = 0.0;  // max over rows of |angle - (p theta + c)|
   double attention_scaling = 1.0;  // median over rows of |y_pair| / |x_pair|
   double norm_spread = 0.0;        // (max - min) / mean over rows of |y_pair|^2 / |x_pair|^2
+  // The samples pin inv_freq down: the fit's max residual is at most
+  // Diagnosis::fit_residual_limit_rad and exactly one inv_freq in [-pi, pi] (integer positions
+  // cannot tell theta from theta + 2 pi) fits every sampled angle. Otherwise inv_freq is the
+  // fit's guess and no finding uses it.
+  bool identified = false;
 };
+
+// What the CLI and Python print for a property in Diagnosis::cannot_tell.
+inline constexpr std::string_view kCannotTell = "cannot tell from these positions; use positions 0..7 or more rows";
 
 // A frequency set the measured inv_freq was compared with: a preset at one seq_len.
 struct FrequencyCandidate {
   std::string name;        // "llama-3.1-8b", "phi-3-mini-128k (long factors)", "gemma-3-1b:sliding_attention"
   std::string scheme;      // "llama3", "longrope", ...
   double max_log_deviation = 0.0;  // max_i |ln(measured_i / candidate_i)|
-  bool matches = false;            // every pair within its tolerance (Diagnosis::inv_freq_tolerance)
+  bool matches = false;  // every pair within its (finite) tolerance (Diagnosis::inv_freq_tolerance)
 };
 
 struct Diagnosis {
@@ -95,16 +109,30 @@ struct Diagnosis {
   double pairing_score = 0.0;      // max norm_spread over the chosen pairs (0 = a perfect rotation)
   double other_pattern_score = 0.0;  // the same for the rejected standard pattern (large = clear)
 
-  Direction direction = Direction::Forward;  // Backward: every pair turns by -p theta (conjugate)
-  int64_t num_pairs_against_direction = 0;   // pairs whose slope has the other sign
+  // Properties the samples cannot pin down, by name: "pairing" (both patterns fit), "theta" (a
+  // pair not identified: inv_freq, scheme, fitted theta and presets are then empty),
+  // "position_offset", "direction", "precision". Their optional fields below hold no value.
+  std::vector<std::string> cannot_tell;
+  double fit_residual_limit_rad = 0.0;  // a pair's angle fit is supported up to this max residual
+  int64_t num_pairs_identified = 0;     // pairs with PairFinding::identified
 
-  int64_t position_offset = 0;        // the implementation rotates position p by the angle of p + offset
-  double position_offset_residual = 0.0;  // max_i |wrap(c_i - offset theta_i)|, rad
+  // Backward: every pair turns by -p theta (conjugate). From the identified pairs' slopes.
+  std::optional<Direction> direction;
+  int64_t num_pairs_against_direction = 0;  // identified pairs whose slope has the other sign
+
+  // The implementation rotates position p by the angle of p + offset (from the identified pairs).
+  std::optional<int64_t> position_offset;
+  double position_offset_residual = 0.0;  // max_i |wrap(c_i - phase - offset theta_i)|, rad
+  // A phase added to every pair: 0, or pi/2, -pi/2, pi when that (and no offset alone) explains the
+  // intercepts. pi/2 with a backward slope is cos and sin swapped (y = x sin + rotate_half(x) cos
+  // turns each pair by pi/2 - p theta).
+  double constant_phase_rad = 0.0;
+  bool cos_sin_swapped = false;
 
   double attention_scaling = 1.0;         // median over pairs
   double attention_scaling_spread = 0.0;  // max |pair scaling / median - 1|
 
-  PrecisionClass precision = PrecisionClass::Exact;
+  std::optional<PrecisionClass> precision;  // from the identified pairs' residuals
   double max_residual_rad = 0.0;       // over all pairs and rows
   // Max residual of a second fit over angles |p theta| <= 32 rad (pairs with >= 3 such positions;
   // else max_residual_rad): large angles' drift cannot reach it.
@@ -113,10 +141,10 @@ struct Diagnosis {
 
   // Log-linear fit ln theta_i = ln(1 / factor) - (2 i / d) ln(theta_base): exact for default RoPE,
   // linear scaling (factor) and static NTK (a different base).
-  double fitted_theta_base = 0.0;
-  double fitted_linear_factor = 1.0;
+  std::optional<double> fitted_theta_base;     // empty when "theta" is in cannot_tell
+  std::optional<double> fitted_linear_factor;
   double fit_max_log_residual = 0.0;  // max_i |ln theta_i - fit|; ~0 when the scheme is log-linear
-  std::string scheme;                 // "default", "linear", "per-pair scaling (llama3)", ...
+  std::string scheme;  // "default", "linear", "per-pair scaling (llama3)", ...; empty if theta unknown
 
   // Per-pair tolerance on ln(theta_i) from the residuals and the position span.
   std::vector<double> inv_freq_tolerance;
@@ -132,7 +160,10 @@ struct Diagnosis {
 
 // Throws rotary::Error naming the argument and the value for: x or y not num_rows * head_dim
 // values, positions not num_rows, a non-finite value (naming the row and column), a negative
-// position, fewer than 2 rows or 2 distinct positions, head_dim < 2, no element changed.
+// position, fewer than 2 rows or 2 distinct positions, head_dim < 2, no element changed; and
+// "y is not a rotation of x ..." with the reason when y is 0, when no pairing keeps every pair's
+// norm ratio |y_pair| / |x_pair| the same in all rows (noise, a mix of pairs), or when no pair's
+// angle changes with the position (y = 2x, y = -x: a constant rotation is no RoPE).
 Diagnosis diagnose(const DiagnoseSamples& samples, const DiagnoseOptions& options = {});
 
 // One difference from the target, in plain words naming both sides.

@@ -50,7 +50,14 @@ def diagnose(x, y, positions, target=None) -> dict:
     "float32-table", "float32-angle-drift", "float16"), scheme, fitted_theta_base,
     fitted_linear_factor, nearest_preset, candidates; with a target also matches (bool) and
     mismatches [{aspect, implementation, model, message}]. Nothing is modified.
-    Raises rotary.RotaryError naming the argument for bad shapes, NaN, too few rows or positions.
+    A property the samples cannot pin down (aliased positions, a fit with large residuals) is
+    None (inv_freq entries too, scheme and nearest_preset ""), and named in cannot_tell
+    ("pairing", "theta", "position_offset", "direction", "precision"); it is never a mismatch, so
+    matches=True then means "no mismatch in what the samples show". cos_sin_swapped and
+    constant_phase_rad name a constant phase on every pair (cos and sin swapped: pi/2).
+    Raises rotary.RotaryError naming the argument for bad shapes, NaN, too few rows or positions,
+    and "y is not a rotation of x ..." with the reason when y is 0, noise, 2x or -x (no pair's
+    angle depends on the position).
     Positions must be diverse: a difference of 1 to 3, then steps growing by at most ~8x, up to
     where the slowest pair turns by 0.1 rad (docs/analysis.md, "Diagnose").
 

@@ -1,7 +1,8 @@
 // src/cli/diagnose_command.cpp: `rotary diagnose`: what an unknown RoPE implementation does, from
 // .npy samples of it, and how it differs from a model (analysis::diagnose / compare_to_spec,
 // include/rotary/diagnose.hpp). Exit codes: 0 no target or no mismatch, 1 mismatches (a result,
-// not an error: the findings are still printed), 2 errors as every command.
+// not an error: the findings are still printed), 2 errors as every command, "y is not a rotation
+// of x" included.
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -29,7 +30,10 @@ const char* const kDiagnoseHelp =
     "mismatch against that model in plain words. docs/analysis.md (\"Diagnose\") says which\n"
     "positions are needed: a difference of 1 or 2 between two of them, then differences growing by\n"
     "at most ~8x, up to a position where the slowest pair turns by 0.1 rad or more; a \"note:\"\n"
-    "line says when the samples leave something uncertain.\n"
+    "line says when the samples leave something uncertain, and a property they cannot pin down\n"
+    "(aliased positions, a fit with large residuals) reads \"cannot tell from these positions\" and is\n"
+    "never a mismatch. y that is not x rotated pair by pair (y = 0, noise, y = 2x, y = -x) is an\n"
+    "error saying why.\n"
     "\n"
     "  --x FILE         inputs, [rows, head_dim] or [rows, heads, head_dim]; float32, float64,\n"
     "                   float16 or bfloat16\n"
@@ -41,7 +45,7 @@ const char* const kDiagnoseHelp =
     "  --json           a JSON object: the findings, candidates, and mismatches [{aspect,\n"
     "                   implementation, model, message}]\n"
     "\n"
-    "Exit status: 0 no target or no mismatch, 1 mismatches, 2 an error.\n";
+    "Exit status: 0 no target or no mismatch, 1 mismatches, 2 an error (y not a rotation of x too).\n";
 
 namespace {
 
@@ -175,23 +179,35 @@ int run_diagnose(Args& args) {
     out.key("rotated_contiguous").value(d.rotated_contiguous);
     out.key("pairing").value(analysis::to_string(d.pairing));
     out.key("pairing_score").value(d.pairing_score);
-    out.key("direction").value(d.direction == Direction::Forward ? "forward" : "backward");
-    out.key("position_offset").value(d.position_offset);
+    // A property the samples cannot pin down is null, and named in cannot_tell.
+    out.key("cannot_tell").begin_array();
+    for (const std::string& property : d.cannot_tell) out.value(property);
+    out.end_array();
+    if (d.direction) out.key("direction").value(*d.direction == Direction::Forward ? "forward" : "backward");
+    else out.key("direction").null();
+    if (d.position_offset) out.key("position_offset").value(*d.position_offset);
+    else out.key("position_offset").null();
+    out.key("constant_phase_rad").value(d.constant_phase_rad);
+    out.key("cos_sin_swapped").value(d.cos_sin_swapped);
     out.key("attention_scaling").value(d.attention_scaling);
-    out.key("precision").value(analysis::to_string(d.precision));
+    if (d.precision) out.key("precision").value(analysis::to_string(*d.precision));
+    else out.key("precision").null();
     out.key("storage").value(storage);
     out.key("max_residual_rad").value(d.max_residual_rad);
     out.key("small_angle_residual_rad").value(d.small_angle_residual_rad);
     out.key("scheme").value(d.scheme);
-    out.key("fitted_theta_base").value(d.fitted_theta_base);
-    out.key("fitted_linear_factor").value(d.fitted_linear_factor);
+    if (d.fitted_theta_base) out.key("fitted_theta_base").value(*d.fitted_theta_base);
+    else out.key("fitted_theta_base").null();
+    if (d.fitted_linear_factor) out.key("fitted_linear_factor").value(*d.fitted_linear_factor);
+    else out.key("fitted_linear_factor").null();
     out.key("nearest_preset").value(d.nearest_preset);
     out.key("pairs").begin_array();
     for (const analysis::PairFinding& pair : d.pairs) {
       out.begin_object();
       out.key("first").value(pair.first);
       out.key("second").value(pair.second);
-      out.key("inv_freq").value(pair.inv_freq);
+      if (pair.identified) out.key("inv_freq").value(pair.inv_freq);
+      else out.key("inv_freq").null();
       out.key("max_residual_rad").value(pair.max_residual_rad);
       out.key("attention_scaling").value(pair.attention_scaling);
       out.end_object();
@@ -243,28 +259,58 @@ int run_diagnose(Args& args) {
   const std::string o = d.rotated_offset == 0 ? "" : std::to_string(d.rotated_offset) + "+";
   if (d.pairing == analysis::Pairing::HalfSplit) out << ": (x[" << o << "i], x[" << o << "i+" << d.rotary_dim / 2 << "])";
   if (d.pairing == analysis::Pairing::Interleaved) out << ": (x[" << o << "2i], x[" << o << "2i+1])";
+  if (d.pairing == analysis::Pairing::Ambiguous) out << ": " << analysis::kCannotTell;
   if (d.pairing == analysis::Pairing::Other && !d.pairs.empty()) {
     out << ": (x[" << d.pairs[0].first << "], x[" << d.pairs[0].second << "]), ...";
   }
   out << "  (norm-ratio spread " << format_number(d.pairing_score, 3);
   if (d.other_pattern_score > 0) out << "; the other pattern " << format_number(d.other_pattern_score, 3);
   out << ")\n";
-  out << "  direction          " << (d.direction == Direction::Forward ? "forward (+p*theta)" : "backward (-p*theta)")
-      << "; " << d.num_pairs_against_direction << " of " << d.pairs.size() << " pairs against\n";
-  out << "  position offset    " << d.position_offset << " (phase residual "
-      << format_number(d.position_offset_residual, 3) << " rad)\n";
+  const std::string cannot_tell(analysis::kCannotTell);
+  out << "  direction          ";
+  if (d.direction) {
+    out << (*d.direction == Direction::Forward ? "forward (+p*theta)" : "backward (-p*theta)") << "; "
+        << d.num_pairs_against_direction << " of " << d.num_pairs_identified << " identified pairs against\n";
+  } else {
+    out << cannot_tell << "\n";
+  }
+  out << "  position offset    ";
+  if (d.position_offset) {
+    out << *d.position_offset << " (phase residual " << format_number(d.position_offset_residual, 3) << " rad)\n";
+  } else {
+    out << cannot_tell << "\n";
+  }
+  if (d.cos_sin_swapped) {
+    out << "  cos and sin        swapped: every pair turns by pi/2 - p*theta (y = x*sin + rotate_half(x)*cos)\n";
+  } else if (d.position_offset && d.constant_phase_rad != 0.0) {
+    out << "  constant phase     " << format_number(d.constant_phase_rad, 6) << " rad on every pair\n";
+  }
   out << "  attention scaling  " << format_number(d.attention_scaling, 8) << " (spread over pairs "
       << format_number(d.attention_scaling_spread, 3) << ")\n";
-  out << "  precision          " << analysis::to_string(d.precision)
-      << (d.precision == analysis::PrecisionClass::Exact && storage != "float64"
-              ? " to the samples' " + storage + " storage"
-              : std::string())
-      << " (max angle residual "
-      << format_number(d.max_residual_rad, 3) << " rad; " << format_number(d.small_angle_residual_rad, 3)
-      << " rad at angles <= 32 rad)\n";
-  out << "  frequencies        " << d.scheme << "; log-linear fit: rope_theta " << format_number(d.fitted_theta_base)
-      << ", linear factor " << format_number(d.fitted_linear_factor) << " (max |ln residual| "
-      << format_number(d.fit_max_log_residual, 3) << ")\n";
+  out << "  precision          ";
+  if (d.precision) {
+    out << analysis::to_string(*d.precision)
+        << (d.precision == analysis::PrecisionClass::Exact && storage != "float64"
+                ? " to the samples' " + storage + " storage"
+                : std::string())
+        << " (max angle residual " << format_number(d.max_residual_rad, 3) << " rad; "
+        << format_number(d.small_angle_residual_rad, 3) << " rad at angles <= 32 rad)\n";
+  } else {
+    out << cannot_tell << "\n";
+  }
+  out << "  frequencies        ";
+  if (d.scheme.empty()) {
+    out << cannot_tell << " (" << d.pairs.size() - static_cast<size_t>(d.num_pairs_identified) << " of "
+        << d.pairs.size() << " pairs not identified)\n";
+  } else {
+    out << d.scheme;
+    if (d.fitted_theta_base) {
+      out << "; log-linear fit: rope_theta " << format_number(*d.fitted_theta_base) << ", linear factor "
+          << format_number(d.fitted_linear_factor.value_or(1.0)) << " (max |ln residual| "
+          << format_number(d.fit_max_log_residual, 3) << ")";
+    }
+    out << "\n";
+  }
   if (!d.candidates.empty()) {
     const analysis::FrequencyCandidate& best = d.candidates.front();
     out << "  nearest preset     " << best.name << " (" << best.scheme << "; "
@@ -276,16 +322,23 @@ int run_diagnose(Args& args) {
   for (size_t i = 0; i < d.pairs.size(); ++i) {
     const analysis::PairFinding& pair = d.pairs[i];
     out << format_line("  %4zu  (%3lld, %3lld)  %-12s  %s\n", i, static_cast<long long>(pair.first),
-                       static_cast<long long>(pair.second), format_number(pair.inv_freq, 6).c_str(),
+                       static_cast<long long>(pair.second),
+                       pair.identified ? format_number(pair.inv_freq, 6).c_str() : "?",
                        format_number(pair.max_residual_rad, 3).c_str());
   }
   if (target) {
     out << "\nAgainst " << target->name << " (" << loaded->source << "): ";
     if (mismatches.empty()) {
-      out << "no mismatch\n";
+      out << (d.cannot_tell.empty() ? "no mismatch\n" : "no mismatch in what these samples show\n");
     } else {
       out << mismatches.size() << (mismatches.size() == 1 ? " mismatch\n" : " mismatches\n");
       for (const analysis::Mismatch& m : mismatches) out << "  " << m.aspect << ": " << m.message << "\n";
+    }
+    // Not a clean bill: what the samples cannot pin down was not compared.
+    if (!d.cannot_tell.empty()) {
+      std::string untold;
+      for (const std::string& property : d.cannot_tell) untold += (untold.empty() ? "" : ", ") + property;
+      out << "  not compared: " << untold << " (" << analysis::kCannotTell << ")\n";
     }
   }
   return exit_code;

@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -156,8 +159,8 @@ TEST(Diagnose, NearestPresetAndSchemeAreNamed) {
   EXPECT_EQ(llama.scheme, "per-pair scaling (llama3)");
   const Diagnosis neox = diagnose(synthesize(correct(preset_spec("gpt-neox-20b"))).view());
   EXPECT_EQ(neox.scheme, "default");
-  EXPECT_NEAR(neox.fitted_theta_base, 10000.0, 1e-6);
-  EXPECT_NEAR(neox.fitted_linear_factor, 1.0, 1e-9);
+  EXPECT_NEAR(neox.fitted_theta_base.value_or(0.0), 10000.0, 1e-6);
+  EXPECT_NEAR(neox.fitted_linear_factor.value_or(0.0), 1.0, 1e-9);
   const Diagnosis yarn = diagnose(synthesize(correct(preset_spec("qwen2.5-7b-yarn"))).view());
   EXPECT_EQ(yarn.nearest_preset, "qwen2.5-7b-yarn");
   EXPECT_NEAR(yarn.attention_scaling, 0.1 * std::log(4.0) + 1.0, 1e-12);
@@ -196,7 +199,7 @@ TEST(Diagnose, NamesAWrongTheta) {
   Implementation impl = correct(wrong);
   const Diagnosis d = diagnose(synthesize(impl).view());
   EXPECT_EQ(d.scheme, "default");
-  EXPECT_NEAR(d.fitted_theta_base / 10000.0, 1.0, 1e-6);
+  EXPECT_NEAR(d.fitted_theta_base.value_or(0.0) / 10000.0, 1.0, 1e-6);
   const std::vector<Mismatch> m = compare_to_spec(d, spec);
   EXPECT_EQ(aspects(m), std::vector<std::string>{"theta"}) << all_messages(m);
   EXPECT_THAT(all_messages(m), HasSubstr("your implementation uses rope_theta 10000"));
@@ -368,6 +371,153 @@ TEST(Diagnose, RejectsBadInputNamingTheArgument) {
   s = good;
   s.positions[2] = -4;
   EXPECT_THAT([&] { diagnose(s.view()); }, ThrowsMessage<Error>(HasSubstr("(got -4 at row 2)")));
+}
+
+// ---- y that is not a rotation, and what the samples cannot tell -------------------------------
+
+TEST(Diagnose, RefusesSamplesThatAreNotARotationWithTheReason) {
+  const Samples good = synthesize(correct(preset_spec("llama-3.1-8b")));
+  Samples s = good;
+  for (size_t k = 0; k < s.y.size(); ++k) s.y[k] = 2.0 * s.x[k];
+  EXPECT_THAT([&] { diagnose(s.view()); },
+              ThrowsMessage<Error>(HasSubstr("diagnose: y is not a rotation of x by a position-dependent angle: every "
+                                             "pair has the same angle at all 8 distinct positions (y = 2 * x: nothing "
+                                             "rotates)")));
+  // -x turns every pair by pi, at every position: a rotation, but not RoPE (no theta to infer).
+  for (size_t k = 0; k < s.y.size(); ++k) s.y[k] = -s.x[k];
+  EXPECT_THAT([&] { diagnose(s.view()); },
+              ThrowsMessage<Error>(HasSubstr("(y = -1 * x: every pair turned by pi)")));
+  s.y.assign(s.y.size(), 0.0);
+  EXPECT_THAT([&] { diagnose(s.view()); },
+              ThrowsMessage<Error>(HasSubstr("diagnose: y is not a rotation of x: y is 0 at all 128 changed elements "
+                                             "in all 8 rows")));
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal;
+  for (double& value : s.y) value = normal(rng);
+  EXPECT_THAT([&] { diagnose(s.view()); },
+              ThrowsMessage<Error>(HasSubstr("diagnose: y is not a rotation of x pair by pair: no pairing keeps each "
+                                             "pair's norm ratio |y_pair|^2 / |x_pair|^2 the same in all 8 rows")));
+}
+
+// A pair with theta 0 but scaled (not a pass-through dim) fits inv_freq ~0: its log deviation from
+// any preset is huge or infinite, and so was its tolerance (8 noise / (theta span)); neither
+// inf <= inf nor a tolerance blown up by the near-zero theta may match.
+TEST(Diagnose, NoCandidateMatchesAPairThatDoesNotTurn) {
+  const RopeSpec spec = preset_spec("qwen2.5-7b-yarn");  // attention scaling 1.1386
+  Implementation impl = correct(spec);
+  impl.inv_freq.back() = 0.0;
+  const Diagnosis d = diagnose(synthesize(impl).view());
+  ASSERT_FALSE(d.candidates.empty());
+  EXPECT_LT(d.pairs.back().inv_freq, 1e-15);
+  for (const FrequencyCandidate& candidate : d.candidates) {
+    EXPECT_FALSE(candidate.matches) << candidate.name;
+    EXPECT_GT(candidate.max_log_deviation, 10.0) << candidate.name;
+  }
+  EXPECT_EQ(d.scheme, "per-pair scaling (unknown)");
+  const std::vector<Mismatch> m = compare_to_spec(d, spec);
+  EXPECT_EQ(aspects(m), std::vector<std::string>{"inv_freq"}) << all_messages(m);
+  EXPECT_THAT(all_messages(m), HasSubstr("this model has inv_freq[63] = 3.10234e-07 (yarn, rope_theta 1e+06)"));
+}
+
+// Eight sorted random positions in [0, 8192): no step of 1, so the running-slope unwrapping
+// fails on the fast pairs. The result may say "cannot tell" or be right, never a false mismatch.
+std::vector<int64_t> sorted_random_positions(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> uniform(0, 8191);
+  std::set<int64_t> drawn;
+  while (drawn.size() < 8) drawn.insert(uniform(rng));
+  return {drawn.begin(), drawn.end()};
+}
+
+TEST(Diagnose, InterleavedPairingBugAtRandomPositionsNamesNoFalseMismatch) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  Implementation impl;
+  for (const uint64_t seed : {1, 2, 3, 4}) {
+    const std::vector<int64_t> positions = sorted_random_positions(seed);
+    SCOPED_TRACE(::testing::PrintToString(positions));
+    impl = correct(spec, positions.back() + 1);
+    impl.pairs = gptj_pairs(spec.rotary_dim);
+    const Diagnosis d = diagnose(synthesize(impl, positions).view());
+    EXPECT_EQ(d.pairing, Pairing::Interleaved);
+    if (d.direction) EXPECT_EQ(*d.direction, Direction::Forward);
+    if (d.position_offset) EXPECT_EQ(*d.position_offset, 0);
+    if (d.precision) EXPECT_EQ(*d.precision, PrecisionClass::Exact);
+    if (!d.scheme.empty()) EXPECT_EQ(d.nearest_preset, "llama-3.1-8b");
+    const std::vector<Mismatch> m = compare_to_spec(d, spec);
+    EXPECT_EQ(aspects(m), std::vector<std::string>{"pairing"}) << all_messages(m);
+  }
+}
+
+TEST(Diagnose, ThetaBugAtRandomPositionsIsNamedOrLeftUntold) {
+  const RopeSpec spec = preset_spec("qwen2.5-7b");  // theta 1e6
+  RopeSpec wrong = spec;
+  wrong.theta_base = 10000.0;
+  for (const uint64_t seed : {1, 2, 3, 4}) {
+    const std::vector<int64_t> positions = sorted_random_positions(seed);
+    SCOPED_TRACE(::testing::PrintToString(positions));
+    const Diagnosis d = diagnose(synthesize(correct(wrong, positions.back() + 1), positions).view());
+    if (d.position_offset) EXPECT_EQ(*d.position_offset, 0);
+    if (d.precision) EXPECT_EQ(*d.precision, PrecisionClass::Exact);
+    if (d.direction) EXPECT_EQ(*d.direction, Direction::Forward);
+    for (size_t i = 0; i < d.pairs.size(); ++i) {
+      if (!d.pairs[i].identified) continue;
+      const double expected = std::pow(10000.0, -2.0 * static_cast<double>(i) / 128.0);
+      EXPECT_NEAR(std::log(d.pairs[i].inv_freq / expected), 0.0, d.inv_freq_tolerance[i]) << i;
+    }
+    const std::vector<Mismatch> m = compare_to_spec(d, spec);
+    ASSERT_EQ(m.size(), 1u) << all_messages(m);  // the bug, in either words
+    if (d.fitted_theta_base) {
+      EXPECT_EQ(m[0].aspect, "theta");
+      EXPECT_THAT(m[0].message, HasSubstr("your implementation uses rope_theta 10000"));
+    } else {
+      EXPECT_EQ(m[0].aspect, "inv_freq");
+      EXPECT_THAT(m[0].message, HasSubstr(std::string(kCannotTell)));
+    }
+  }
+}
+
+// Positions 0, 4, 8, 12: every difference is a multiple of 4, so theta and theta + pi/2 fit the
+// same angles. The fast pairs cannot be identified; nothing is claimed about theta.
+TEST(Diagnose, AliasedPositionsSayCannotTell) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  const std::vector<int64_t> positions = {0, 4, 8, 12, 16, 20, 24, 28};
+  const Diagnosis d = diagnose(synthesize(correct(spec, 29), positions).view());
+  EXPECT_LT(d.num_pairs_identified, 64);
+  EXPECT_FALSE(d.pairs.front().identified);
+  EXPECT_THAT(d.cannot_tell, ::testing::Contains("theta"));
+  EXPECT_FALSE(d.fitted_theta_base.has_value());
+  EXPECT_TRUE(d.scheme.empty());
+  EXPECT_TRUE(d.nearest_preset.empty());
+  EXPECT_TRUE(d.candidates.empty());
+  for (const Mismatch& m : compare_to_spec(d, spec)) {
+    EXPECT_NE(m.aspect, "theta");
+    EXPECT_NE(m.aspect, "inv_freq");
+    EXPECT_NE(m.aspect, "factor");
+  }
+}
+
+// cos and sin swapped: y = x sin(p theta) + rotate_half(x) cos(p theta) turns each pair by
+// pi/2 - p theta (a backward slope and a constant pi/2), named as the swap.
+TEST(Diagnose, NamesSwappedCosAndSin) {
+  const RopeSpec spec = preset_spec("llama-3.1-8b");
+  Samples s = synthesize(correct(spec));
+  const Frequencies f = frequencies(spec, kPositions.back() + 1);
+  for (size_t r = 0; r < kPositions.size(); ++r) {
+    for (size_t i = 0; i < 64; ++i) {
+      const double angle = static_cast<double>(kPositions[r]) * f.inv_freq[i];
+      const size_t a = r * 128 + i, b = a + 64;
+      s.y[a] = s.x[a] * std::sin(angle) - s.x[b] * std::cos(angle);
+      s.y[b] = s.x[b] * std::sin(angle) + s.x[a] * std::cos(angle);
+    }
+  }
+  const Diagnosis d = diagnose(s.view());
+  EXPECT_TRUE(d.cos_sin_swapped);
+  EXPECT_NEAR(d.constant_phase_rad, std::numbers::pi / 2, 1e-15);
+  EXPECT_EQ(d.position_offset, std::optional<int64_t>(0));
+  const std::vector<Mismatch> m = compare_to_spec(d, spec);
+  EXPECT_EQ(aspects(m), std::vector<std::string>{"cos_sin"}) << all_messages(m);
+  EXPECT_THAT(all_messages(m), HasSubstr("your implementation swaps cos and sin (y = x * sin + rotate_half(x) * cos: "
+                                         "every pair turns by pi/2 - p*theta)"));
 }
 
 // The findings are not constant: the same synthesis with the bug removed gives no mismatch, so each

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/npy.hpp"
@@ -54,13 +55,15 @@ npy::Array int64_array(const std::vector<int64_t>& values) {
 struct Bug {
   bool interleaved = false;  // pairs (2i, 2i+1) instead of the spec's half split
   bool float16_cos_sin = false;
+  bool swap_cos_sin = false;  // y = x sin + rotate_half(x) cos
 };
 
 // x (random) and y for `rows` vectors of head_dim, each row at kPositions[row / heads], rotated
 // by the spec's float64 frequencies with NeoX pairing, or with the bug.
-void synthesize(const RopeSpec& spec, int64_t heads, const Bug& bug, std::vector<double>& x, std::vector<double>& y) {
-  const Frequencies f = frequencies(spec, kPositions.back() + 1);
-  const int64_t rows = static_cast<int64_t>(kPositions.size()) * heads, half = spec.rotary_dim / 2;
+void synthesize(const RopeSpec& spec, int64_t heads, const Bug& bug, std::vector<double>& x, std::vector<double>& y,
+                const std::vector<int64_t>& positions = kPositions) {
+  const Frequencies f = frequencies(spec, positions.back() + 1);
+  const int64_t rows = static_cast<int64_t>(positions.size()) * heads, half = spec.rotary_dim / 2;
   std::mt19937_64 rng(2020);
   std::normal_distribution<double> normal;
   x.resize(static_cast<size_t>(rows * spec.head_dim));
@@ -72,7 +75,7 @@ void synthesize(const RopeSpec& spec, int64_t heads, const Bug& bug, std::vector
     return v == 0 ? 0.0 : std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);
   };
   for (int64_t r = 0; r < rows; ++r) {
-    const double p = static_cast<double>(kPositions[static_cast<size_t>(r / heads)]);
+    const double p = static_cast<double>(positions[static_cast<size_t>(r / heads)]);
     for (int64_t i = 0; i < half; ++i) {
       double c = f.attention_scaling * std::cos(p * f.inv_freq[static_cast<size_t>(i)]);
       double s = f.attention_scaling * std::sin(p * f.inv_freq[static_cast<size_t>(i)]);
@@ -80,6 +83,7 @@ void synthesize(const RopeSpec& spec, int64_t heads, const Bug& bug, std::vector
         c = f16(c);
         s = f16(s);
       }
+      if (bug.swap_cos_sin) std::swap(c, s);
       const int64_t a = bug.interleaved ? 2 * i : i, b = bug.interleaved ? 2 * i + 1 : i + half;
       const size_t base = static_cast<size_t>(r * spec.head_dim);
       y[base + a] = x[base + a] * c - x[base + b] * s;
@@ -165,6 +169,98 @@ TEST(DiagnoseCli, CorrectFloat16AndBfloat16SamplesMatch) {
     EXPECT_THAT(r.out, HasSubstr("pairing            half-split"));
     EXPECT_THAT(r.out, HasSubstr("): no mismatch"));
   }
+}
+
+// y that is not x rotated pair by pair is refused: exit 2 and the reason, no findings printed.
+TEST(DiagnoseCli, RefusesYThatIsNotARotation) {
+  ScratchDir dir("rotary_diagnose_not_rotation");
+  std::vector<double> x, y;
+  synthesize(preset("llama-3.1-8b").spec, 1, {}, x, y);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(kPositions));
+  std::vector<double> twice = x, zero(x.size(), 0.0), noise = x;
+  for (double& value : twice) value *= 2.0;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  for (double& value : noise) value = normal(rng);
+  npy::write(dir / "twice.npy", float64_array(twice, {8, 128}));
+  npy::write(dir / "zero.npy", float64_array(zero, {8, 128}));
+  npy::write(dir / "noise.npy", float64_array(noise, {8, 128}));
+  const struct {
+    std::string y, message;
+  } cases[] = {
+      {"twice.npy", "diagnose: y is not a rotation of x by a position-dependent angle: every pair has the same angle "
+                    "at all 8 distinct positions (y = 2 * x: nothing rotates)"},
+      {"zero.npy", "diagnose: y is not a rotation of x: y is 0 at all 128 changed elements in all 8 rows"},
+      {"noise.npy", "diagnose: y is not a rotation of x pair by pair: no pairing keeps each pair's norm ratio"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.y);
+    const test::CliResult r = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / c.y) + " --positions " +
+                                  (dir / "p.npy") + " --preset llama-3.1-8b");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_THAT(r.out, Not(HasSubstr("nearest preset")));
+  }
+}
+
+// Eight sorted random positions in [0, 8192) (no step of 1): the interleaved-pairing bug is the
+// only mismatch; what the positions cannot pin down reads "cannot tell", never a false value.
+TEST(DiagnoseCli, RandomPositionsNameNoFalseMismatch) {
+  ScratchDir dir("rotary_diagnose_random");
+  const std::vector<int64_t> positions = {412, 1337, 2050, 3001, 4444, 5913, 7000, 8100};
+  std::vector<double> x, y;
+  synthesize(preset("llama-3.1-8b").spec, 1, {.interleaved = true}, x, y, positions);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(positions));
+  const test::CliResult r = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                                (dir / "p.npy") + " --preset llama-3.1-8b");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("): 1 mismatch\n  pairing: your implementation pairs (x[2i], x[2i+1])"));
+  for (const char* wrong : {"position_offset:", "precision:", "inv_freq:", "theta:", "float16", "backward"}) {
+    EXPECT_THAT(r.out, Not(HasSubstr(wrong)));
+  }
+  // Positions 0, 4, 8, ...: theta and theta + pi/2 fit alike, so theta and the presets are untold.
+  const std::vector<int64_t> aliased = {0, 4, 8, 12, 16, 20, 24, 28};
+  synthesize(preset("llama-3.1-8b").spec, 1, {.interleaved = true}, x, y, aliased);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(aliased));
+  const test::CliResult a = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                                (dir / "p.npy") + " --preset llama-3.1-8b --json");
+  const json::Value doc = json::parse(a.out, "diagnose --json");
+  EXPECT_TRUE(doc.find("fitted_theta_base")->is_null());
+  EXPECT_EQ(doc.find("nearest_preset")->as_string(), "");
+  bool theta_untold = false;
+  for (const json::Value& property : doc.find("cannot_tell")->as_array()) theta_untold |= property.as_string() == "theta";
+  EXPECT_TRUE(theta_untold) << a.out;
+  for (const json::Value& m : doc.find("mismatches")->as_array()) {
+    EXPECT_NE(m.find("aspect")->as_string(), "inv_freq") << a.out;
+    EXPECT_NE(m.find("aspect")->as_string(), "theta") << a.out;
+  }
+  const test::CliResult text = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                                   (dir / "p.npy") + " --preset llama-3.1-8b");
+  EXPECT_THAT(text.out, HasSubstr("  frequencies        cannot tell from these positions; use positions 0..7 or more "
+                                  "rows ("));
+  EXPECT_THAT(text.out, Not(HasSubstr("nearest preset")));
+  EXPECT_THAT(text.out, HasSubstr("not compared: theta"));
+}
+
+TEST(DiagnoseCli, NamesSwappedCosAndSin) {
+  ScratchDir dir("rotary_diagnose_swap");
+  std::vector<double> x, y;
+  synthesize(preset("llama-3.1-8b").spec, 1, {.swap_cos_sin = true}, x, y);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(kPositions));
+  const test::CliResult r = run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                                (dir / "p.npy") + " --preset llama-3.1-8b");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  cos and sin        swapped: every pair turns by pi/2 - p*theta"));
+  EXPECT_THAT(r.out, HasSubstr("): 1 mismatch\n  cos_sin: your implementation swaps cos and sin"));
+  EXPECT_THAT(r.out, Not(HasSubstr("position_offset:")));
+  EXPECT_THAT(r.out, Not(HasSubstr("direction:")));
 }
 
 TEST(DiagnoseCli, BadInputIsAnErrorNamingTheArgument) {

@@ -107,3 +107,75 @@ def _rotate_at(spec, x, positions):
     y[:, a] = x[:, a] * np.cos(angle) - x[:, b] * np.sin(angle)
     y[:, b] = x[:, b] * np.cos(angle) + x[:, a] * np.sin(angle)
     return y
+
+
+# ---- y that is not a rotation, and what the samples cannot tell -----------------------------------
+
+def test_refuses_y_that_is_not_a_rotation():
+    x, _ = synthesize(rotary.Spec.preset("llama-3.1-8b"))
+    with pytest.raises(rotary.RotaryError, match=r"every pair has the same angle at all 8 distinct positions "
+                                                 r"\(y = 2 \* x: nothing rotates\)"):
+        rotary.diagnose(x, 2 * x, POSITIONS, target="llama-3.1-8b")
+    with pytest.raises(rotary.RotaryError, match=r"\(y = -1 \* x: every pair turned by pi\)"):
+        rotary.diagnose(x, -x, POSITIONS)
+    with pytest.raises(rotary.RotaryError, match="y is 0 at all 128 changed elements in all 8 rows"):
+        rotary.diagnose(x, np.zeros_like(x), POSITIONS)
+    noise = np.random.default_rng(4).standard_normal(x.shape)
+    with pytest.raises(rotary.RotaryError, match="y is not a rotation of x pair by pair: no pairing keeps"):
+        rotary.diagnose(x, noise, POSITIONS)
+
+
+def _rotate(x, positions, inv_freq, *, interleaved=False, swap=False):
+    half = len(inv_freq)
+    angle = positions[:, None] * inv_freq[None, :]
+    c, s = np.cos(angle), np.sin(angle)
+    if swap:
+        c, s = s, c
+    a = np.arange(half) * 2 if interleaved else np.arange(half)
+    b = a + 1 if interleaved else a + half
+    y = x.copy()
+    y[:, a] = x[:, a] * c - x[:, b] * s
+    y[:, b] = x[:, b] * c + x[:, a] * s
+    return y
+
+
+RANDOM_POSITIONS = np.sort(np.random.default_rng(11).choice(8192, 8, replace=False)).astype(np.int64)
+
+
+def test_random_positions_name_no_false_mismatch():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    x = np.random.default_rng(1).standard_normal((8, 128))
+    f = spec.frequencies(int(RANDOM_POSITIONS[-1]) + 1).inv_freq
+    result = rotary.diagnose(x, _rotate(x, RANDOM_POSITIONS, f, interleaved=True), RANDOM_POSITIONS, target=spec)
+    assert [m["aspect"] for m in result["mismatches"]] == ["pairing"], result["mismatches"]
+    assert result["position_offset"] in (0, None)
+    assert result["precision"] in ("exact", None)
+    # The theta-1e4 bug on a theta-1e6 model: named, either as theta or on the identified pairs.
+    qwen = rotary.Spec.preset("qwen2.5-7b")
+    wrong = 10000.0 ** (-np.arange(64) * 2 / 128)
+    result = rotary.diagnose(x, _rotate(x, RANDOM_POSITIONS, wrong), RANDOM_POSITIONS, target=qwen)
+    aspects = [m["aspect"] for m in result["mismatches"]]
+    assert aspects in (["theta"], ["inv_freq"]), result["mismatches"]
+    if aspects == ["theta"]:
+        assert "your implementation uses rope_theta 10000" in result["mismatches"][0]["message"]
+
+
+def test_aliased_positions_say_cannot_tell():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    positions = np.arange(0, 32, 4)
+    x = np.random.default_rng(2).standard_normal((8, 128))
+    result = rotary.diagnose(x, _rotate(x, positions, spec.frequencies(29).inv_freq), positions, target=spec)
+    assert "theta" in result["cannot_tell"]
+    assert result["fitted_theta_base"] is None and result["nearest_preset"] == "" and result["candidates"] == []
+    assert result["inv_freq"][0] is None
+    assert not any(m["aspect"] in ("theta", "inv_freq", "factor") for m in result["mismatches"])
+
+
+def test_names_swapped_cos_and_sin():
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    x = np.random.default_rng(3).standard_normal((8, 128))
+    y = _rotate(x, POSITIONS, spec.frequencies(300001).inv_freq, swap=True)
+    result = rotary.diagnose(x, y, POSITIONS, target=spec)
+    assert result["cos_sin_swapped"]
+    assert [m["aspect"] for m in result["mismatches"]] == ["cos_sin"]
+    assert "your implementation swaps cos and sin" in result["mismatches"][0]["message"]
