@@ -117,4 +117,54 @@ ConvertResult convert_safetensors(std::string& file, const CheckpointGeometry& g
 ConvertResult convert_weights(const std::string& in_path, const std::string& out_path,
                               const CheckpointGeometry& geometry, const ConvertOptions& options);
 
+// How a checkpoint is laid out on disk (convert_checkpoint reads all three):
+//   File     one .safetensors file;
+//   Folder   a model folder holding model.safetensors;
+//   Sharded  a model folder holding Hugging Face's sharded layout: model.safetensors.index.json,
+//            {"metadata": {"total_size": N}, "weight_map": {"<tensor>": "<shard file>", ...}},
+//            and the shard files it names (model-00001-of-00003.safetensors, ...); or that index
+//            file given itself.
+enum class CheckpointLayout { File, Folder, Sharded };
+
+// One safetensors file of a folder checkpoint as converted: its name in the folder, and what
+// happened to it.
+struct ShardConversion {
+  std::string name;
+  int64_t permuted = 0;
+  int64_t copied = 0;
+  int64_t file_bytes = 0;
+};
+
+struct CheckpointConversion {
+  CheckpointLayout layout = CheckpointLayout::File;
+  std::string input;                      // the .safetensors file or the index that was read
+  std::string index_name;                 // Sharded: the index's file name, written unchanged
+  ConvertResult total;                    // every file's: permuted in file order, counts and bytes summed
+  std::vector<ShardConversion> shards;    // Folder, Sharded: each safetensors file, in name order
+  std::vector<std::string> copied_files;  // Folder, Sharded: the folder's other files, copied as they are
+  std::vector<std::string> left_out;      // Folder, Sharded: entries not copied ("original/" for a folder)
+};
+
+// convert_weights for a checkpoint as a user has it: `in_path` a .safetensors file (then
+// `out_path` is a file, as convert_weights), a model folder holding model.safetensors or
+// model.safetensors.index.json, or a sharded checkpoint's index file. A folder checkpoint is
+// converted into the new folder `out_path` (refused if it exists), one file at a time through
+// convert_weights (memory: the largest q / k tensor, whatever the checkpoint's size):
+//   - each safetensors file keeps its name; the index is written unchanged (no name, dtype,
+//     shape or size changes, so its weight_map and metadata.total_size stay true);
+//   - the folder's other regular files (config.json, generation_config.json, the tokenizer's
+//     files, README.md; symlinks followed, as in a Hugging Face cache snapshot) are copied byte
+//     for byte; left out, and listed in left_out: sub-folders (Meta's original/) and files of
+//     weights this conversion did not reorder (other .safetensors files, *.bin, *.pt, *.pth,
+//     *.gguf, ... and their *.index.json): copied, they would carry the old row order under the
+//     new one's name.
+// Everything is checked before anything is written: the index (a JSON object whose weight_map
+// maps each tensor to a plain file name in the folder, each tensor once), every shard it names
+// (present, a valid safetensors file whose header holds exactly the tensors the index maps to
+// it) and every q / k tensor against the geometry. The output is built in a temporary folder
+// beside `out_path` and renamed to it at the end: on any error the temporary folder is removed
+// and `out_path` does not exist. With options.dry_run, checks everything and writes nothing.
+CheckpointConversion convert_checkpoint(const std::string& in_path, const std::string& out_path,
+                                        const CheckpointGeometry& geometry, const ConvertOptions& options);
+
 }  // namespace rotary

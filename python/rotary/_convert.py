@@ -59,16 +59,22 @@ def convert_weights(in_path: Union[str, "os.PathLike[str]"], out_path: Union[str
                     q_modules: Iterable[str] | str | None = None, k_modules: Iterable[str] | str | None = None,
                     dry_run: bool = False) -> dict[str, Any]:
     """Reorders the q and k projection rows of the safetensors file `in_path` within each head's
-    rotary block and writes the result to `out_path` (a temporary file, then a rename).
+    rotary block and writes the result to `out_path` (a temporary file, then a rename). `in_path`
+    may be a model folder holding model.safetensors or a sharded checkpoint
+    (model.safetensors.index.json and its shards), or that index: `out_path` is then a new folder
+    holding each converted file under its name, the index unchanged and the folder's other files
+    (config.json, the tokenizer's) copied; sub-folders and weights in other files are left out
+    (docs/interop.md, "Sharded checkpoints and model folders").
 
-    to: "interleaved" (pairs (2i, 2i+1): Meta, GGUF) or "half-split" (pairs (i, i + rotary_dim/2):
-    Hugging Face). config: a config.json path, a model folder, Meta's params.json, or a dict.
+    to: "interleaved" or "gptj" (pairs (2i, 2i+1): Meta, GGUF), "half-split" or "neox" (pairs
+    (i, i + rotary_dim/2): Hugging Face), the names the style arguments take. config: a config.json path, a model folder, Meta's params.json, or a dict.
     q_modules / k_modules: module paths that name the q and k tensors (defaults: Llama family
     self_attn.q_proj / k_proj / q_norm / k_norm and Meta's attention.wq / wk; DeepSeek MLA
     q_proj / q_b_proj and kv_a_proj_with_mqa). dry_run: check and plan, write nothing.
 
     Returns {"permuted": [{name, role, dtype, shape, heads, head_rows, offset, rotary_rows}],
-    "copied": n, "file_bytes": n, "geometry": {...}}. Raises rotary.RotaryError naming the tensor
+    "copied": n, "file_bytes": n, "files": [...], "copied_files": [...], "left_out": [...],
+    "geometry": {...}} (files, copied_files, left_out: a folder's; empty for a file). Raises rotary.RotaryError naming the tensor
     and the value for a malformed file, a tensor that does not fit the config, a quantized or fused
     projection, or out_path naming in_path.
 
@@ -88,8 +94,6 @@ def convert_weights(in_path: Union[str, "os.PathLike[str]"], out_path: Union[str
     >>> load_file(os.path.join(folder, "interleaved.safetensors"))["model.layers.0.self_attn.q_proj.weight"][:, 0]
     array([ 0.,  8.,  2., 10.,  4., 12.,  6., 14.], dtype=float32)
     """
-    if to not in ("interleaved", "half-split"):
-        raise _rotary.RotaryError(f'convert_weights: to must be "interleaved" or "half-split" (got {to!r})')
     text, source = _config_text(config)
     return _rotary.convert_weights(os.fspath(in_path), os.fspath(out_path), text, source, to,
                                    _modules("q_modules", q_modules), _modules("k_modules", k_modules), bool(dry_run))

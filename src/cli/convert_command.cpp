@@ -12,7 +12,7 @@
 namespace rotary::cli {
 
 const char* const kConvertWeightsHelp =
-    "usage: rotary convert-weights --config CONFIG --to interleaved|half-split IN.safetensors OUT.safetensors\n"
+    "usage: rotary convert-weights --config CONFIG --to interleaved|half-split IN OUT\n"
     "                              [--q-module M[,M...]] [--k-module M[,M...]] [--dry-run]\n"
     "\n"
     "Reorders the rows of a checkpoint's q and k projections (weights, biases, per-head norm\n"
@@ -21,15 +21,26 @@ const char* const kConvertWeightsHelp =
     "  interleaved  pairs (2i, 2i+1): Meta's original checkpoints, GGUF, DeepSeek's rope dims\n"
     "  half-split   pairs (i, i + rotary_dim/2): Hugging Face transformers (rotate_half)\n"
     "Every other tensor, and the header, are copied bit for bit; converting back gives the input\n"
-    "file byte for byte. The output is written to a temporary file and renamed: never half written.\n"
+    "byte for byte. Outputs are written to temporary names and renamed: never half written.\n"
+    "\n"
+    "IN and OUT:\n"
+    "  IN.safetensors           OUT is the converted file\n"
+    "  a model folder           holding model.safetensors, or a sharded checkpoint:\n"
+    "  (or its *.index.json)    model.safetensors.index.json and the shards it names. OUT is a new\n"
+    "                           folder: each .safetensors file converted under its name, the index\n"
+    "                           unchanged (no name, shape or size changes), the folder's other files\n"
+    "                           (config.json, tokenizer files, ...) copied. Left out, and listed:\n"
+    "                           sub-folders and weights in other files (*.bin, *.pth, other\n"
+    "                           .safetensors), which would keep the old row order. One file at a\n"
+    "                           time; built in a temporary folder beside OUT, renamed at the end.\n"
     "\n"
     "  --config CONFIG  the model's config.json (or a folder holding one), or Meta's params.json:\n"
     "                   num_attention_heads, num_key_value_heads, head_dim (or hidden_size / heads),\n"
     "                   partial rotary (partial_rotary_factor, rotary_pct: the leading rotary dims of\n"
     "                   each head), DeepSeek MLA (qk_nope_head_dim, qk_rope_head_dim, kv_lora_rank)\n"
-    "  --to PAIRING     interleaved (half-split -> interleaved, as llama.cpp's convert_hf_to_gguf.py)\n"
-    "                   or half-split (interleaved -> half-split, as transformers'\n"
-    "                   convert_llama_weights_to_hf.py)\n"
+    "  --to PAIRING     interleaved, also gptj (half-split -> interleaved, as llama.cpp's\n"
+    "                   convert_hf_to_gguf.py), or half-split, also neox (interleaved -> half-split,\n"
+    "                   as transformers' convert_llama_weights_to_hf.py); the names --style takes\n"
     "  --q-module M     the q modules, comma-separated; a tensor MODULE.weight / MODULE.bias matches\n"
     "                   when MODULE is M or ends with .M (default self_attn.q_proj, self_attn.q_norm,\n"
     "                   attention.wq; DeepSeek MLA: self_attn.q_proj, self_attn.q_b_proj)\n"
@@ -37,9 +48,14 @@ const char* const kConvertWeightsHelp =
     "                   DeepSeek MLA: self_attn.kv_a_proj_with_mqa)\n"
     "  --dry-run        read and check everything, print what would be permuted, write nothing\n"
     "\n"
-    "Refused, with the tensor and the value named: a malformed safetensors file; a q/k tensor whose\n"
-    "rows do not fit heads x head_dim; a q/k tensor that is not F32, F64, F16 or BF16, or a\n"
-    "quantized one (q_proj.qweight); a fused projection (qkv_proj, query_key_value); OUT naming IN.\n";
+    "Refused, with the tensor and the value named, before anything is written: a malformed\n"
+    "safetensors file; a q/k tensor whose rows do not fit heads x head_dim; a q/k tensor that is not\n"
+    "F32, F64, F16 or BF16, or a quantized one (q_proj.qweight); a fused projection (qkv_proj,\n"
+    "query_key_value); OUT naming IN; for a folder, an OUT that exists, a shard the index names\n"
+    "that is missing, an index and a shard that disagree on the tensors it holds.\n"
+    "\n"
+    "Exit status: 0 converted (or checked, with --dry-run); 2 for any error, a refusal or a bad\n"
+    "argument alike, with nothing written (as every rotary command).\n";
 
 namespace {
 
@@ -83,17 +99,18 @@ int run_convert_weights(Args& args) {
   args.finish();
   if (!config_arg) throw UsageError("convert-weights: --config is required (the model's config.json or params.json)");
   if (!to) throw UsageError("convert-weights: --to is required (interleaved or half-split)");
-  if (*to == "interleaved") {
-    options.to = Style::GPTJ;
-  } else if (*to == "half-split") {
-    options.to = Style::NeoX;
+  // The pairing names every command takes (parse_style: --style neox|gptj, and the aliases).
+  if (const std::optional<Style> style = parse_style(*to)) {
+    options.to = *style;
   } else {
-    const std::optional<std::string> near = nearest(*to, {"interleaved", "half-split"});
-    throw UsageError(detail::concat("convert-weights: --to must be interleaved or half-split (got \"", *to, "\")",
-                                    near ? "; did you mean " + *near + "?" : std::string()));
+    const std::optional<std::string> near =
+        nearest(*to, {"interleaved", "half-split", "gptj", "neox", "gpt-j", "gpt-neox", "half_split"});
+    throw UsageError(detail::concat("convert-weights: --to must be interleaved (or gptj) or half-split (or neox) (got \"",
+                                    *to, "\")", near ? "; did you mean " + *near + "?" : std::string()));
   }
   if (!in_path || !out_path) {
-    throw UsageError(detail::concat("convert-weights: IN.safetensors and OUT.safetensors are required (got ",
+    throw UsageError(detail::concat("convert-weights: IN and OUT are required (a .safetensors file and the output "
+                                    "file, or a model folder and a new folder) (got ",
                                     in_path ? "IN only" : "neither", ")"));
   }
   options.q_modules = split_modules("--q-module", q_modules);
@@ -103,9 +120,16 @@ int run_convert_weights(Args& args) {
   if (args.parse_only()) return 0;
 
   std::ostream& out = args.out();
-  const ConvertResult result = convert_weights(*in_path, *out_path, geometry, options);
+  const CheckpointConversion conversion = convert_checkpoint(*in_path, *out_path, geometry, options);
+  const ConvertResult& result = conversion.total;
+  const bool folder = conversion.layout != CheckpointLayout::File;
   const Style from = options.to == Style::GPTJ ? Style::NeoX : Style::GPTJ;
   out << "convert-weights: " << *in_path << " -> " << (options.dry_run ? "(dry run) " : "") << *out_path << "\n";
+  if (conversion.layout == CheckpointLayout::Sharded) {
+    out << "checkpoint: sharded, " << conversion.shards.size() << " files (" << conversion.input << ")\n";
+  } else if (folder) {
+    out << "checkpoint: " << conversion.input << "\n";
+  }
   out << "pairing: " << pairing_name(from) << " -> " << pairing_name(options.to)
       << (options.to == Style::GPTJ ? " (pairs (i, i + R/2) become (2i, 2i+1))" : " (pairs (2i, 2i+1) become (i, i + R/2))")
       << "\n";
@@ -122,12 +146,31 @@ int run_convert_weights(Args& args) {
                        static_cast<long long>(t.offset + t.rotary_rows), static_cast<long long>(t.head_rows));
   }
   out << "copied unchanged: " << result.copied << " tensors\n";
+  if (folder) {
+    out << "files:\n";
+    for (const ShardConversion& shard : conversion.shards) {
+      out << format_line("  %-40s permuted %lld, copied %lld tensors (%lld bytes)\n", shard.name.c_str(),
+                         static_cast<long long>(shard.permuted), static_cast<long long>(shard.copied),
+                         static_cast<long long>(shard.file_bytes));
+    }
+    if (!conversion.index_name.empty()) out << "  " << conversion.index_name << " (unchanged)\n";
+    for (const std::string& name : conversion.copied_files) out << "  " << name << " (copied)\n";
+  }
   if (result.permuted.empty()) {
     args.err() << "rotary: warning: no tensor matched the q or k modules; " << *out_path
                << (options.dry_run ? " would be" : " is") << " a copy of " << *in_path
                << " (name the modules with --q-module / --k-module)\n";
   }
-  out << (options.dry_run ? "dry run: nothing written\n" : detail::concat("wrote ", *out_path, " (", result.file_bytes, " bytes)\n"));
+  if (!conversion.left_out.empty()) {
+    std::string names;
+    for (const std::string& name : conversion.left_out) names += (names.empty() ? "" : ", ") + name;
+    args.err() << "rotary: warning: " << (options.dry_run ? "would leave out of " : "left out of ") << *out_path << ": "
+               << names << " (sub-folders and weights that were not converted)\n";
+  }
+  out << (options.dry_run ? std::string("dry run: nothing written\n")
+                          : detail::concat("wrote ", *out_path, folder && out_path->back() != '/' ? "/" : "", " (",
+                                           folder ? detail::concat(conversion.shards.size(), " safetensors files, ") : "",
+                                           result.file_bytes, " bytes)\n"));
   return 0;
 }
 

@@ -571,5 +571,259 @@ TEST(ConvertWeights, MemoryDoesNotGrowWithTheFile) {
   EXPECT_EQ(fs::file_size(dir.file("big_out.safetensors")), fs::file_size(dir.file("big.safetensors")));
 }
 
+
+// A sharded checkpoint as transformers' save_pretrained writes one (max_shard_size): the tensors
+// of random_checkpoint's layout split over three files model-0000N-of-00003.safetensors, an
+// index {"metadata": {"total_size": ...}, "weight_map": {...}}, and the files beside them. Also
+// the same tensors as one file, to compare with.
+struct ShardedCheckpoint {
+  std::vector<std::string> shard_names;
+  std::string index;   // the index's text
+  std::string single;  // every tensor in one file, shard by shard in order
+};
+
+ShardedCheckpoint write_sharded_checkpoint(const fs::path& folder, const CheckpointGeometry& g, uint64_t seed) {
+  fs::create_directories(folder);
+  const std::string file = random_checkpoint(g, seed);
+  const safetensors::Header header = safetensors::parse(file, "checkpoint");
+  std::vector<safetensors::TensorData> all;
+  for (const safetensors::TensorEntry& t : header.tensors) {
+    all.push_back({t.name, t.dtype, t.shape, file.substr(static_cast<size_t>(header.data_start + t.begin),
+                                                         static_cast<size_t>(t.end - t.begin))});
+  }
+  // embed_tokens and layer 0's q in the first shard; layer 0's other tensors in the second;
+  // layer 1 in the third (q and k of one layer in different shards, as real splits fall).
+  const std::vector<std::vector<size_t>> split = {{0, 1}, {2, 3, 4, 5}, {6, 7, 8, 9, 10}};
+  ShardedCheckpoint sharded;
+  std::string weight_map;
+  int64_t total_size = 0;
+  for (size_t s = 0; s < split.size(); ++s) {
+    const std::string name = "model-0000" + std::to_string(s + 1) + "-of-00003.safetensors";
+    sharded.shard_names.push_back(name);
+    std::vector<safetensors::TensorData> tensors;
+    for (const size_t i : split[s]) {
+      tensors.push_back(all[i]);
+      weight_map += std::string(weight_map.empty() ? "" : ",\n") + "    \"" + all[i].name + "\": \"" + name + "\"";
+      total_size += static_cast<int64_t>(all[i].bytes.size());
+    }
+    write((folder / name).string(), safetensors::serialize(tensors, {{"format", "pt"}}));
+  }
+  sharded.index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total_size) + "},\n  \"weight_map\": {\n" +
+                  weight_map + "\n  }\n}\n";
+  write((folder / "model.safetensors.index.json").string(), sharded.index);
+  write((folder / "config.json").string(), R"({"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8})");
+  write((folder / "tokenizer.json").string(), R"({"version": "1.0"})");
+  std::vector<safetensors::TensorData> ordered;
+  for (const auto& shard : split) {
+    for (const size_t i : shard) ordered.push_back(all[i]);
+  }
+  sharded.single = safetensors::serialize(ordered, {{"format", "pt"}});
+  return sharded;
+}
+
+// The bytes of tensor `name` in a safetensors file, and its header entry's dtype and shape.
+std::string tensor_bytes(const std::string& file, const std::string& name) {
+  const safetensors::Header header = safetensors::parse(file, "checkpoint");
+  for (const auto& t : header.tensors) {
+    if (t.name == name) {
+      std::string shape;
+      for (const int64_t extent : t.shape) shape += std::to_string(extent) + ",";
+      return t.dtype + "[" + shape + "]:" + file.substr(static_cast<size_t>(header.data_start + t.begin), static_cast<size_t>(t.end - t.begin));
+    }
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+std::vector<std::string> names_in(const fs::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    names.push_back(entry.path().filename().string() + (entry.is_directory() ? "/" : ""));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A sharded checkpoint converts to the same tensors as the one file holding them all: each shard
+// keeps its name and tensors (header unchanged), the index is the same, the folder's other files
+// are copied, sub-folders and unconverted weights left out; converting back gives every file.
+TEST(ConvertCheckpoint, ShardedCheckpointConvertsEqualToTheSingleFile) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  const fs::path in = dir.file("model");
+  const ShardedCheckpoint sharded = write_sharded_checkpoint(in, g, 41);
+  write((in / "pytorch_model.bin").string(), "unconverted weights");
+  fs::create_directories(in / "original");
+  write((in / "original" / "consolidated.00.pth").string(), "unconverted weights");
+
+  for (const Style to : {Style::GPTJ, Style::NeoX}) {
+    SCOPED_TRACE(to == Style::GPTJ ? "to interleaved" : "to half-split");
+    const fs::path out = dir.file(to == Style::GPTJ ? "interleaved" : "half");
+    const CheckpointConversion conversion = convert_checkpoint(in.string(), out.string(), g, {.to = to});
+    std::string expected = sharded.single;
+    const ConvertResult single = convert_safetensors(expected, g, {.to = to});
+
+    EXPECT_EQ(conversion.layout, CheckpointLayout::Sharded);
+    EXPECT_EQ(conversion.input, (in / "model.safetensors.index.json").string());
+    EXPECT_EQ(conversion.index_name, "model.safetensors.index.json");
+    ASSERT_EQ(conversion.shards.size(), 3u);
+    EXPECT_EQ(conversion.shards[0].name, "model-00001-of-00003.safetensors");
+    EXPECT_EQ(conversion.shards[0].permuted, 1);  // layer 0's q weight
+    EXPECT_EQ(conversion.shards[1].permuted, 3);  // layer 0's q bias, k weight and bias
+    EXPECT_EQ(conversion.shards[2].permuted, 4);
+    EXPECT_EQ(conversion.total.permuted.size(), 8u);
+    EXPECT_EQ(conversion.total.copied, 3);
+    ASSERT_EQ(conversion.total.permuted.size(), single.permuted.size());
+    for (size_t i = 0; i < single.permuted.size(); ++i) EXPECT_EQ(conversion.total.permuted[i].name, single.permuted[i].name);
+    EXPECT_EQ(conversion.copied_files, (std::vector<std::string>{"config.json", "tokenizer.json"}));
+    EXPECT_EQ(conversion.left_out, (std::vector<std::string>{"original/", "pytorch_model.bin"}));
+
+    EXPECT_EQ(names_in(out), (std::vector<std::string>{"config.json", "model-00001-of-00003.safetensors",
+                                                        "model-00002-of-00003.safetensors",
+                                                        "model-00003-of-00003.safetensors",
+                                                        "model.safetensors.index.json", "tokenizer.json"}));
+    EXPECT_EQ(read((out / "model.safetensors.index.json").string()), sharded.index);
+    EXPECT_EQ(read((out / "config.json").string()), read((in / "config.json").string()));
+    EXPECT_EQ(read((out / "tokenizer.json").string()), R"({"version": "1.0"})");
+    int64_t bytes = 0;
+    for (const std::string& name : sharded.shard_names) {
+      const std::string original = read((in / name).string());
+      const std::string converted = read((out / name).string());
+      const safetensors::Header header = safetensors::parse(converted, name);
+      EXPECT_EQ(converted.substr(0, static_cast<size_t>(header.data_start)),
+                original.substr(0, static_cast<size_t>(header.data_start)));
+      EXPECT_EQ(converted.size(), original.size());
+      for (const auto& t : header.tensors) EXPECT_EQ(tensor_bytes(converted, t.name), tensor_bytes(expected, t.name)) << t.name;
+      EXPECT_NE(converted, original);  // every shard holds a q or k tensor
+      bytes += static_cast<int64_t>(original.size());
+    }
+    EXPECT_EQ(conversion.total.file_bytes, bytes);
+  }
+  // There and back: every file as it was.
+  convert_checkpoint(dir.file("interleaved"), dir.file("back"), g, {.to = Style::NeoX});
+  for (const std::string& name : names_in(dir.file("back"))) {
+    EXPECT_EQ(read(dir.file("back/" + name)), read((in / name).string())) << name;
+  }
+  // Only the outputs are beside the input: no temporary folder is left.
+  EXPECT_EQ(names_in(dir.file("")), (std::vector<std::string>{"back/", "half/", "interleaved/", "model/"}));
+}
+
+TEST(ConvertCheckpoint, AFolderOrAnIndexAsInput) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  // A folder holding model.safetensors: converted into a new folder, as the file alone would be.
+  fs::create_directories(dir.file("single"));
+  write(dir.file("single/model.safetensors"), random_checkpoint(g, 42));
+  write(dir.file("single/config.json"), "{}");
+  const CheckpointConversion single = convert_checkpoint(dir.file("single"), dir.file("single_out/"), g, {});
+  EXPECT_EQ(single.layout, CheckpointLayout::Folder);
+  EXPECT_EQ(single.input, dir.file("single/model.safetensors"));
+  EXPECT_EQ(single.total.permuted.size(), 8u);
+  convert_weights(dir.file("single/model.safetensors"), dir.file("single.safetensors"), g, {});
+  EXPECT_EQ(names_in(dir.file("single_out")), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(read(dir.file("single_out/model.safetensors")), read(dir.file("single.safetensors")));
+  // A sharded checkpoint's index given itself.
+  write_sharded_checkpoint(dir.file("sharded"), g, 43);
+  const CheckpointConversion by_index =
+      convert_checkpoint(dir.file("sharded/model.safetensors.index.json"), dir.file("by_index"), g, {});
+  EXPECT_EQ(by_index.layout, CheckpointLayout::Sharded);
+  EXPECT_EQ(by_index.shards.size(), 3u);
+  convert_checkpoint(dir.file("sharded"), dir.file("by_folder"), g, {});
+  for (const std::string& name : names_in(dir.file("by_folder"))) {
+    EXPECT_EQ(read(dir.file("by_index/" + name)), read(dir.file("by_folder/" + name))) << name;
+  }
+  // A .safetensors file: convert_weights itself.
+  const CheckpointConversion file = convert_checkpoint(dir.file("single/model.safetensors"), dir.file("f.safetensors"), g, {});
+  EXPECT_EQ(file.layout, CheckpointLayout::File);
+  EXPECT_TRUE(file.shards.empty());
+  EXPECT_EQ(read(dir.file("f.safetensors")), read(dir.file("single.safetensors")));
+  // Dry run: everything checked and counted, nothing written.
+  const CheckpointConversion dry = convert_checkpoint(dir.file("sharded"), dir.file("dry"), g, {.dry_run = true});
+  EXPECT_EQ(dry.total.permuted.size(), 8u);
+  EXPECT_EQ(dry.shards.size(), 3u);
+  EXPECT_FALSE(fs::exists(dir.file("dry")));
+}
+
+// Every refusal is made before anything is written: no output folder, no temporary folder.
+TEST(ConvertCheckpoint, InconsistentShardsAreRefusedWithNothingWritten) {
+  const TempDir dir;
+  const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);
+  const fs::path in = dir.file("model");
+  const ShardedCheckpoint sharded = write_sharded_checkpoint(in, g, 44);
+  const auto refused = [&](const std::string& in_path, const std::string& out, const CheckpointGeometry& geometry,
+                           const std::string& message) {
+    SCOPED_TRACE(message);
+    try {
+      convert_checkpoint(in_path, out, geometry, {});
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& error) {
+      EXPECT_THAT(error.what(), HasSubstr(message));
+    }
+    EXPECT_EQ(names_in(dir.file("")), (std::vector<std::string>{"model/"}));
+  };
+  const std::string index_path = (in / "model.safetensors.index.json").string();
+  const std::string out = dir.file("out");
+
+  // A shard missing.
+  fs::rename(in / sharded.shard_names[2], in / "moved.bak");
+  refused(in.string(), out, g,
+          index_path + ": the index names shard files that " + in.string() +
+              " does not hold: model-00003-of-00003.safetensors; nothing was written");
+  fs::rename(in / "moved.bak", in / sharded.shard_names[2]);
+  // The index naming a tensor its shard does not hold.
+  std::string index = sharded.index;
+  const std::string entry = "\"model.layers.1.self_attn.v_proj.weight\": \"model-00003-of-00003.safetensors\"";
+  ASSERT_NE(index.find(entry), std::string::npos);
+  write(index_path, std::string(index).replace(index.find(entry), entry.size(),
+                                               "\"model.layers.1.self_attn.v_proj.weight\": \"model-00003-of-00003.safetensors\",\n"
+                                               "    \"model.norm.weight\": \"model-00002-of-00003.safetensors\""));
+  refused(in.string(), out, g,
+          index_path + ": weight_map maps tensor \"model.norm.weight\" to model-00002-of-00003.safetensors, which does "
+                       "not hold it; nothing was written");
+  write(index_path, std::string(index).replace(index.find(entry), entry.size(),
+                                               "\"model.layers.1.self_attn.v_proj.weight\": \"model-00001-of-00003.safetensors\""));
+  refused(in.string(), out, g,
+          index_path + ": weight_map maps tensor \"model.layers.1.self_attn.v_proj.weight\" to "
+                       "model-00001-of-00003.safetensors, which does not hold it; nothing was written");
+  // A shard holding a tensor the index maps to another shard, or does not list.
+  const std::string embed = "\"model.embed_tokens.weight\": \"model-00001-of-00003.safetensors\"";
+  ASSERT_NE(index.find(embed), std::string::npos);
+  write(index_path, std::string(index).replace(index.find(embed), embed.size(),
+                                               "\"model.embed_tokens.weight\": \"model-00003-of-00003.safetensors\""));
+  refused(in.string(), out, g,
+          (in / "model-00001-of-00003.safetensors").string() + ": holds tensor \"model.embed_tokens.weight\", which the "
+              "index " + index_path + " maps to model-00003-of-00003.safetensors; nothing was written");
+  write(index_path, std::string(index).replace(index.find(entry) - 6, entry.size() + 6, ""));
+  refused(in.string(), out, g,
+          (in / "model-00003-of-00003.safetensors").string() +
+              ": holds tensor \"model.layers.1.self_attn.v_proj.weight\", which the index " + index_path +
+              " does not list; nothing was written");
+  // A shard outside the folder, a tensor twice, no weight_map.
+  write(index_path, R"({"weight_map": {"a.weight": "../model-00001-of-00003.safetensors"}})");
+  refused(in.string(), out, g, "weight_map[\"a.weight\"] must be a .safetensors file name in the index's folder, without a path (got \"../model-00001-of-00003.safetensors\")");
+  write(index_path, R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})");
+  refused(in.string(), out, g, "tensor \"a\" appears twice in weight_map (\"x.safetensors\" and \"y.safetensors\")");
+  write(index_path, R"({"metadata": {}})");
+  refused(in.string(), out, g, "must be a JSON object with a weight_map {tensor: shard file} (got object");
+  write(index_path, sharded.index);
+  // A q / k tensor of the last shard that does not fit the config: refused before the first
+  // shard is written.
+  refused(in.string(), out, llama_geometry(4, 4, 8, 8),
+          (in / "model-00002-of-00003.safetensors").string() + ": tensor \"model.layers.0.self_attn.k_proj.weight\" (k) has 16 rows");
+  // An output that exists, or names a file.
+  fs::create_directories(dir.file("model/sub"));
+  refused(in.string(), (in / "sub").string(), g, "convert-weights: OUT " + (in / "sub").string() + " exists");
+  fs::remove(dir.file("model/sub"));
+  refused(in.string(), dir.file("out.safetensors"), g, "names a .safetensors file");
+  // A folder with no checkpoint, or two.
+  refused((in / "..").string(), out, g, "holds neither model.safetensors nor model.safetensors.index.json");
+  write((in / "model.safetensors").string(), sharded.single);
+  refused(in.string(), out, g, "holds both model.safetensors and model.safetensors.index.json");
+  fs::remove(in / "model.safetensors");
+  // Then it converts.
+  convert_checkpoint(in.string(), out, g, {});
+  EXPECT_TRUE(fs::exists(dir.file("out/model.safetensors.index.json")));
+}
+
 }  // namespace
 }  // namespace rotary

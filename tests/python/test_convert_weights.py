@@ -212,8 +212,8 @@ def test_refusals(tmp_path):
     config_cls, model_cls, kwargs = MODELS["llama"]
     original = save(build(config_cls, model_cls, **kwargs), tmp_path / "hf")
     out = tmp_path / "out.safetensors"
-    with pytest.raises(rotary.RotaryError, match=r'to must be "interleaved" or "half-split"'):
-        rotary.convert_weights(original, out, tmp_path / "hf", to="neox")
+    with pytest.raises(rotary.RotaryError, match=r'to must be "interleaved" \(or "gptj"\) or "half-split" \(or "neox"\) \(got "sideways"\)'):
+        rotary.convert_weights(original, out, tmp_path / "hf", to="sideways")
     wrong = dict(json.loads((tmp_path / "hf" / "config.json").read_text()), num_key_value_heads=4)
     with pytest.raises(rotary.RotaryError, match=r'k_proj\.(weight|bias)" \(k\) has 16 rows .* 4 heads x head_dim 8 = 32 rows'):
         rotary.convert_weights(original, out, wrong, to="interleaved")
@@ -228,3 +228,82 @@ def test_refusals(tmp_path):
     assert not out.exists()
     dry = rotary.convert_weights(original, out, tmp_path / "hf", to="interleaved", dry_run=True)
     assert len(dry["permuted"]) == 8 and not out.exists()
+
+
+def test_pairing_names_of_the_other_functions_are_accepted(tmp_path):
+    """to takes "gptj" / "neox" (and the aliases rotary's style arguments take) as well as the
+    long names, with the same result."""
+    config_cls, model_cls, kwargs = MODELS["llama"]
+    original = save(build(config_cls, model_cls, seed=3, **kwargs), tmp_path / "hf")
+    for long, short in (("interleaved", "gptj"), ("half-split", "neox")):
+        rotary.convert_weights(original, tmp_path / f"{long}.safetensors", tmp_path / "hf", to=long)
+        rotary.convert_weights(original, tmp_path / f"{short}.safetensors", tmp_path / "hf", to=short)
+        assert (tmp_path / f"{short}.safetensors").read_bytes() == (tmp_path / f"{long}.safetensors").read_bytes()
+    assert (tmp_path / "gptj.safetensors").read_bytes() != original.read_bytes()
+
+
+def test_sharded_checkpoint_converted_to_interleaved_gives_the_same_logits(tmp_path, monkeypatch):
+    """save_pretrained with a small max_shard_size writes model.safetensors.index.json and shards;
+    the folder converted to interleaved loads with from_pretrained (the new index and shards) and,
+    with interleaved RoPE, gives the original logits; each tensor equals the unsharded file's
+    conversion."""
+    config_cls, model_cls, kwargs = MODELS["llama"]
+    model = build(config_cls, model_cls, seed=4, **kwargs)
+    reference = logits(model, IDS)
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3, shards
+    (tmp_path / "sharded" / "notes.bin").write_bytes(b"not converted")  # left out, named
+
+    result = rotary.convert_weights(tmp_path / "sharded", tmp_path / "out", tmp_path / "sharded", to="gptj")
+    assert result["files"] == shards
+    assert result["copied_files"] == sorted(p.name for p in (tmp_path / "sharded").iterdir()
+                                            if p.name not in shards and p.suffix not in (".bin",)
+                                            and p.name != "model.safetensors.index.json")
+    assert "config.json" in result["copied_files"]
+    assert result["left_out"] == ["notes.bin"]
+    assert len(result["permuted"]) == 8  # 2 layers x q, k x weight, bias
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        shards + ["model.safetensors.index.json"] + result["copied_files"])
+    assert (tmp_path / "out" / "model.safetensors.index.json").read_bytes() == \
+        (tmp_path / "sharded" / "model.safetensors.index.json").read_bytes()
+
+    # Tensor by tensor, the unsharded file's conversion.
+    single = save(model, tmp_path / "single")
+    rotary.convert_weights(single, tmp_path / "single.safetensors", tmp_path / "single", to="interleaved")
+    expected = load_file(str(tmp_path / "single.safetensors"))
+    got = {}
+    for shard in shards:
+        got.update(load_file(str(tmp_path / "out" / shard)))
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+
+    # from_pretrained reads the new folder: wrong under half-split RoPE, the original with interleaved.
+    wrong = logits(model_cls.from_pretrained(tmp_path / "out", dtype=torch.float32).eval(), IDS)
+    assert far(wrong, reference), (wrong - reference).abs().max().item()
+    interleaved_model = model_cls.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()
+    patch_interleaved(monkeypatch, interleaved_model)
+    got_logits = logits(interleaved_model, IDS)
+    assert close(got_logits, reference), (got_logits - reference).abs().max().item()
+
+
+def test_cli_sharded_round_trip_gives_every_file_back(tmp_path):
+    config_cls, model_cls, kwargs = MODELS["llama"]
+    build(config_cls, model_cls, seed=5, **kwargs).save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    command = rotary_command()
+    run = subprocess.run([command, "convert-weights", "--config", str(tmp_path / "sharded"), "--to", "gptj",
+                          str(tmp_path / "sharded"), str(tmp_path / "mid")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "checkpoint: sharded" in run.stdout and "permuted 8 tensors" in run.stdout
+    run = subprocess.run([command, "convert-weights", "--config", str(tmp_path / "mid"), "--to", "neox",
+                          str(tmp_path / "mid"), str(tmp_path / "back")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    names = sorted(p.name for p in (tmp_path / "sharded").iterdir())
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == names
+    for name in names:
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "sharded" / name).read_bytes(), name
+    # A refusal exits 2, as every rotary error: the output exists.
+    run = subprocess.run([command, "convert-weights", "--config", str(tmp_path / "mid"), "--to", "neox",
+                          str(tmp_path / "mid"), str(tmp_path / "back")], capture_output=True, text=True)
+    assert run.returncode == 2 and f"OUT {tmp_path / 'back'} exists" in run.stderr, run.stderr
