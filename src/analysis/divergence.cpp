@@ -15,12 +15,6 @@ namespace {
 
 constexpr int64_t kMaxDivergencePositions = 100'000;
 
-// Floats in order as integers, so that the difference counts float32 steps, across zero too.
-int64_t ordered(float v) {
-  const auto bits = static_cast<int64_t>(std::bit_cast<uint32_t>(v));
-  return (bits & 0x80000000) ? -(bits & 0x7fffffff) : bits;
-}
-
 int64_t bucket_of(int64_t position) {  // octave: 0 -> 0, 1 -> 1, [2, 3] -> 2, [4, 7] -> 3, ...
   return position == 0 ? 0 : 64 - std::countl_zero(static_cast<uint64_t>(position));
 }
@@ -54,6 +48,24 @@ std::string engine_label(Precision precision, DType vllm_dtype) {
 }
 
 }  // namespace
+
+int64_t float32_steps(float value, float reference) {
+  const uint32_t value_bits = std::bit_cast<uint32_t>(value);
+  const uint32_t reference_bits = std::bit_cast<uint32_t>(reference);
+  const uint32_t value_magnitude = value_bits & 0x7fffffffu;
+  const uint32_t reference_magnitude = reference_bits & 0x7fffffffu;
+  if ((value_bits ^ reference_bits) >> 31 == 0 && value_magnitude != 0 && reference_magnitude != 0) {
+    // One sign: the magnitudes' bit patterns are in the floats' order, one integer per float32.
+    return std::abs(static_cast<int64_t>(value_magnitude) - static_cast<int64_t>(reference_magnitude));
+  }
+  // Across zero or to zero, counting every float32 between them would count all the binades below
+  // both values (about 2^30 between +-1e-3): each value's distance to zero in its own ulps,
+  // |v| / ulp(v), is its significand with the implicit bit (subnormals: the bits themselves).
+  const auto steps_to_zero = [](uint32_t magnitude) {
+    return static_cast<int64_t>((magnitude & 0x7fffffu) | (magnitude >> 23 != 0 ? 0x800000u : 0u));
+  };
+  return steps_to_zero(value_magnitude) + steps_to_zero(reference_magnitude);
+}
 
 Divergence engine_divergence(const RopeSpec& spec, const DivergenceOptions& options) {
   validate(spec);
@@ -137,7 +149,7 @@ Divergence engine_divergence(const RopeSpec& spec, const DivergenceOptions& opti
         for (int which = 0; which < 2; ++which) {
           const float value = which == 0 ? cos_row[i] : sin_row[i];
           const double error = std::abs(static_cast<double>(value) - (which == 0 ? exact_cos[i] : exact_sin[i]));
-          const int64_t ulps = std::abs(ordered(value) - ordered(which == 0 ? rounded_cos[i] : rounded_sin[i]));
+          const int64_t ulps = float32_steps(value, which == 0 ? rounded_cos[i] : rounded_sin[i]);
           if (error > b.max_abs_error) {
             b.max_abs_error = error;
             b.worst_position = p;

@@ -31,14 +31,15 @@ const char* const kApplyHelp =
     "reference instead (src/cpu/reference.cpp), rounded once on store.\n"
     "\n"
     "  --layout L        bshd (batch, seq, heads, dim), bhsd, sbhd, or thd (tokens, heads, dim)\n"
-    "  --positions F     int64 positions of shape [batch, seq] ([1, seq] or [seq]: the same\n"
+    "  --positions F     integer positions of shape [batch, seq] ([1, seq] or [seq]: the same\n"
     "                    for every sequence; thd: [tokens]); M-RoPE: [3, batch, seq] as Hugging\n"
     "                    Face's position_ids ([3, 1, seq], [3, seq]; thd: [3, tokens]); 2-D\n"
     "                    vision: [2, batch, seq] (row, column) likewise. Other shapes are\n"
     "                    errors, even with the right element count (a [seq, batch] array)\n"
-    "  --offsets F       int64 [batch] (thd: [sequences]): position = offset + index in the\n"
+    "  --offsets F       integer [batch] (thd: [sequences]): position = offset + index in the\n"
     "                    sequence (neither: position = index in the sequence)\n"
-    "  --cu-seqlens F    int64 [sequences + 1] token offsets, required for thd\n"
+    "  --cu-seqlens F    integer [sequences + 1] token offsets, required for thd. The integer\n"
+    "                    files may be any NumPy integer type whose values fit int64 (int32 too)\n"
     "  --precision       exact (default), hf (Hugging Face's float32 table numerics), ggml\n"
     "                    (llama.cpp's CPU rope) or vllm (vLLM's float32 cache; docs/interop.md)\n"
     "  --direction       forward (default) or backward (the inverse rotation = the gradient)\n"
@@ -165,8 +166,8 @@ std::vector<int64_t> cu_seqlens_values(const npy::Array& array) {
   return values;
 }
 
-// --offsets: one per sequence, (batch,) (thd: (sequences,), from --cu-seqlens when given; without
-// it the argument checks report the missing --cu-seqlens).
+// --offsets: one per sequence, (batch,) (thd: (sequences,), from --cu-seqlens, which run_apply
+// requires with thd).
 std::vector<int64_t> offset_values(const npy::Array& array, const TensorView& q, const std::vector<int64_t>& cu_seqlens) {
   std::vector<int64_t> values = int64_values(array, "--offsets");
   const bool thd = q.layout == Layout::THD;
@@ -284,6 +285,12 @@ int run_apply(Args& args) {
   if (k_path) k = npy::read(*k_path);
   TensorView q_view = view_of(q, *layout, "--q");
   TensorView k_view = k_path ? view_of(k, *layout, "--k") : TensorView{};
+  // Said in the CLI's words (after q's shape, which names the layout's rank first): the library's
+  // own check would name its argument, positions.cu_seqlens, not the flag.
+  if (*layout == Layout::THD && !cu_path) {
+    throw UsageError("apply: --cu-seqlens is required with --layout thd (an integer .npy of the sequences' token offsets, "
+                     "0, len0, len0 + len1, ..., tokens)");
+  }
 
   // Each position array's shape is checked against q's before its values are used (the argument
   // checks below see only a pointer and a count).

@@ -142,42 +142,12 @@ std::optional<std::string> nearest(std::string_view word, const std::vector<std:
   return best;
 }
 
-namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// "meta-llama/Llama-3.1-8B config.json" -> "meta-llama/Llama-3.1-8B": the repository a preset cites.
-std::string source_repo(const std::string& source) { return source.substr(0, source.find(' ')); }
-
-}  // namespace
-
 std::optional<std::string> resolve_preset_name(const std::string& command, std::string_view flag,
                                                const std::string& given, bool or_nothing) {
-  const std::vector<PresetInfo> presets = list_presets();
-  const std::string wanted = lower(given);
-  for (const PresetInfo& p : presets) {
-    if (p.name == wanted) return p.name;
-  }
-  // A repository id: the preset whose source cites that repository; of several, the one that is its
-  // config.json unchanged ("<repo> config.json") rather than one that adds to it.
-  std::optional<std::string> by_repo;
-  for (const PresetInfo& p : presets) {
-    if (lower(source_repo(p.source)) != wanted) continue;
-    if (!by_repo || p.source == source_repo(p.source) + " config.json") by_repo = p.name;
-  }
-  if (by_repo) return by_repo;
+  if (std::optional<std::string> name = find_preset(given)) return name;
   if (or_nothing) return std::nullopt;
-  // The nearest name, comparing a repository id's last part too ("meta-llama/Llama-3.1-7B").
-  std::vector<std::string> names;
-  for (const PresetInfo& p : presets) names.push_back(p.name);
-  std::optional<std::string> near = nearest(wanted, names);
-  if (!near && wanted.find('/') != std::string::npos) near = nearest(wanted.substr(wanted.rfind('/') + 1), names);
   throw UsageError(detail::concat(command, ": ", flag, " must be a built-in preset, see rotary presets (got \"", given,
-                                  "\")", near ? "; did you mean " + *near + "?" : std::string()));
+                                  "\")", did_you_mean(suggest_presets(given))));
 }
 
 std::string config_file_path(const std::string& command, std::string_view flag, const std::string& path) {

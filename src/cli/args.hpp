@@ -84,11 +84,12 @@ struct LoadedConfig {
 };
 LoadedConfig load_config(Args& args);
 
-// The preset `given` names: a preset name in any case ("Llama-3.1-8B"), or the Hugging Face
-// repository id its source cites ("meta-llama/Llama-3.1-8B"). Otherwise a UsageError naming
-// `flag` and the value, with the nearest name: "explain: --preset must be a built-in preset, see
-// rotary presets (got "llama-3.1-7b"); did you mean llama-3.1-8b?". Empty optional when
-// `or_nothing` and no preset matches (for --compare, whose items may also be paths).
+// The preset `given` names (rotary::find_preset): a preset name in any case ("Llama-3.1-8B"), or
+// the Hugging Face repository id whose config.json a preset is, unchanged ("meta-llama/Llama-3.1-8B").
+// Otherwise a UsageError naming `flag` and the value, with rotary::suggest_presets(): "explain:
+// --preset must be a built-in preset, see rotary presets (got "llama-3.1-7b"); did you mean
+// llama-3.1-8b?". Empty optional when `or_nothing` and no preset matches (for --compare, whose
+// items may also be paths).
 std::optional<std::string> resolve_preset_name(const std::string& command, std::string_view flag,
                                                const std::string& given, bool or_nothing = false);
 

@@ -29,7 +29,9 @@ const char* const kDivergeHelp =
     "                  \"pairs\": [{\"pair\", \"wavelength_tokens\", \"max_abs_error\", \"max_ulps\"}]}]}\n"
     "\n"
     "abs: the largest |engine value - true value| (scaling included); ulps: float32 steps from the\n"
-    "correctly rounded value. An engine that cannot reproduce the model is listed with the reason.\n";
+    "correctly rounded value; where the two differ in sign (near a zero of cos or sin), each value's\n"
+    "own steps down to zero, not every tiny float32 between them (analysis::float32_steps).\n"
+    "An engine that cannot reproduce the model is listed with the reason.\n";
 
 namespace {
 

@@ -18,7 +18,8 @@
 // size that disagrees with the header is an error before the data is read), and against
 // ReadOptions::max_bytes; a pipe is read only as far as the header says, plus one byte to see
 // that it ends there. So a lying header can neither read past the end nor make us allocate more
-// than the file holds, and no input is read without bound.
+// than the file holds (narrow integers excepted: read into int64, up to 8 times their file size,
+// under the same cap), and no input is read without bound.
 //
 // write() goes through detail::AtomicFileSet (src/core/atomic_file.hpp): a temporary file, then a rename.
 #include "npy.hpp"
@@ -320,33 +321,52 @@ class HeaderParser {
   bool seen_[3] = {false, false, false};
 };
 
+// How a descr is stored: the Array's element type, and the file's own element type, which differs
+// for integers. NumPy writes one-byte kinds with '|', the others with '<' (or '=', native order).
 struct DescrName {
   std::string_view descr;
   ElementType type;
+  std::string_view stored;  // as the file holds it, for messages: "float32", "int32", "uint8"
+  int64_t stored_size;      // bytes per element in the file
+  bool is_unsigned = false;
 };
 // The descrs np.save writes for our element types ('<V2' and 'bfloat16' are ml_dtypes' bfloat16).
+// Integers of every width are read into int64, as NumPy's astype(np.int64) would: positions saved
+// from torch.int32 or np.int32 need no conversion first. '<u2' is not among them: it is how NumPy
+// stores bfloat16 bit patterns, and a uint16 array of positions cannot be told apart from those.
 constexpr DescrName kDescrs[] = {
-    {"<f4", ElementType::Float32},  {"<f2", ElementType::Float16},  {"<f8", ElementType::Float64},
-    {"<i8", ElementType::Int64},    {"<u2", ElementType::BFloat16}, {"<V2", ElementType::BFloat16},
-    {"bfloat16", ElementType::BFloat16},
+    {"<f4", ElementType::Float32, "float32", 4},
+    {"<f2", ElementType::Float16, "float16", 2},
+    {"<f8", ElementType::Float64, "float64", 8},
+    {"<u2", ElementType::BFloat16, "bfloat16", 2},
+    {"<V2", ElementType::BFloat16, "bfloat16", 2},
+    {"bfloat16", ElementType::BFloat16, "bfloat16", 2},
+    {"<i8", ElementType::Int64, "int64", 8},
+    {"<i4", ElementType::Int64, "int32", 4},
+    {"<i2", ElementType::Int64, "int16", 2},
+    {"|i1", ElementType::Int64, "int8", 1},
+    {"<u8", ElementType::Int64, "uint64", 8, true},
+    {"<u4", ElementType::Int64, "uint32", 4, true},
+    {"|u1", ElementType::Int64, "uint8", 1, true},
 };
 
-std::optional<ElementType> lookup_descr(std::string_view descr) {
+const DescrName* lookup_descr(std::string_view descr) {
   for (const DescrName& entry : kDescrs) {
-    if (entry.descr == descr) return entry.type;
+    if (entry.descr == descr) return &entry;
   }
-  return std::nullopt;
+  return nullptr;
 }
 
-ElementType element_type_of(const std::string& descr, const std::string& where) {
+const DescrName& element_type_of(const std::string& descr, const std::string& where) {
   // '=' is native order, little-endian on every host we build for (static_assert above).
   const std::string normalized = !descr.empty() && descr[0] == '=' ? "<" + descr.substr(1) : descr;
-  if (const auto type = lookup_descr(normalized)) return *type;
+  if (const DescrName* entry = lookup_descr(normalized)) return *entry;
   if (!descr.empty() && descr[0] == '>' && lookup_descr("<" + descr.substr(1))) {
     throw Error(detail::concat(where, ": descr must be little-endian ('<' or '='): rotary does not byte-swap; save with "
                                "a.astype(a.dtype.newbyteorder('<')) (got ", quoted(descr), ")"));
   }
-  throw Error(detail::concat(where, ": descr must be one of '<f4', '<f2', '<u2', '<f8', '<i8' (got ", quoted(descr), ")"));
+  throw Error(detail::concat(where, ": descr must be one of '<f4', '<f2', '<u2' (bfloat16 bits), '<f8', or integers '|i1', "
+                             "'<i2', '<i4', '<i8', '|u1', '<u4', '<u8' (got ", quoted(descr), ")"));
 }
 
 std::string missing_key_message(const Header& header, std::string_view key, const std::string& where) {
@@ -364,12 +384,42 @@ uint32_t read_le(const std::vector<unsigned char>& bytes, size_t offset, size_t 
   return value;
 }
 
-// Bytes in `shape` of `type`, or nullopt when that does not fit in int64.
-std::optional<int64_t> checked_bytes(const std::vector<int64_t>& shape, ElementType type) {
+// Bytes in `shape` of elements of `size` bytes, or nullopt when that does not fit in int64.
+std::optional<int64_t> checked_bytes(const std::vector<int64_t>& shape, int64_t size) {
   const std::optional<int64_t> count = checked_count(shape);
   int64_t bytes = 0;
-  if (!count || __builtin_mul_overflow(*count, element_size(type), &bytes)) return std::nullopt;
+  if (!count || __builtin_mul_overflow(*count, size, &bytes)) return std::nullopt;
   return bytes;
+}
+std::optional<int64_t> checked_bytes(const std::vector<int64_t>& shape, ElementType type) {
+  return checked_bytes(shape, element_size(type));
+}
+
+// The file's integers (`stored`: its width and signedness), little-endian, as int64. A uint64
+// above the int64 range is an Error naming it: wrapping it to a negative position would be a
+// silent wrong answer.
+std::vector<unsigned char> widen_to_int64(const std::vector<unsigned char>& data, const DescrName& stored,
+                                          const std::string& where) {
+  const size_t count = data.size() / static_cast<size_t>(stored.stored_size);
+  std::vector<unsigned char> out(count * sizeof(int64_t));
+  for (size_t i = 0; i < count; ++i) {
+    const unsigned char* bytes = data.data() + i * static_cast<size_t>(stored.stored_size);
+    uint64_t bits = 0;
+    for (int64_t b = 0; b < stored.stored_size; ++b) bits |= static_cast<uint64_t>(bytes[b]) << (8 * b);
+    int64_t value = 0;
+    if (stored.is_unsigned) {
+      if (bits > static_cast<uint64_t>(INT64_MAX)) {
+        throw Error(detail::concat(where, ": ", stored.stored, " element [", i, "] must be at most ", INT64_MAX,
+                                   " to be read as int64 (got ", bits, ")"));
+      }
+      value = static_cast<int64_t>(bits);
+    } else {
+      const int shift = static_cast<int>(64 - 8 * stored.stored_size);  // sign-extend from the stored width
+      value = static_cast<int64_t>(bits << shift) >> shift;
+    }
+    std::memcpy(out.data() + i * sizeof(int64_t), &value, sizeof(int64_t));
+  }
+  return out;
 }
 
 // Where the bytes of a .npy file come from, front to back: a buffer (parse) or an open file
@@ -498,7 +548,8 @@ Array read_npy(Input& input, const std::string& where, const ReadOptions& option
   if (!header.shape) throw Error(missing_key_message(header, "shape", where));
 
   Array array;
-  array.type = element_type_of(*header.descr, where);
+  const DescrName& stored = element_type_of(*header.descr, where);
+  array.type = stored.type;
   if (*header.fortran_order) {
     throw Error(detail::concat(where, ": fortran_order must be False: rotary reads C-order arrays; save with "
                                "np.ascontiguousarray (got True)"));
@@ -509,15 +560,15 @@ Array read_npy(Input& input, const std::string& where, const ReadOptions& option
       throw Error(detail::concat(where, ": shape[", axis, "] must be >= 0 (got ", array.shape[axis], ")"));
     }
   }
-  const std::optional<int64_t> data_bytes = checked_bytes(array.shape, array.type);
+  const std::optional<int64_t> data_bytes = checked_bytes(array.shape, stored.stored_size);
   if (!data_bytes) {
-    throw Error(detail::concat(where, ": shape must describe fewer than 2^63 bytes of ", to_string(array.type),
+    throw Error(detail::concat(where, ": shape must describe fewer than 2^63 bytes of ", stored.stored,
                                " data (got ", shape_text(array.shape), ")"));
   }
   const auto expected = static_cast<uint64_t>(*data_bytes);
   auto wrong_size = [&](const std::string& got) {
     return Error(detail::concat(where, ": data must hold ", expected, " bytes for shape ", shape_text(array.shape), " ",
-                                to_string(array.type), " (got ", got, ")"));
+                                stored.stored, " (got ", got, ")"));
   };
   const size_t data_offset = header_offset + header_length;
   // A file of known size that disagrees with its header is a lying file, whatever its size: said
@@ -528,7 +579,15 @@ Array read_npy(Input& input, const std::string& where, const ReadOptions& option
   if (expected > max_bytes - data_offset) {
     throw Error(detail::concat(where, ": file must be at most ", max_bytes, " bytes (npy::ReadOptions::max_bytes) (got ",
                                data_offset, " bytes of header and ", expected, " bytes of data for shape ",
-                               shape_text(array.shape), " ", to_string(array.type), ")"));
+                               shape_text(array.shape), " ", stored.stored, ")"));
+  }
+  // Integers are held as int64 (widen_to_int64): a narrower file takes up to 8 times its size in
+  // memory, which the same cap bounds.
+  const std::optional<int64_t> held_bytes = checked_bytes(array.shape, array.type);
+  if (!held_bytes || static_cast<uint64_t>(*held_bytes) > max_bytes) {
+    throw Error(detail::concat(where, ": data must take at most ", max_bytes,
+                               " bytes in memory (npy::ReadOptions::max_bytes) (got shape ", shape_text(array.shape), " ",
+                               stored.stored, ", which is read as int64)"));
   }
   input.read_into(array.bytes, static_cast<size_t>(expected));
   // Shorter: a stream that ended, or a regular file that shrank while being read.
@@ -538,6 +597,9 @@ Array read_npy(Input& input, const std::string& where, const ReadOptions& option
     std::vector<unsigned char> more;
     input.read_into(more, 1);
     if (!more.empty()) throw wrong_size(detail::concat("more than ", expected));
+  }
+  if (stored.stored_size != element_size(array.type) || stored.is_unsigned) {
+    array.bytes = widen_to_int64(array.bytes, stored, where);
   }
   return array;
 }

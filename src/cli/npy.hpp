@@ -5,13 +5,17 @@
 //
 // Element types: float32 ('<f4'), float16 ('<f2'), float64 ('<f8'), int64 ('<i8', positions),
 // and bfloat16, which NumPy lacks: stored as uint16 bit patterns ('<u2'), or as ml_dtypes writes
-// it ('<V2' / 'bfloat16'). Only C order (fortran_order False) and little-endian data ('|' for
-// one-byte kinds, '<' or '=' on this little-endian machine) are accepted.
+// it ('<V2' / 'bfloat16'). Integers of the other widths ('|i1', '<i2', '<i4', '|u1', '<u4',
+// '<u8') are read into int64 (Array::type Int64), as NumPy's astype(np.int64) would; a uint64
+// value above the int64 range is an Error naming it. uint16 ('<u2') stays bfloat16. Only C
+// order (fortran_order False) and little-endian data ('|' for one-byte kinds, '<' or '=' on
+// this little-endian machine) are accepted.
 //
 // Every malformed or lying file is a rotary::Error naming the path and the problem: bad magic,
 // unsupported version, a header that is not the Python dict NumPy writes, an unknown descr,
 // fortran_order True, a negative or overflowing shape, a header longer than the file, data
-// shorter (or longer) than the shape says. Reads never allocate more than the file holds.
+// shorter (or longer) than the shape says. Reads never allocate more than the file holds, except
+// that narrow integers take 8 bytes each once read (within ReadOptions::max_bytes).
 //
 // read() reads front to back and stops at the first problem: the magic string and version (8
 // bytes; so /dev/zero or a 1 GiB file that is not a .npy fails at once, "not a .npy file (bad

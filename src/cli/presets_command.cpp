@@ -14,7 +14,11 @@ const char* const kPresetsHelp =
     "Lists the built-in presets: the RoPE part of real models' config.json, each cited to its\n"
     "source. Use a name with --preset in the other commands.\n"
     "\n"
-    "  --json   one JSON array of {\"name\", \"summary\", \"source\", \"default\"}\n";
+    "A Hugging Face repository id names the preset that is its config.json as published; a preset\n"
+    "that changes it (qwen2.5-7b-yarn) has no repo.\n"
+    "\n"
+    "  --json   one JSON array of {\"name\", \"summary\", \"source\", \"repo\" (null: changed),\n"
+    "           \"default\"}\n";
 
 int run_presets(Args& args) {
   const bool as_json = args.has_switch("--json");
@@ -29,6 +33,11 @@ int run_presets(Args& args) {
       out.key("name").value(p.name);
       out.key("summary").value(p.summary);
       out.key("source").value(p.source);
+      if (p.repo.empty()) {
+        out.key("repo").null();
+      } else {
+        out.key("repo").value(p.repo);
+      }
       out.key("default").value(p.name == kDefaultPreset);
       out.end_object();
     }

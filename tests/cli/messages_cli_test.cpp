@@ -41,10 +41,10 @@ TEST(CliMessages, PresetNamesAreCaseInsensitiveAndAcceptTheRepositoryId) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(json::parse(r.out, "freqs").find("name")->as_string(), "llama-3.1-8b");
   }
-  // A repository cited by one preset only maps to it, even when the preset adds to the file.
+  // A repository id gives the config.json it ships, never a preset that adds to it.
   const Result qwen = run("freqs --preset Qwen/Qwen2.5-7B-Instruct --json");
   ASSERT_EQ(qwen.exit_code, 0) << qwen.err;
-  EXPECT_EQ(json::parse(qwen.out, "freqs").find("name")->as_string(), "qwen2.5-7b-yarn");
+  EXPECT_EQ(json::parse(qwen.out, "freqs").find("name")->as_string(), "qwen2.5-7b-instruct");
 }
 
 TEST(CliMessages, AnUnknownPresetSuggestsTheNearestName) {

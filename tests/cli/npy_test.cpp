@@ -32,6 +32,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
+using namespace std::string_literals;
 using namespace std::string_view_literals;
 
 // ---------------------------------------------------------------------------------------------
@@ -409,10 +410,70 @@ TEST(Npy, RejectsDuplicateKey) {
 }
 
 TEST(Npy, RejectsUnknownDescr) {
-  expect_header_error("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }",
-                      "npy t.npy: descr must be one of '<f4', '<f2', '<u2', '<f8', '<i8' (got '<i4')");
-  expect_header_error("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", "(got '|u1')");
+  expect_header_error("{'descr': '<c8', 'fortran_order': False, 'shape': (2, 3), }",
+                      "npy t.npy: descr must be one of '<f4', '<f2', '<u2' (bfloat16 bits), '<f8', or integers '|i1', "
+                      "'<i2', '<i4', '<i8', '|u1', '<u4', '<u8' (got '<c8')");
+  expect_header_error("{'descr': '|b1', 'fortran_order': False, 'shape': (2, 3), }", "(got '|b1')");
   expect_header_error("{'descr': '', 'fortran_order': False, 'shape': (2, 3), }", "(got '')");
+}
+
+// np.save(f, np.array([0, 1, -2, 2**31 - 1, -2**31], dtype=np.int32)), NumPy 2, byte for byte:
+// positions as torch.int32 / np.int32 save them.
+constexpr char kNumpyInt32_5[] =
+    "\223NUMPY\001\000v\000{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }           "
+    "                                                 \012"
+    "\000\000\000\000\001\000\000\000\376\377\377\377\377\377\377\177\000\000\000\200";
+
+TEST(Npy, ReadsIntegersOfEveryWidthAsInt64) {
+  const Array int32 = parse(bytes_of(kNumpyInt32_5), "int32.npy");
+  EXPECT_EQ(int32.type, ElementType::Int64);
+  EXPECT_EQ(int32.shape, (std::vector<int64_t>{5}));
+  EXPECT_EQ(values_of<int64_t>(int32), (std::vector<int64_t>{0, 1, -2, 2147483647, -2147483648LL}));
+  struct Case {
+    std::string descr;
+    std::string data;  // little-endian, 2 elements
+    std::vector<int64_t> values;
+  };
+  const Case cases[] = {
+      {"|i1", "\x80\x7f"s, {-128, 127}},
+      {"|u1", "\xff\x07"s, {255, 7}},
+      {"<i2", "\x00\x80\xff\x7f"s, {-32768, 32767}},
+      {"=i4", "\xff\xff\xff\xff\x05\x00\x00\x00"s, {-1, 5}},
+      {"<u4", "\xff\xff\xff\xff\x05\x00\x00\x00"s, {4294967295LL, 5}},
+      {"<u8", "\xff\xff\xff\xff\xff\xff\xff\x7f\x00\x00\x00\x00\x00\x00\x00\x00"s, {INT64_MAX, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.descr);
+    const Array array = parse_header("{'descr': '" + c.descr + "', 'fortran_order': False, 'shape': (2,), }", c.data);
+    EXPECT_EQ(array.type, ElementType::Int64);
+    EXPECT_EQ(values_of<int64_t>(array), c.values);
+  }
+  // The data size is checked in the file's own width.
+  expect_header_error("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }",
+                      "npy t.npy: data must hold 8 bytes for shape (2,) int32 (got 7)", "\x01\x00\x00\x00\x02\x00\x00"sv);
+  expect_header_error("{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }",
+                      "npy t.npy: descr must be little-endian ('<' or '='): rotary does not byte-swap");
+}
+
+TEST(Npy, RefusesAUint64AboveTheInt64RangeNamingIt) {
+  // As a position, 2^64 - 1 wrapped to int64 would be -1: refused, not wrapped.
+  expect_header_error("{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }",
+                      "npy t.npy: uint64 element [1] must be at most 9223372036854775807 to be read as int64 (got "
+                      "18446744073709551615)",
+                      "\x05\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"sv);
+  expect_header_error("{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }",
+                      "uint64 element [0] must be at most 9223372036854775807 to be read as int64 (got 9223372036854775808)",
+                      "\x00\x00\x00\x00\x00\x00\x00\x80"sv);
+}
+
+TEST(Npy, CapsTheMemoryOfWidenedIntegersAtMaxBytes) {
+  // 100 int8 values: a 200-byte file, 800 bytes once read as int64.
+  const std::vector<unsigned char> file =
+      npy_file("{'descr': '|i1', 'fortran_order': False, 'shape': (100,), }", std::string(100, '\x01'));
+  EXPECT_EQ(parse(file, "t.npy", {.max_bytes = 800}).size(), 100);
+  EXPECT_THAT([&] { parse(file, "t.npy", {.max_bytes = 799}); },
+              ThrowsMessage<rotary::Error>("npy t.npy: data must take at most 799 bytes in memory "
+                                           "(npy::ReadOptions::max_bytes) (got shape (100,) int8, which is read as int64)"));
 }
 
 TEST(Npy, RejectsBigEndianWithAHint) {

@@ -16,6 +16,7 @@ namespace rotary {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::ThrowsMessage;
 
 TEST(Presets, AtLeastSixteenWithUniqueLowerCaseNamesAndSources) {
@@ -35,7 +36,7 @@ TEST(Presets, RequiredModelsArePresent) {
   std::set<std::string> names;
   for (const PresetInfo& p : list_presets()) names.insert(p.name);
   for (const char* required :
-       {"llama-2-7b", "llama-3.1-8b", "llama-3.2-1b", "mistral-7b-v0.1", "qwen2.5-7b", "qwen2.5-7b-yarn", "qwen3-8b",
+       {"llama-2-7b", "llama-3.1-8b", "llama-3.2-1b", "mistral-7b-v0.1", "qwen2.5-7b", "qwen2.5-7b-instruct", "qwen2.5-7b-yarn", "qwen3-8b",
         "qwen2-vl-7b", "deepseek-v3", "phi-3-mini-128k", "phi-2", "gpt-neox-20b", "gpt-j-6b", "gemma-2-9b",
         "gpt-oss-20b"}) {
     EXPECT_EQ(names.count(required), 1u) << required;
@@ -94,10 +95,84 @@ TEST(Presets, KeyValuesOfWellKnownModels) {
   EXPECT_EQ(preset("qwen2.5-7b-yarn").spec.scaling.type, ScalingType::Yarn);
 }
 
-TEST(Presets, UnknownNameListsTheNames) {
-  EXPECT_THAT([] { preset("llama-9"); },
-              ThrowsMessage<ConfigError>(HasSubstr("preset: name must be one of llama-2-7b")));
-  EXPECT_THAT([] { preset_config_json("nope"); }, ThrowsMessage<ConfigError>(HasSubstr("(got \"nope\")")));
+// A repository id gives the configuration that repository ships, never one that changes it.
+TEST(Presets, ARepositoryIdNamesTheConfigItShipsAndAChangedPresetHasNone) {
+  std::set<std::string> repos;
+  for (const PresetInfo& p : list_presets()) {
+    SCOPED_TRACE(p.name);
+    if (p.repo.empty()) {
+      // Changed: the source says what was added to which file.
+      EXPECT_THAT(p.source, HasSubstr(" config.json + "));
+      continue;
+    }
+    EXPECT_EQ(p.source, p.repo + " config.json");
+    EXPECT_TRUE(repos.insert(p.repo).second) << "two presets claim " << p.repo;
+    EXPECT_EQ(find_preset(p.repo), p.name);
+  }
+  EXPECT_EQ(find_preset("Qwen/Qwen2.5-7B-Instruct"), "qwen2.5-7b-instruct");
+  const RopeSpec instruct = preset("Qwen/Qwen2.5-7B-Instruct").spec;
+  EXPECT_EQ(instruct.name, "qwen2.5-7b-instruct");
+  EXPECT_EQ(instruct.scaling.type, ScalingType::Default);
+  EXPECT_EQ(instruct.max_position_embeddings, 32768);
+  EXPECT_EQ(frequencies(instruct).attention_scaling, 1.0);
+  EXPECT_THAT(std::string(preset_config_json("qwen2.5-7b-instruct")), Not(HasSubstr("rope_scaling")));
+  // The model card's YaRN is its own preset, reached by name only.
+  const RopeSpec yarn = preset("qwen2.5-7b-yarn").spec;
+  EXPECT_EQ(yarn.scaling.type, ScalingType::Yarn);
+  EXPECT_NEAR(frequencies(yarn).attention_scaling, 0.1 * std::log(4.0) + 1.0, 1e-15);
+  for (const PresetInfo& p : list_presets()) {
+    if (p.name == "qwen2.5-7b-yarn") EXPECT_EQ(p.repo, "");
+  }
+}
+
+TEST(Presets, FindPresetIgnoresCaseInNamesAndRepositoryIds) {
+  EXPECT_EQ(find_preset("llama-3.1-8b"), "llama-3.1-8b");
+  EXPECT_EQ(find_preset("LLAMA-3.1-8B"), "llama-3.1-8b");
+  EXPECT_EQ(find_preset("META-LLAMA/llama-3.1-8b"), "llama-3.1-8b");
+  EXPECT_EQ(find_preset("llama-3-8b"), std::nullopt);
+  EXPECT_EQ(find_preset(""), std::nullopt);
+  EXPECT_EQ(preset("Gemma-3-1B").spec.name, "gemma-3-1b");
+  EXPECT_EQ(preset_config_json("EleutherAI/GPT-J-6B"), preset_config_json("gpt-j-6b"));
+}
+
+using Names = std::vector<std::string>;
+
+TEST(Presets, SuggestionsKeepToTheFamilyAndVersionAskedFor) {
+  // Llama 3 has no preset: the 3.x ones, the same size first; never llama-2-7b (another RoPE).
+  EXPECT_EQ(suggest_presets("llama-3-8b"), (Names{"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}));
+  EXPECT_EQ(suggest_presets("meta-llama/Meta-Llama-3-8B"), (Names{"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}));
+  // The version asked for exists: the one preset of it.
+  EXPECT_EQ(suggest_presets("llama-3.1-7b"), (Names{"llama-3.1-8b"}));
+  EXPECT_EQ(suggest_presets("meta-llama/Llama-3.1-70B-Instruct"), (Names{"llama-3.1-8b"}));
+  EXPECT_EQ(suggest_presets("llama-2-13b"), (Names{"llama-2-7b"}));
+  EXPECT_EQ(suggest_presets("qwen3-8bb"), (Names{"qwen3-8b"}));  // a slip: the nearer of the two Qwen3
+  EXPECT_EQ(suggest_presets("llama-3.2-8b"), (Names{"llama-3.2-1b", "llama-3.2-3b"}));
+  // Family prefixes, whatever the punctuation and case.
+  EXPECT_EQ(suggest_presets("mistral-7b"), (Names{"mistral-7b-v0.1"}));
+  EXPECT_EQ(suggest_presets("gemma3"), (Names{"gemma-3-1b", "gemma-3-27b"}));
+  EXPECT_EQ(suggest_presets("Qwen3"), (Names{"qwen3-8b", "qwen3-vl-8b"}));
+  EXPECT_EQ(suggest_presets("qwen2.5-7b-instruct-1m"), (Names{"qwen2.5-7b-instruct"}));
+  EXPECT_EQ(suggest_presets("gpt-oss"), (Names{"gpt-oss-20b"}));
+  EXPECT_EQ(suggest_presets("Llama3.1_8B"), (Names{"llama-3.1-8b"}));
+  EXPECT_EQ(suggest_presets("lama-2-7b"), (Names{"llama-2-7b"}));     // the family one edit off
+  EXPECT_EQ(suggest_presets("code-llama-7b"), (Names{"codellama-7b"}));  // no family: the nearest name
+  // A version of the family that no preset has, or nothing like a preset: no suggestion.
+  EXPECT_EQ(suggest_presets("llama-4-scout"), Names{});
+  EXPECT_EQ(suggest_presets("gpt-5"), Names{});
+  EXPECT_EQ(suggest_presets("nope"), Names{});
+  EXPECT_EQ(suggest_presets(""), Names{});
+}
+
+TEST(Presets, AnUnknownNameGetsAShortDidYouMeanNotTheWholeList) {
+  EXPECT_EQ(did_you_mean({}), "");
+  EXPECT_EQ(did_you_mean({"a"}), "; did you mean a?");
+  EXPECT_EQ(did_you_mean({"a", "b"}), "; did you mean one of a, b?");
+  EXPECT_THAT([] { preset("llama-3-8b"); },
+              ThrowsMessage<ConfigError>(
+                  "preset: name must be a built-in preset's name or repository id (got \"llama-3-8b\"); did you mean "
+                  "one of llama-3.1-8b, llama-3.2-1b, llama-3.2-3b?"));
+  EXPECT_THAT([] { preset_config_json("gpt-5"); },
+              ThrowsMessage<ConfigError>("preset: name must be a built-in preset's name or repository id (got \"gpt-5\")"));
 }
 
 }  // namespace

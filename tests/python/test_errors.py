@@ -110,3 +110,20 @@ def test_torch_bad_input(name):
         call(q, k)
     assert fragment in str(error.value), str(error.value)
     assert torch.equal(q, q0) and torch.equal(k, k0)
+
+
+def test_spec_preset_takes_any_case_and_repository_ids_and_suggests_like_the_cli():
+    assert rotary.Spec.preset("Llama-3.1-8B").name == "llama-3.1-8b"
+    assert rotary.Spec.preset("META-LLAMA/llama-3.1-8b").name == "llama-3.1-8b"
+    # The repository id gives the config.json it ships (no rope_scaling), not the YaRN preset.
+    instruct = rotary.Spec.preset("Qwen/Qwen2.5-7B-Instruct")
+    assert instruct.name == "qwen2.5-7b-instruct"
+    assert instruct.frequencies().attention_scaling == 1.0
+    with pytest.raises(rotary.RotaryError) as error:
+        rotary.Spec.preset("llama-3-8b")
+    assert str(error.value) == (
+        "preset: name must be a built-in preset's name or repository id (got \"llama-3-8b\"); "
+        "did you mean one of llama-3.1-8b, llama-3.2-1b, llama-3.2-3b?")
+    with pytest.raises(rotary.RotaryError) as error:
+        rotary.Spec.preset("gemma3")
+    assert str(error.value).endswith('(got "gemma3"); did you mean one of gemma-3-1b, gemma-3-27b?')
