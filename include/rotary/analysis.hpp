@@ -46,7 +46,7 @@ namespace rotary::analysis {
 inline constexpr double kNormThresholdF64 = 1e-12;
 inline constexpr double kInvarianceThresholdF64 = 1e-12;
 // The float32 kernel (rotary::apply): |out - ref| <= 4e-7 * (|x_i| + |x_partner|) per element
-// (STYLE.md section 9: table rounding <= 1.2e-7 plus two FMA-chain roundings), i.e. <= 8e-7 of a
+// (table rounding <= 1.2e-7 plus two FMA-chain roundings; docs/numerics.md), i.e. <= 8e-7 of a
 // pair's norm, so the norm ratio is within 8e-7 of 1. 1e-6 is that bound, rounded up.
 inline constexpr double kNormThresholdF32 = 1e-6;
 // RoFormer's decay bound: the mean over distances [1, 16] must exceed the mean over [L/2, L] by
@@ -86,7 +86,8 @@ Rotation exact_rotation(const RopeSpec& spec, int64_t seq_len = 0);
 Rotation direct_rotation(std::vector<double> inv_freq, double attention_scaling = 1.0);
 
 // The context a model was trained on, as `rotary explain` reads it: the original context L0 for
-// yarn, longrope and llama3; max_position_embeddings for the others; 2048 when unknown.
+// yarn, longrope and llama3 and wherever the config states one; for linear scaling
+// max_position_embeddings / factor; max_position_embeddings for the others; 2048 when unknown.
 int64_t default_trained_context(const RopeSpec& spec);
 
 // The context the config extends the model to, the default target of `rotary check` and
@@ -380,7 +381,7 @@ struct ConventionMismatch {
   double gptj_layout_neox_pairing_deviation = 0.0;
   // The spec's layout applied with the other pairing, per position: near 0 at small positions
   // (every angle is small, both conventions are near the identity: "a few good tokens, then
-  // garbage", FORMULAS.md pitfall 8), O(1) further on.
+  // garbage", as NeuraLegion/shainet PR #111 saw), O(1) further on.
   std::vector<CurvePoint> mismatch_by_position;
   // The detector on the row at probe_position: expand_row() (the library's float32 layout).
   DetectedConvention detected_from_neox_layout = DetectedConvention::Unknown;
@@ -429,7 +430,7 @@ double check_margin(const CheckResult& check);
 // position bucket and by pair: where a long context goes wrong in each engine, and by how much.
 // abs error = |engine value - true value| (the exact table's float64 row, ~1e-15 from the truth);
 // ulps = float32 steps between the engine's value and the correctly rounded float32 (the exact
-// table's value), counted across zero. Buckets are octaves of the position: [0], [1], [2, 3],
+// table's value), float32_steps() below. Buckets are octaves of the position: [0], [1], [2, 3],
 // [4, 7], ... An engine that cannot reproduce the spec (ggml has no dynamic NTK; vLLM's one cache
 // has no LongRoPE) is listed with the reason instead of numbers.
 
@@ -482,5 +483,12 @@ struct Divergence {
 // Throws rotary::Error naming the option for positions outside [0, kMaxPosition], an empty or
 // oversized request (more than 100,000 positions), samples_per_bucket < 2, a max_position < 1.
 Divergence engine_divergence(const RopeSpec& spec, const DivergenceOptions& options = {});
+
+// The ulps of engine_divergence: float32 steps from `reference` to `value`. Of one sign, the
+// float32 values between them (the ordered-integer difference). Across zero, or to zero, each
+// value's own steps down to zero, |value| / ulp(value) + |reference| / ulp(reference): 1e-3 and
+// -1e-3 are 17,179,870 steps apart (1e-3 and 3e-3: 12,683,575), not the 1,963,336,926 float32
+// values between them, which count every binade down to the subnormals.
+int64_t float32_steps(float value, float reference);
 
 }  // namespace rotary::analysis

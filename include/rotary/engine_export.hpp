@@ -2,10 +2,13 @@
 // expects, so that a user can hand an engine exact values (docs/interop.md has each layout with a
 // worked example, and the engines' sources).
 //
-//   Vllm                 cos_sin_cache [max_position, rotary_dim] = cat(cos, sin) along the last
-//                        axis, pair order, attention_scaling included, in the model dtype (vLLM
+//   Vllm                 cos_sin_cache [rows, rotary_dim] = cat(cos, sin) along the last axis,
+//                        pair order, attention_scaling included, in the model dtype (vLLM
 //                        RotaryEmbedding._compute_cos_sin_cache; the buffer is cast to the model
-//                        dtype at construction).
+//                        dtype at construction), with the rows vLLM builds (vllm_cache_rows()).
+//                        LongRoPE: long_short_cos_sin_cache, the short factors' rows for positions
+//                        [0, original) then the long factors' for [0, max_position_embeddings)
+//                        (Phi3LongRoPEScaledRotaryEmbedding).
 //   FlashInfer           the same layout in float32 (flashinfer.rope.apply_rope_with_cos_sin_cache
 //                        and _inplace: "cos_sin_cache: (max_seq_len, rotary_dim), cosine first
 //                        half, sine second half", float32).
@@ -27,9 +30,9 @@
 // Values come from Precision::Exact (every entry the correctly rounded value of the formula on the
 // config's numbers, rounded once to the output dtype from a double within ~1e-15 of it; bf16 and
 // f16 are not rounded through float32). A scheme a format cannot express is refused with a
-// rotary::Error naming the argument: a sequence-dependent scheme (dynamic NTK, LongRoPE) in a
-// static cache, xPos or 2-D vision positions, attention scaling in TE's angle table, a dtype the
-// format does not take.
+// rotary::Error naming the argument: a sequence-dependent scheme (dynamic NTK; LongRoPE except in
+// vLLM's long/short cache) in a static cache, xPos or 2-D vision positions, attention scaling in
+// TE's angle table, a dtype the format does not take.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +57,9 @@ std::vector<std::string_view> export_format_names();
 
 struct ExportOptions {
   ExportFormat format = ExportFormat::Vllm;
-  // Rows of a cache (positions [0, max_position)). 0: the spec's max_position_embeddings, as the
-  // engines build theirs. Not read by LlamaCppFreqFactors (an error when set).
+  // Rows of a cache (positions [0, max_position)). 0: for Vllm, the rows vLLM builds
+  // (vllm_cache_rows()); for the others, the spec's max_position_embeddings. Not read by
+  // LlamaCppFreqFactors, fixed for Vllm with LongRoPE (an error when set).
   int64_t max_position = 0;
   // The element type. Vllm and FlashAttn: required (the model's / activations' dtype: F32, BF16,
   // F16). The others are float32 only (nullopt or F32).
@@ -76,6 +80,14 @@ struct ExportedArray {
 // The largest array export_table() builds (bytes): 4 GiB. A larger request is an error naming
 // max_position.
 inline constexpr int64_t kMaxExportBytes = int64_t{4} << 30;
+
+// The rows of vLLM's cache for the spec, as each class's _compute_cos_sin_cache builds them (t =
+// torch.arange(n), n rounded up), with get_rope's arguments (L = max_position_embeddings,
+// L0 = original context, s = factor): L for default, Llama 3 and NTK-alpha; ceil(L * s) for
+// linear and dynamic NTK (vLLM takes L as the length before scaling); ceil(L0 * s) for YaRN and
+// DeepSeek YaRN; L0 + L for LongRoPE (its short and long caches); 4 L for M-RoPE. 0 when the spec
+// lacks the length it needs.
+int64_t vllm_cache_rows(const RopeSpec& spec);
 
 // Builds the array. Errors (rotary::Error) name the argument: format, max_position, dtype,
 // factor_set, or the spec field the format cannot express.

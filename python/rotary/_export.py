@@ -26,7 +26,8 @@ def export_table(spec, format: str, *, max_position: int | None = None, dtype: s
     """The table for `format`: "vllm", "flashinfer", "flash-attn", "transformer-engine" or
     "llama-cpp-freq-factors".
 
-    max_position: rows of a cache (default: the spec's max_position_embeddings).
+    max_position: rows of a cache (default: for vllm the rows vLLM builds, e.g. YaRN's original
+        context x factor, LongRoPE's long_short cache; for the others max_position_embeddings).
     dtype: "float32", "bfloat16" or "float16"; required for vllm and flash-attn (the model's dtype),
         float32 only for the others. bfloat16 comes back as a torch.bfloat16 tensor when torch is
         installed, else as uint16 bit patterns.

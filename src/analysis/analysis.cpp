@@ -358,8 +358,15 @@ Rotation direct_rotation(std::vector<double> inv_freq, double attention_scaling)
 
 int64_t default_trained_context(const RopeSpec& spec) {
   const ScalingType type = spec.scaling.type;
-  if (type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3) {
+  if (type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3 ||
+      spec.scaling.original_max_position_embeddings > 0) {
     return spec.original_context();
+  }
+  // Linear interpolation maps max_position_embeddings onto the positions it was trained on
+  // (Gemma 3's global layers: 131072 / 8 = 16384), as rotary explain reads it.
+  if (type == ScalingType::Linear && spec.max_position_embeddings > 0) {
+    return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(spec.max_position_embeddings) /
+                                                      *spec.scaling.factor));
   }
   return spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 2048;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
@@ -34,11 +35,14 @@ const char* const kCheckHelp =
     "  --context N     target context in tokens (default: max_position_embeddings): the\n"
     "                  extrapolation target and the seq_len of dynamic NTK / LongRoPE; the decay is\n"
     "                  evaluated up to max(N, 2048)\n"
-    "  --layer-type T  for configs with per-layer-type RoPE\n"
+    "  --layer-type T  for configs with per-layer-type RoPE (Gemma 3: full_attention or\n"
+    "                  sliding_attention); without it such a config checks every layer type\n"
     "  --json          a JSON object: name, source, context, trained_context, decay_distance, passed,\n"
     "                  checks [{name, passed, measured, bound (\"at_most\" | \"at_least\"), threshold,\n"
     "                  margin, explanation}], extrapolation {trained_context, target_context,\n"
-    "                  num_pairs, num_out_of_distribution, largest_overshoot, largest_overshoot_pair}\n"
+    "                  num_pairs, num_out_of_distribution, largest_overshoot, largest_overshoot_pair},\n"
+    "                  layer_type (null without layer types). Every layer type: {name, source,\n"
+    "                  passed, layer_types: [that object per type]}\n"
     "\n"
     "Exit status: 0 every check passed, 1 a check failed, 2 an error.\n";
 
@@ -77,24 +81,22 @@ std::string wrap(const std::string& text, const std::string& indent, size_t widt
   return out;
 }
 
-}  // namespace
-
-int run_check(Args& args) {
-  LoadedConfig loaded = load_config(args);
-  const std::optional<int64_t> context = args.integer("--context", 1, kMaxPosition);
-  const std::optional<std::string> layer_type = args.value("--layer-type");
-  const bool as_json = args.has_switch("--json");
-  args.finish();
-
-  const RopeSpec& spec = select_spec(loaded, layer_type);
-  if (args.parse_only()) return 0;
+// One layer type's checks: a JSON object into *json_out, or the text; true when every check passed.
+bool print_checks(Args& args, const LoadedConfig& loaded, const LayerTypeSpec& type, std::optional<int64_t> context,
+                  json::Writer* json_out) {
+  const RopeSpec& spec = *type.spec;
   const analysis::CheckReport report = analysis::run_checks(spec, context.value_or(0));
   const analysis::Extrapolation& ext = report.extrapolation;
   const bool passed = report.all_passed();
 
-  if (as_json) {
-    json::Writer out;
+  if (json_out) {
+    json::Writer& out = *json_out;
     out.begin_object();
+    if (type.name.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(type.name);
+    }
     out.key("name").value(spec.name);
     out.key("source").value(loaded.source);
     out.key("context").value(report.context);
@@ -123,11 +125,11 @@ int run_check(Args& args) {
     out.key("largest_overshoot_pair").value(ext.largest_overshoot_pair);
     out.end_object();
     out.end_object();
-    args.out() << out.str() << "\n";
-    return passed ? 0 : 1;
+    return passed;
   }
 
-  args.out() << "Property checks of " << spec.name << " (" << loaded.source << "): " << to_string(spec.scaling.type)
+  args.out() << "Property checks of " << spec.name << " (" << loaded.source << ")"
+             << (type.name.empty() ? "" : ", layer type " + type.name) << ": " << to_string(spec.scaling.type)
              << ", rotary_dim " << spec.rotary_dim << ", " << to_string(spec.style) << " pairing, context "
              << report.context << " tokens" << (context ? " (--context)" : "") << ", trained "
              << report.trained_context << "\n\n";
@@ -168,6 +170,43 @@ int run_check(Args& args) {
   } else {
     args.out() << "\n" << failed << " of " << report.checks.size() << " checks FAILED: " << failed_names << "\n";
   }
+  return passed;
+}
+
+}  // namespace
+
+int run_check(Args& args) {
+  LoadedConfig loaded = load_config(args);
+  const std::optional<int64_t> context = args.integer("--context", 1, kMaxPosition);
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool as_json = args.has_switch("--json");
+  args.finish();
+
+  // Every layer type of a per-layer-type config unless --layer-type picks one.
+  const std::vector<LayerTypeSpec> types = layer_types_to_run(loaded, layer_type);
+  if (args.parse_only()) return 0;
+  bool passed = true;
+  if (!as_json) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (i > 0) args.out() << "\n";
+      passed = print_checks(args, loaded, types[i], context, nullptr) && passed;
+    }
+    return passed ? 0 : 1;
+  }
+  json::Writer out;
+  if (types.size() == 1) {
+    passed = print_checks(args, loaded, types.front(), context, &out);
+  } else {
+    out.begin_object();
+    out.key("name").value(loaded.config.spec.name);
+    out.key("source").value(loaded.source);
+    out.key("layer_types").begin_array();
+    for (const LayerTypeSpec& type : types) passed = print_checks(args, loaded, type, context, &out) && passed;
+    out.end_array();
+    out.key("passed").value(passed);
+    out.end_object();
+  }
+  args.out() << out.str() << "\n";
   return passed ? 0 : 1;
 }
 

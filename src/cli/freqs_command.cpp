@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "core/json.hpp"
@@ -20,26 +21,30 @@ const char* const kFreqsHelp =
     "  --seq-len N       sequence length, read by the sequence-dependent schemes only: dynamic NTK\n"
     "                    (base grows when N > max_position_embeddings) and LongRoPE (long factors\n"
     "                    when N > original_max_position_embeddings). Default 0: construction time.\n"
-    "  --layer-type T    for configs with per-layer-type RoPE (e.g. sliding_attention)\n"
+    "  --layer-type T    for configs with per-layer-type RoPE (Gemma 3: full_attention or\n"
+    "                    sliding_attention); without it such a config prints every layer type\n"
     "  --json            a JSON object: name, rope_type, style, head_dim, rotary_dim, theta_base,\n"
     "                    effective_theta_base, seq_len, attention_scaling, attention_scaling_source,\n"
     "                    inv_freq [rotary_dim/2], pairs [{index, inv_freq, wavelength_tokens,\n"
-    "                    factor_applied, regime, blend}]\n";
+    "                    factor_applied, regime, blend}], layer_type (null without layer types).\n"
+    "                    Every layer type: {name, source, layer_types: [that object per type]}\n";
 
-int run_freqs(Args& args) {
-  LoadedConfig loaded = load_config(args);
-  const std::optional<int64_t> seq_len = args.integer("--seq-len", 0, int64_t{1} << 40);
-  const std::optional<std::string> layer_type = args.value("--layer-type");
-  const bool as_json = args.has_switch("--json");
-  args.finish();
+namespace {
 
-  const RopeSpec& spec = select_spec(loaded, layer_type);
-  if (args.parse_only()) return 0;
+// One layer type's frequencies: a JSON object into *json_out, or the text table.
+void print_freqs(Args& args, const LoadedConfig& loaded, const LayerTypeSpec& type, std::optional<int64_t> seq_len,
+                 json::Writer* json_out) {
+  const RopeSpec& spec = *type.spec;
   const Frequencies freqs = frequencies(spec, seq_len.value_or(0));
 
-  if (as_json) {
-    json::Writer out;
+  if (json_out) {
+    json::Writer& out = *json_out;
     out.begin_object();
+    if (type.name.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(type.name);
+    }
     out.key("name").value(spec.name);
     out.key("source").value(loaded.source);
     out.key("rope_type").value(to_string(spec.scaling.type));
@@ -74,10 +79,10 @@ int run_freqs(Args& args) {
     }
     out.end_array();
     out.end_object();
-    args.out() << out.str() << "\n";
-    return 0;
+    return;
   }
 
+  if (!type.name.empty()) args.out() << "Layer type " << type.name << "\n";
   args.out() << spec.name << ": " << to_string(spec.scaling.type) << ", theta " << detail::shortest(spec.theta_base)
              << ", rotary_dim " << spec.rotary_dim << " of head_dim " << spec.head_dim << " ("
              << to_string(spec.style) << " pairing), seq_len " << freqs.seq_len
@@ -103,6 +108,40 @@ int run_freqs(Args& args) {
         "%5zu  %-24s  %17s  %10s  %-12s\n", i, detail::shortest(freqs.inv_freq[i]).c_str(),
         format_number(pair.wavelength_tokens).c_str(), format_number(pair.factor_applied, 5).c_str(), regime.c_str());
   }
+}
+
+}  // namespace
+
+int run_freqs(Args& args) {
+  LoadedConfig loaded = load_config(args);
+  const std::optional<int64_t> seq_len = args.integer("--seq-len", 0, int64_t{1} << 40);
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool as_json = args.has_switch("--json");
+  args.finish();
+
+  // Every layer type of a per-layer-type config unless --layer-type picks one.
+  const std::vector<LayerTypeSpec> types = layer_types_to_run(loaded, layer_type);
+  if (args.parse_only()) return 0;
+  if (!as_json) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (i > 0) args.out() << "\n";
+      print_freqs(args, loaded, types[i], seq_len, nullptr);
+    }
+    return 0;
+  }
+  json::Writer out;
+  if (types.size() == 1) {
+    print_freqs(args, loaded, types.front(), seq_len, &out);
+  } else {
+    out.begin_object();
+    out.key("name").value(loaded.config.spec.name);
+    out.key("source").value(loaded.source);
+    out.key("layer_types").begin_array();
+    for (const LayerTypeSpec& type : types) print_freqs(args, loaded, type, seq_len, &out);
+    out.end_array();
+    out.end_object();
+  }
+  args.out() << out.str() << "\n";
   return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "analysis/report_plots.hpp"
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
@@ -35,7 +36,8 @@ const char* const kReportHelp =
     "  --compare A,B,...   several models compared side by side: presets, config.json files or\n"
     "                      model folders, comma-separated\n"
     "  --context N         target context in tokens (default: each model's max_position_embeddings)\n"
-    "  --layer-type T      for configs with per-layer-type RoPE (not with --compare)\n"
+    "  --layer-type T      for configs with per-layer-type RoPE (not with --compare); without it\n"
+    "                      such a config (Gemma 3) gets one model per layer type, side by side\n"
     "  -o FILE             the HTML file to write (required); written to a temporary file beside\n"
     "                      it and renamed into place, so a failed write leaves FILE as it was.\n"
     "                      Not the --config file. -o - writes the page to stdout.\n"
@@ -117,12 +119,9 @@ int run_report(Args& args) {
       }
       std::error_code ignored;
       if (!std::filesystem::exists(name, ignored)) {
-        std::vector<std::string> preset_names;
-        for (const PresetInfo& info : list_presets()) preset_names.push_back(info.name);
-        const std::optional<std::string> near = nearest(name, preset_names);
         throw UsageError(detail::concat("report: --compare entries must be presets (see rotary presets), config.json "
                                         "files or model folders (got \"", name, "\", neither a preset nor a path)",
-                                        near ? "; did you mean " + *near + "?" : std::string()));
+                                        did_you_mean(suggest_presets(name))));
       }
       const std::string path = config_file_path("report", "--compare", name);
       const HfRopeConfig config = load_hf_config(path);
@@ -132,8 +131,13 @@ int run_report(Args& args) {
     }
   } else {
     const LoadedConfig loaded = load_config(args);
-    const RopeSpec& spec = select_spec(loaded, layer_type);
-    models.push_back({spec.name.empty() ? loaded.source : spec.name, loaded.source, spec, context.value_or(0)});
+    // Every layer type of a per-layer-type config unless --layer-type picks one, each named.
+    for (const LayerTypeSpec& type : layer_types_to_run(loaded, layer_type)) {
+      std::string name = type.spec->name.empty() ? loaded.source : type.spec->name;
+      if (!type.name.empty() && name.find(type.name) == std::string::npos) name += " (" + type.name + ")";
+      const std::string source = type.name.empty() ? loaded.source : loaded.source + ", layer type " + type.name;
+      models.push_back({name, source, *type.spec, context.value_or(0)});
+    }
     if (loaded.config_path) input_configs.push_back(*loaded.config_path);
   }
   const bool as_json = args.has_switch("--json");

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
 #include "rotary/table.hpp"
@@ -24,7 +25,10 @@ const char* const kTableHelp =
     "                    ggml: llama.cpp's CPU rope; vllm: vLLM's float32 cache (docs/interop.md)\n"
     "  --seq-len N       for dynamic NTK / LongRoPE; default: max(positions) + 1, as one forward\n"
     "                    call of Hugging Face's rotary embedding would see them\n"
-    "  --json            {\"name\", \"precision\", \"rotary_dim\", \"style\", \"attention_scaling\",\n"
+    "  --layer-type T    required for configs with per-layer-type RoPE (Gemma 3: full_attention\n"
+    "                    or sliding_attention), whose layer types have different tables\n"
+    "  --json            {\"name\", \"source\", \"precision\", \"layer_type\" (null without layer types),\n"
+    "                    \"rotary_dim\", \"style\", \"attention_scaling\",\n"
     "                    \"positions\", \"cos\": [[...] per position], \"sin\": [[...]]}\n";
 
 
@@ -44,7 +48,8 @@ int run_table(Args& args) {
     if (!parsed) throw UsageError(detail::concat("table: --precision must be exact, hf, ggml or vllm (got \"", *precision_text, "\")"));
     precision = *parsed;
   }
-  const RopeSpec& spec = select_spec(loaded, layer_type);
+  const LayerTypeSpec chosen = one_layer_type("table", loaded, layer_type);
+  const RopeSpec& spec = *chosen.spec;
   if (args.parse_only()) return 0;
 
   int64_t max_position = 0;
@@ -66,7 +71,13 @@ int run_table(Args& args) {
     json::Writer out(json::TextLayout::Compact);
     out.begin_object();
     out.key("name").value(spec.name);
+    out.key("source").value(loaded.source);  // "preset NAME": what --preset resolved to
     out.key("precision").value(to_string(precision));
+    if (chosen.name.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(chosen.name);
+    }
     out.key("rotary_dim").value(spec.rotary_dim);
     out.key("style").value(to_string(spec.style));
     out.key("attention_scaling").value(table->attention_scaling());
@@ -93,7 +104,8 @@ int run_table(Args& args) {
     args.out() << out.str() << "\n";
     return 0;
   }
-  args.out() << spec.name << ": " << to_string(precision) << " table, attention_scaling "
+  args.out() << spec.name << (chosen.name.empty() ? "" : " (layer type " + chosen.name + ")") << ": "
+             << to_string(precision) << " table, attention_scaling "
              << detail::shortest(table->attention_scaling()) << ", " << spec.rotary_dim << " values per row ("
              << to_string(spec.style) << " layout), float32 printed with 9 significant digits\n";
   for (int64_t p : positions) {

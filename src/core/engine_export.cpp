@@ -4,6 +4,14 @@
 //   vLLM  vllm/model_executor/layers/rotary_embedding/base.py (commit 04458da):
 //         RotaryEmbedding._compute_cos_sin_cache: freqs = einsum("i,j->ij", t, inv_freq);
 //         cache = cat((freqs.cos(), freqs.sin()), dim=-1); then cache.to(dtype) in __init__.
+//         The rows (t = arange(n), n = ceil of a float length) per class: get_rope in __init__.py
+//         (commit 07b12f1) passes the config's max_position_embeddings, except original_max_position
+//         for yarn and deepseek_yarn; base.py and llama3_rope.py (045d757) build that many rows;
+//         linear_scaling_rope.py (0f17ee0) and dynamic_ntk_scaling_rope.py (3cfbaf3) that times the
+//         factor; yarn_scaling_rope.py (0cd5784) and deepseek_scaling_rope.py (00d678e) the original
+//         context times the factor; mrope.py (055e47c) 4 x max_position_embeddings;
+//         phi3_long_rope_scaled_rope.py (17d618b) cat(short cache over original rows, long cache
+//         over max_position_embeddings rows) as long_short_cos_sin_cache.
 //   FlashInfer  flashinfer.rope.apply_rope_with_cos_sin_cache(_inplace) documentation:
 //         cos_sin_cache (max_seq_len, rotary_dim), cosine first half, sine second half, float32.
 //   flash-attention  flash_attn/layers/rotary.py RotaryEmbedding._update_cos_sin_cache:
@@ -18,7 +26,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <numbers>
+#include <optional>
+#include <vector>
 
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
@@ -39,8 +50,8 @@ constexpr FormatName kFormats[] = {
     {ExportFormat::LlamaCppFreqFactors, "llama-cpp-freq-factors"},
 };
 
-// Appends one value, rounded once from double to the dtype, little-endian.
-void append_value(std::vector<unsigned char>& bytes, DType dtype, double value) {
+// Writes one value at `at`, rounded once from double to the dtype, little-endian.
+void store_value(unsigned char* at, DType dtype, double value) {
   static_assert(std::endian::native == std::endian::little, "export writes little-endian bytes");
   unsigned char buffer[4];
   size_t size = 0;
@@ -65,7 +76,14 @@ void append_value(std::vector<unsigned char>& bytes, DType dtype, double value) 
     }
     case DType::F64: throw Error("export_table: float64 output is not an engine's dtype");
   }
-  bytes.insert(bytes.end(), buffer, buffer + size);
+  std::memcpy(at, buffer, size);
+}
+
+// Appends one value, rounded once from double to the dtype, little-endian.
+void append_value(std::vector<unsigned char>& bytes, DType dtype, double value) {
+  unsigned char buffer[4];
+  store_value(buffer, dtype, value);
+  bytes.insert(bytes.end(), buffer, buffer + dtype_size(dtype));
 }
 
 std::string format_names() {
@@ -78,14 +96,29 @@ std::string format_names() {
 void check_static_cache(const RopeSpec& spec, ExportFormat format) {
   const std::string_view name = to_string(format);
   if (spec.scaling.type == ScalingType::Dynamic) {
+    // vLLM's DynamicNTKScalingRotaryEmbedding builds max_position_embeddings x factor rows at the
+    // base times ((max_len / max_position_embeddings) - (factor - 1))^(d / (d - 2)) = base: the
+    // unscaled frequencies, which are dynamic NTK's only up to max_position_embeddings.
     throw Error(detail::concat("export_table: format ", name, " is a static cache built once, and rope_type dynamic "
-                               "changes the frequencies with the sequence length (spec ", spec.name,
-                               "); export its table at one length with rotary table --seq-len, or use a static scheme"));
+                               "changes the frequencies with the sequence length (spec ", spec.name, ")",
+                               format == ExportFormat::Vllm
+                                   ? "; vLLM's own dynamic cache keeps the unscaled frequencies past "
+                                     "max_position_embeddings, which is not dynamic NTK"
+                                   : "",
+                               "; export its table at one length with rotary table --seq-len, or use a static scheme"));
   }
-  if (spec.scaling.type == ScalingType::LongRope) {
+  if (spec.scaling.type == ScalingType::LongRope && format != ExportFormat::Vllm) {
     throw Error(detail::concat("export_table: format ", name, " is one static cache, and rope_type longrope switches "
                                "between its short and long factors with the sequence length (spec ", spec.name,
-                               "); export the factors with --format llama-cpp-freq-factors --factor-set short|long"));
+                               "); export the factors with --format llama-cpp-freq-factors --factor-set short|long, "
+                               "or vLLM's long_short_cos_sin_cache with --format vllm"));
+  }
+  if (spec.axes == PositionAxes::MRope && spec.scaling.type == ScalingType::Yarn && format == ExportFormat::Vllm) {
+    // mrope.py hands YaRN 4 x original_max_position_embeddings as its context, which moves the
+    // correction range: vLLM's frequencies are not the config's.
+    throw Error(detail::concat("export_table: format vllm with axes mrope and rope_type yarn is refused: vLLM's "
+                               "MRotaryEmbedding computes YaRN's correction range over 4 x the original context, so "
+                               "its frequencies differ from the config's (spec ", spec.name, ")"));
   }
   if (spec.xpos) {
     throw Error(detail::concat("export_table: format ", name, " holds a rotation per position, and xPos (spec ", spec.name,
@@ -107,7 +140,7 @@ int64_t resolve_rows(const RopeSpec& spec, const ExportOptions& options, int64_t
   int64_t rows = options.max_position;
   if (rows < 0) throw Error(detail::concat("export_table: max_position must be >= 1 (got ", rows, ")"));
   if (rows == 0) {
-    rows = spec.max_position_embeddings;
+    rows = options.format == ExportFormat::Vllm ? vllm_cache_rows(spec) : spec.max_position_embeddings;
     if (rows <= 0) {
       throw Error(detail::concat("export_table: max_position must be given: spec ", spec.name,
                                  " states no max_position_embeddings (got 0)"));
@@ -144,13 +177,14 @@ DType resolve_dtype(const ExportOptions& options) {
   return DType::F32;
 }
 
-// The exact table's rows [0, rows) in double: cos[row * pairs + pair], sin likewise (scaled).
-void exact_rows(const RopeSpec& spec, int64_t rows, std::vector<double>& cos_values, std::vector<double>& sin_values) {
-  const CosSinTable table(spec, {.precision = Precision::Exact, .storage = Storage::OnTheFly});
-  const int64_t pairs = table.num_pairs();
-  cos_values.resize(static_cast<size_t>(rows * pairs));
-  sin_values.resize(static_cast<size_t>(rows * pairs));
-  for (int64_t p = 0; p < rows; ++p) table.row_f64(p, &cos_values[p * pairs], &sin_values[p * pairs]);
+// vLLM's Phi3LongRoPEScaledRotaryEmbedding scales both halves of its cache by
+// sqrt(1 + ln(s) / ln(original)) with s = max_position_embeddings / original (1 when s <= 1),
+// whatever the config's factor or attention_factor say (phi3_long_rope_scaled_rope.py).
+double vllm_longrope_mscale(const RopeSpec& spec) {
+  const double scale =
+      static_cast<double>(spec.max_position_embeddings) / static_cast<double>(spec.original_context());
+  if (scale <= 1.0) return 1.0;
+  return std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(spec.original_context())));
 }
 
 ExportedArray export_freq_factors(const RopeSpec& spec, const ExportOptions& options) {
@@ -244,47 +278,107 @@ ExportedArray export_table(const RopeSpec& spec, const ExportOptions& options) {
                                  "); scale q and k yourself, or export --format vllm, flashinfer or flash-attn"));
     }
   }
+  // vLLM's LongRoPE cache: the short factors' rows [0, original), then the long factors' rows
+  // for positions [0, max_position_embeddings); vLLM offsets a position by original when it uses
+  // the long factors.
+  const bool long_short = options.format == ExportFormat::Vllm && spec.scaling.type == ScalingType::LongRope;
+  if (long_short && options.max_position != 0) {
+    throw Error(detail::concat("export_table: max_position is fixed for format vllm with rope_type longrope (vLLM's "
+                               "long_short_cos_sin_cache has original_max_position_embeddings + "
+                               "max_position_embeddings rows) (got ",
+                               options.max_position, ")"));
+  }
   const int64_t rows = resolve_rows(spec, options, values_per_row, dtype_size(dtype));
-  std::vector<double> cos_values;
-  std::vector<double> sin_values;
-  exact_rows(spec, rows, cos_values, sin_values);
-  out.bytes.reserve(static_cast<size_t>(rows * values_per_row * dtype_size(dtype)));
+  const int64_t first_rows = long_short ? spec.original_context() : rows;
+  // Rows from the first table: the whole cache, or LongRoPE's short factors (seq_len = original).
+  const CosSinTable first(spec, {.precision = Precision::Exact, .storage = Storage::OnTheFly,
+                                 .seq_len = long_short ? first_rows : 0});
+  std::optional<CosSinTable> second;
+  if (long_short) {
+    second.emplace(spec, TableOptions{.precision = Precision::Exact, .storage = Storage::OnTheFly,
+                                      .seq_len = first_rows + 1});
+    const double vllm_mscale = vllm_longrope_mscale(spec);
+    for (const CosSinTable* table : std::initializer_list<const CosSinTable*>{&first, &*second}) {
+      if (std::abs(table->attention_scaling() - vllm_mscale) > 1e-12 * vllm_mscale) {
+        throw Error(detail::concat(
+            "export_table: format vllm cannot hold spec ", spec.name, "'s attention scaling ",
+            detail::shortest(table->attention_scaling()), " (factor or attention_factor): vLLM's LongRoPE scales its "
+            "cache by sqrt(1 + ln(max_position_embeddings / original) / ln(original)) = ", detail::shortest(vllm_mscale)));
+      }
+    }
+  }
 
-  switch (options.format) {
-    case ExportFormat::Vllm:
-    case ExportFormat::FlashInfer:
-      out.tensor_name = "cos_sin_cache";
-      out.shape = {rows, values_per_row};
-      for (int64_t p = 0; p < rows; ++p) {
-        for (int64_t i = 0; i < pairs; ++i) append_value(out.bytes, dtype, cos_values[p * pairs + i]);
-        for (int64_t i = 0; i < pairs; ++i) append_value(out.bytes, dtype, sin_values[p * pairs + i]);
-      }
-      break;
-    case ExportFormat::FlashAttn:
-      out.tensor_name = "cos_sin (cos = [0], sin = [1])";
-      out.shape = {2, rows, pairs};
-      for (const std::vector<double>* values : {&cos_values, &sin_values}) {
-        for (const double v : *values) append_value(out.bytes, dtype, v);
-      }
-      break;
-    case ExportFormat::TransformerEngine: {
-      // The angle of the exact cos/sin (atan2 of values within ~1e-15 of the true ones): p * inv_freq
-      // reduced into (-pi, pi], to ~1e-15 absolute before its one rounding to float32.
-      out.tensor_name = "freqs";
-      out.shape = {rows, 1, 1, values_per_row};
-      std::vector<double> angles(static_cast<size_t>(pairs));
-      for (int64_t p = 0; p < rows; ++p) {
-        for (int64_t i = 0; i < pairs; ++i) angles[i] = std::atan2(sin_values[p * pairs + i], cos_values[p * pairs + i]);
+  out.tensor_name = long_short ? "long_short_cos_sin_cache" : "cos_sin_cache";
+  if (options.format == ExportFormat::FlashAttn) out.tensor_name = "cos_sin (cos = [0], sin = [1])";
+  if (options.format == ExportFormat::TransformerEngine) out.tensor_name = "freqs";
+  out.shape = options.format == ExportFormat::FlashAttn           ? std::vector<int64_t>{2, rows, pairs}
+              : options.format == ExportFormat::TransformerEngine ? std::vector<int64_t>{rows, 1, 1, values_per_row}
+                                                                  : std::vector<int64_t>{rows, values_per_row};
+  const int64_t size = dtype_size(dtype);
+  out.bytes.resize(static_cast<size_t>(rows * values_per_row * size));
+  unsigned char* const bytes = out.bytes.data();
+  // Row by row, so that memory is the output alone (vLLM's linear cache for Gemma 3 has 2^20 rows).
+  std::vector<double> c(static_cast<size_t>(pairs));
+  std::vector<double> s(static_cast<size_t>(pairs));
+  for (int64_t p = 0; p < rows; ++p) {
+    if (p < first_rows) {
+      first.row_f64(p, c.data(), s.data());
+    } else {
+      second->row_f64(p - first_rows, c.data(), s.data());
+    }
+    switch (options.format) {
+      case ExportFormat::Vllm:
+      case ExportFormat::FlashInfer:
+        for (int64_t i = 0; i < pairs; ++i) {
+          store_value(bytes + (p * values_per_row + i) * size, dtype, c[i]);
+          store_value(bytes + (p * values_per_row + pairs + i) * size, dtype, s[i]);
+        }
+        break;
+      case ExportFormat::FlashAttn:
+        for (int64_t i = 0; i < pairs; ++i) {
+          store_value(bytes + (p * pairs + i) * size, dtype, c[i]);
+          store_value(bytes + ((rows + p) * pairs + i) * size, dtype, s[i]);
+        }
+        break;
+      case ExportFormat::TransformerEngine:
+        // The angle of the exact cos/sin (atan2 of values within ~1e-15 of the true ones): p * inv_freq
+        // reduced into (-pi, pi], to ~1e-15 absolute before its one rounding to float32.
         for (int64_t k = 0; k < values_per_row; ++k) {
           const int64_t i = spec.style == Style::NeoX ? k % pairs : k / 2;
-          append_value(out.bytes, DType::F32, angles[i]);
+          store_value(bytes + (p * values_per_row + k) * size, DType::F32, std::atan2(s[i], c[i]));
         }
-      }
-      break;
+        break;
+      case ExportFormat::LlamaCppFreqFactors: break;  // returned above
     }
-    case ExportFormat::LlamaCppFreqFactors: break;  // returned above
   }
   return out;
+}
+
+int64_t vllm_cache_rows(const RopeSpec& spec) {
+  const int64_t declared = spec.max_position_embeddings;
+  const auto times = [](int64_t rows, double factor) {
+    // torch.arange(float n) has ceil(n) elements.
+    const double n = std::ceil(static_cast<double>(rows) * factor);
+    return n > static_cast<double>(kMaxPosition) + 1.0 ? kMaxPosition + 2 : static_cast<int64_t>(n);
+  };
+  if (spec.axes == PositionAxes::MRope) {
+    // mrope.py: cache_max_position_num = max_position_embeddings * 4 (video positions run past it).
+    return declared > 0 ? times(declared, 4.0) : 0;
+  }
+  switch (spec.scaling.type) {
+    case ScalingType::Linear:
+    case ScalingType::Dynamic:
+      return declared > 0 ? times(declared, spec.resolved_factor()) : 0;
+    case ScalingType::Yarn:
+      return spec.original_context() > 0 ? times(spec.original_context(), spec.resolved_factor()) : 0;
+    case ScalingType::LongRope:
+      return declared > 0 && spec.original_context() > 0 ? spec.original_context() + declared : 0;
+    case ScalingType::Default:
+    case ScalingType::NtkAlpha:
+    case ScalingType::Llama3:
+    case ScalingType::Proportional: break;
+  }
+  return declared;
 }
 
 }  // namespace rotary

@@ -1,6 +1,6 @@
 // src/core/table.cpp: CosSinTable (exact and Hugging Face-compatible) and RopeCache.
 //
-// Exact rows, and why they are both exact and fast (../shared/design/NUMERICS.md):
+// Exact rows, and why they are both exact and fast (docs/numerics.md, "Exact cos/sin tables"):
 //   1. inv_freq_i is evaluated in binary128 (detail::inv_freq_extended; ~1e-34 relative).
 //   2. One "exact evaluation" of cos/sin(p * theta_i): x = p * theta_i in binary128, reduced
 //      x - k * 2pi with k = nearbyint(x / 2pi), also in binary128 (absolute error < 1e-24 for

@@ -12,6 +12,7 @@
 
 #include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "tests/support/spec_builder.hpp"
@@ -190,9 +191,16 @@ TEST(EngineExport, RefusesWhatAFormatCannotExpressNamingTheArgument) {
   dynamic.scaling.factor = 2.0;
   EXPECT_THAT([&] { export_table(dynamic, {.format = ExportFormat::Vllm, .dtype = DType::F32}); },
               ThrowsMessage<Error>(HasSubstr("format vllm is a static cache built once, and rope_type dynamic")));
+  EXPECT_THAT([&] { export_table(dynamic, {.format = ExportFormat::Vllm, .dtype = DType::F32}); },
+              ThrowsMessage<Error>(HasSubstr("vLLM's own dynamic cache keeps the unscaled frequencies")));
   const RopeSpec phi3 = preset("phi-3-mini-128k").spec;
   EXPECT_THAT([&] { export_table(phi3, {.format = ExportFormat::FlashInfer}); },
               ThrowsMessage<Error>(HasSubstr("rope_type longrope switches")));
+  RopeSpec mrope_yarn = preset("qwen2-vl-7b").spec;
+  mrope_yarn.scaling.type = ScalingType::Yarn;
+  mrope_yarn.scaling.factor = 4.0;
+  EXPECT_THAT([&] { export_table(mrope_yarn, {.format = ExportFormat::Vllm, .dtype = DType::BF16}); },
+              ThrowsMessage<Error>(HasSubstr("MRotaryEmbedding computes YaRN's correction range over 4 x")));
   EXPECT_THAT([&] { export_table(yarn_spec(), {.format = ExportFormat::TransformerEngine}); },
               ThrowsMessage<Error>(HasSubstr("cannot carry attention_scaling")));
   RopeSpec xpos = test::rope_spec();
@@ -221,6 +229,100 @@ TEST(EngineExport, RefusesWhatAFormatCannotExpressNamingTheArgument) {
               ThrowsMessage<Error>(HasSubstr("factor_set is for format llama-cpp-freq-factors only")));
   EXPECT_THAT([&] { export_table(plain, {.format = static_cast<ExportFormat>(99)}); },
               ThrowsMessage<Error>(HasSubstr("format must be one of vllm, flashinfer")));
+}
+
+// vLLM's row counts, per class's _compute_cos_sin_cache (engine_export.cpp cites the files):
+// L = max_position_embeddings, L0 = the original context, s = the factor.
+TEST(EngineExport, VllmCacheRowsAreWhatEachVllmClassBuilds) {
+  // Default and Llama 3: L (base.py, llama3_rope.py).
+  EXPECT_EQ(vllm_cache_rows(preset("llama-2-7b").spec), 4096);
+  EXPECT_EQ(vllm_cache_rows(preset("llama-3.1-8b").spec), 131072);
+  // YaRN: ceil(L0 x s) (yarn_scaling_rope.py); Qwen2.5's L is 32768, vLLM builds 4 x 32768.
+  EXPECT_EQ(vllm_cache_rows(preset("qwen2.5-7b-yarn").spec), 131072);
+  // DeepSeek YaRN: arange(L0 x s) = 4096 x 40 (deepseek_scaling_rope.py).
+  EXPECT_EQ(vllm_cache_rows(preset("deepseek-v3").spec), 163840);
+  // Linear: ceil(L x s): vLLM reads L as the length before scaling (linear_scaling_rope.py), so
+  // Gemma 3's global layers (L 131072, x8) get 2^20 rows.
+  const HfRopeConfig gemma = preset("gemma-3-27b");
+  const RopeSpec& global = gemma.layer_type_specs.front().second;
+  ASSERT_EQ(gemma.layer_type_specs.front().first, "full_attention");
+  EXPECT_EQ(vllm_cache_rows(global), 1048576);
+  RopeSpec linear = test::rope_spec({.max_position_embeddings = 1000});
+  linear.scaling.type = ScalingType::Linear;
+  linear.scaling.factor = 2.5;
+  EXPECT_EQ(vllm_cache_rows(linear), 2500);
+  linear.scaling.factor = 1.0001;
+  EXPECT_EQ(vllm_cache_rows(linear), 1001);  // ceil(1000.1): torch.arange of a float length
+  // Dynamic NTK: L x s (dynamic_ntk_scaling_rope.py).
+  RopeSpec dynamic = test::rope_spec({.max_position_embeddings = 2048});
+  dynamic.scaling.type = ScalingType::Dynamic;
+  dynamic.scaling.factor = 2.0;
+  EXPECT_EQ(vllm_cache_rows(dynamic), 4096);
+  // LongRoPE: L0 short rows + L long rows (phi3_long_rope_scaled_rope.py).
+  EXPECT_EQ(vllm_cache_rows(preset("phi-3-mini-128k").spec), 4096 + 131072);
+  // M-RoPE: 4 x L (mrope.py).
+  EXPECT_EQ(vllm_cache_rows(preset("qwen2-vl-7b").spec), 4 * 32768);
+  EXPECT_EQ(vllm_cache_rows(test::rope_spec({.max_position_embeddings = 0})), 0);
+}
+
+TEST(EngineExport, VllmDefaultRowsFollowVllmAndTheOtherFormatsKeepMaxPositionEmbeddings) {
+  // yarn_spec: L 2048, L0 512, x4: vLLM builds 2048 rows; a YaRN spec whose L is the original
+  // context (Qwen2.5's recipe) gets L0 x s rows, not L.
+  RopeSpec qwen_like = yarn_spec();
+  qwen_like.max_position_embeddings = 512;
+  const ExportedArray a = export_table(qwen_like, {.format = ExportFormat::Vllm, .dtype = DType::BF16});
+  EXPECT_THAT(a.shape, ElementsAre(2048, qwen_like.rotary_dim));
+  // The rows past L are the exact table's too.
+  const CosSinTable table(qwen_like, {.storage = Storage::OnTheFly});
+  std::vector<double> c(24), s(24);
+  table.row_f64(2047, c.data(), s.data());
+  for (int64_t i = 0; i < 24; ++i) {
+    ASSERT_EQ(bits16(a, 2047 * 48 + i), double_to_bf16(c[i]));
+    ASSERT_EQ(bits16(a, 2047 * 48 + 24 + i), double_to_bf16(s[i]));
+  }
+  const ExportedArray fi = export_table(qwen_like, {.format = ExportFormat::FlashInfer});
+  EXPECT_THAT(fi.shape, ElementsAre(512, qwen_like.rotary_dim));
+  RopeSpec linear = test::rope_spec({.head_dim = 8, .max_position_embeddings = 10});
+  linear.scaling.type = ScalingType::Linear;
+  linear.scaling.factor = 3.0;
+  EXPECT_THAT(export_table(linear, {.format = ExportFormat::Vllm, .dtype = DType::F32}).shape, ElementsAre(30, 8));
+  // --max-position still sets the rows.
+  EXPECT_THAT(export_table(linear, {.format = ExportFormat::Vllm, .max_position = 7, .dtype = DType::F32}).shape,
+              ElementsAre(7, 8));
+}
+
+TEST(EngineExport, VllmLongRopeIsTheLongShortCacheShortRowsThenLongRows) {
+  // A small LongRoPE spec: L0 64, L 256 (mscale sqrt(1 + ln 4 / ln 64)), distinct short and long lists.
+  RopeSpec spec = test::rope_spec({.name = "longrope", .head_dim = 8, .max_position_embeddings = 256});
+  spec.scaling.type = ScalingType::LongRope;
+  spec.scaling.original_max_position_embeddings = 64;
+  spec.scaling.short_factor = {1.0, 1.5, 2.0, 3.0};
+  spec.scaling.long_factor = {1.0, 4.0, 16.0, 64.0};
+  const ExportedArray a = export_table(spec, {.format = ExportFormat::Vllm, .dtype = DType::F32});
+  EXPECT_EQ(a.tensor_name, "long_short_cos_sin_cache");
+  ASSERT_THAT(a.shape, ElementsAre(64 + 256, 8));
+  const CosSinTable short_table(spec, {.storage = Storage::OnTheFly, .seq_len = 64});
+  const CosSinTable long_table(spec, {.storage = Storage::OnTheFly, .seq_len = 65});
+  EXPECT_DOUBLE_EQ(short_table.attention_scaling(), std::sqrt(1 + std::log(4.0) / std::log(64.0)));
+  std::vector<double> c(4), s(4);
+  for (const int64_t row : {0, 1, 63, 64, 65, 200, 319}) {
+    const bool is_long = row >= 64;
+    (is_long ? long_table : short_table).row_f64(is_long ? row - 64 : row, c.data(), s.data());
+    for (int64_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(element(a, row * 8 + i), static_cast<double>(static_cast<float>(c[i]))) << row << " " << i;
+      EXPECT_EQ(element(a, row * 8 + 4 + i), static_cast<double>(static_cast<float>(s[i]))) << row << " " << i;
+    }
+  }
+  // Row 64 is the long factors' position 0; row 65 their position 1 (pair 3 turns 64 / 3 times slower).
+  EXPECT_EQ(element(a, 64 * 8), static_cast<double>(static_cast<float>(short_table.attention_scaling())));
+  EXPECT_NE(element(a, 65 * 8 + 4 + 3), element(a, 1 * 8 + 4 + 3));  // sin of pair 3 at position 1
+  // Its rows are fixed; an attention scaling vLLM would not apply is refused.
+  EXPECT_THAT([&] { export_table(spec, {.format = ExportFormat::Vllm, .max_position = 100, .dtype = DType::F32}); },
+              ThrowsMessage<Error>(HasSubstr("max_position is fixed for format vllm with rope_type longrope")));
+  RopeSpec own_factor = spec;
+  own_factor.scaling.attention_factor = 1.5;
+  EXPECT_THAT([&] { export_table(own_factor, {.format = ExportFormat::Vllm, .dtype = DType::F32}); },
+              ThrowsMessage<Error>(HasSubstr("attention scaling 1.5 (factor or attention_factor)")));
 }
 
 TEST(EngineExport, FormatNamesRoundTrip) {
