@@ -138,6 +138,10 @@ class Spec:
     def preset(cls, name: str) -> "Spec":
         """A built-in preset of a real model (rotary.presets() lists them).
 
+        ``name`` is a preset's name in any case, or the Hugging Face repository id whose config.json
+        the preset is ("meta-llama/Llama-3.1-8B"), as the CLI's --preset takes; any other name is a
+        RotaryError with the CLI's short "did you mean".
+
         >>> rotary.Spec.preset("llama-3.1-8b")
         Spec(name='llama-3.1-8b', head_dim=128, rotary_dim=128, theta=500000, style='neox', scaling='llama3 x8')
         """
@@ -309,12 +313,41 @@ class Spec:
             longrope_factor_set=raw["longrope_factor_set"],
         )
 
+    @property
+    def default_trained_context(self) -> int:
+        """The context the model was trained on, as `rotary check`, `explain` and the report read
+        it (include/rotary/analysis.hpp, default_trained_context)."""
+        return self._native.default_trained_context
+
+    @property
+    def default_target_context(self) -> int:
+        """The context the config extends the model to: the default target of `rotary check`,
+        `explain`, the report and rotary.viz.extrapolation (analysis.hpp, default_target_context)."""
+        return self._native.default_target_context
+
+    # ---- copies -------------------------------------------------------------------------------
+    # A Spec is immutable: a copy is the same object (a model holding one, deep-copied, shares it).
+    # Pickling rebuilds it from its native spec's fields (RopeSpec's pickle, src/python/module.cpp)
+    # with a handle of its own.
+    def __copy__(self) -> "Spec":
+        return self
+
+    def __deepcopy__(self, memo) -> "Spec":
+        return self
+
+    def __reduce__(self):
+        return (_unpickle, (self._native, self.warnings, self.model_type, self.layer_types, self._layer_specs))
+
     def __repr__(self) -> str:
         scaling = self.rope_type if self.factor is None else f"{self.rope_type} x{self.factor:g}"
         return (
             f"Spec(name={self.name!r}, head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
             f"theta={self.theta_base:g}, style={self.style!r}, scaling={scaling!r})"
         )
+
+
+def _unpickle(native, warnings, model_type, layer_types, layer_specs) -> Spec:
+    return Spec(native, warnings=warnings, model_type=model_type, layer_types=layer_types, layer_specs=layer_specs)
 
 
 def presets() -> list[tuple[str, str, str]]:

@@ -145,6 +145,14 @@ class Table:
         table._handle = _handles.register(table)
         return table
 
+    # A table's values never change (rows are only added, thread-safe): a copy shares it, as a
+    # deep-copied model holding one (fuse_rope's layers) shares it.
+    def __copy__(self) -> "Table":
+        return self
+
+    def __deepcopy__(self, memo) -> "Table":
+        return self
+
     @property
     def spec(self) -> Spec:
         """The spec the table is for."""

@@ -36,6 +36,7 @@ How (transformers 5.16: LlamaAttention.forward and its kin, modeling_llama.py):
 from __future__ import annotations
 
 import contextvars
+import copy
 import gc
 import inspect
 import sys
@@ -151,23 +152,46 @@ def _make_wrapper(inner):
     return apply_rotary_pos_emb
 
 
-# modeling module name -> the fused models that rely on its wrapper (weak: a dropped model stops counting)
+# modeling module name -> the _FusedRecords (one per fused model, held by it) that rely on its
+# wrapper (weak: a dropped model stops counting; a deep copy of a fused model adds its own record)
 _WRAPPER_USERS: dict = {}
 
 
-def _install_wrapper(modeling, model) -> None:
+class _FusedRecord:
+    """What fuse_rope changed in one model, kept on it as model._rotary_fused: the hook handles,
+    the attn_implementation it had, the fused attention modules and the modeling modules whose
+    wrapper it relies on. copy.deepcopy of the model copies the record with it (torch's
+    RemovableHandle copies point at the copy's hook dicts) and the copy counts as a user of the
+    wrappers, so that unfusing the original does not take a wrapper the copy still runs on."""
+
+    def __init__(self, handles, previous, modules, modeling_names):
+        self.handles = handles
+        self.previous = previous
+        self.modules = modules
+        self.modeling_names = modeling_names
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        for name in new.modeling_names:
+            _WRAPPER_USERS.setdefault(name, weakref.WeakSet()).add(new)
+        return new
+
+
+def _install_wrapper(modeling, record: _FusedRecord) -> None:
     current = modeling.apply_rotary_pos_emb
     if getattr(current, "rotary_fused_inner", None) is None:
         modeling.apply_rotary_pos_emb = _make_wrapper(current)
-    _WRAPPER_USERS.setdefault(modeling.__name__, weakref.WeakSet()).add(model)
+    _WRAPPER_USERS.setdefault(modeling.__name__, weakref.WeakSet()).add(record)
 
 
-def _release_wrapper(modeling_name: str, model) -> bool:
+def _release_wrapper(modeling_name: str, record) -> bool:
     """Puts back the function the wrapper wrapped once no fused model uses it; True if it did."""
     users = _WRAPPER_USERS.get(modeling_name)
     if users is not None:
-        if model is not None:
-            users.discard(model)
+        if record is not None:
+            users.discard(record)
         if users:
             return False
         del _WRAPPER_USERS[modeling_name]
@@ -572,6 +596,22 @@ def _refuse_spec(where, spec: Spec, layer_type) -> None:
         raise RotaryError(f"{where}: xPos scaling{what} is not served by fused RoPE; refused")
 
 
+def own_config(model) -> None:
+    """Gives the model its own copy of its config (and of the sub-configs its modules hold).
+    transformers' from_config(config) keeps the config object it is given, and every model built
+    from it shares that object; its attention modules read config._attn_implementation at each
+    forward. Setting the attention implementation on a shared config would switch every model
+    built from it (and one model cannot tell whether another holds its config: it always copies).
+    The copy is the config's state at this call; later edits of the caller's config object no
+    longer reach this model."""
+    memo: dict = {}
+    copy.deepcopy(model.config, memo)  # memo: id of each config object reached -> its copy
+    for module in model.modules():
+        held = module.__dict__.get("config")
+        if held is not None and type(memo.get(id(held))) is type(held):
+            module.__dict__["config"] = memo[id(held)]
+
+
 def fuse_rope(model, *, precision: str = "hf") -> list:
     """Runs a transformers model's attention on rotary with RoPE fused into the kernel: the model's
     attention modules stop rotating q and k (their KV cache then holds un-rotated keys), and
@@ -646,15 +686,17 @@ def fuse_rope(model, *, precision: str = "hf") -> list:
     AttentionInterface.register(FUSED_NAME, rotary_fused_attention_forward)
     AttentionMaskInterface.register(FUSED_NAME, sdpa_mask)
     previous = config._attn_implementation
-    for modeling in probed.values():
-        _install_wrapper(modeling, model)
+    own_config(model)  # set_attn_implementation writes the config: this model's only
     handles = []
     for module, modeling, rope in plan:
         module._rotary_fused_rope = rope
         handles.append(module.register_forward_pre_hook(_pre_hook, with_kwargs=True))
         handles.append(module.register_forward_hook(_post_hook, with_kwargs=True, always_call=True))
+    record = _FusedRecord(handles, previous, [m for m, _, _ in plan], list(probed))
+    for modeling in probed.values():
+        _install_wrapper(modeling, record)
     model.set_attn_implementation(FUSED_NAME)
-    model._rotary_fused = (handles, previous, [m for m, _, _ in plan], list(probed))
+    model._rotary_fused = record
     return [name for name, m in model.named_modules() if getattr(m, "_rotary_fused_rope", None) is not None]
 
 
@@ -668,12 +710,11 @@ def unfuse_rope(model) -> None:
     if record is None:
         raise RotaryError(f"unfuse_rope: {type(model).__name__} was not fused by rotary.torch.fuse_rope (nothing to "
                           "undo)")
-    handles, previous, modules, modeling_names = record
-    for handle in handles:
+    for handle in record.handles:
         handle.remove()
-    for module in modules:
+    for module in record.modules:
         del module._rotary_fused_rope
-    model.set_attn_implementation(previous)
-    for name in modeling_names:
-        _release_wrapper(name, model)
+    model.set_attn_implementation(record.previous)
+    for name in record.modeling_names:
+        _release_wrapper(name, record)
     del model._rotary_fused

@@ -1035,7 +1035,7 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     for modeling, name, function in functions:
         key = (modeling.__name__, name)
         original, users = _FUNCTION_USERS.setdefault(key, (function.rotary_original, weakref.WeakSet()))
-        users.add(model)
+        users.add(undo)
         undo.functions.append(key)
         holder, _ = _function_slot(modeling, name)
         setattr(holder, "rotary_fused_inner" if holder is not modeling else name, function)
@@ -1069,9 +1069,22 @@ class _PatchRecord:
         self.buffers: list = []
         self.functions: list = []
 
+    def __deepcopy__(self, memo):
+        """copy.deepcopy of a patched model copies its record: the copy counts as a user of the
+        patched functions (unpatching the original does not take them from the copy)."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        for key in new.functions:
+            entry = _FUNCTION_USERS.get(key)
+            if entry is not None:
+                entry[1].add(new)
+        return new
+
 
 # Module-level functions are process-wide: every patched model of a modeling module shares them.
-# (module name, function name) -> (transformers' original, the live patched models using it);
+# (module name, function name) -> (transformers' original, the _PatchRecords of the live patched
+# models using it: each model holds its record);
 # the original goes back when the last of those models is unpatched (a model that was dropped
 # without unpatch_model stops counting once it is collected).
 _FUNCTION_USERS: dict = {}
@@ -1100,7 +1113,7 @@ def unpatch_model(model) -> list:
         if entry is None:
             continue
         original, users = entry
-        users.discard(model)
+        users.discard(undo)
         if users and not collected:
             gc.collect()  # patched models dropped in a reference cycle no longer count
             collected = True

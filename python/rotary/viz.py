@@ -13,7 +13,12 @@ come from the same C++ analysis module as `rotary report` and `rotary check`
     scaling(spec)              the factor a scheme (YaRN, Llama 3, LongRoPE, ...) divides each
                                pair's frequency by, with the regime of each pair
     extrapolation(spec, n)     the largest angle per pair in training vs at a target context
+                               (default: the context of `rotary check` and the report)
     compare(specs)             wavelengths of several specs on one plot
+
+  spec: a rotary.Spec or a preset name ("llama-3.1-8b"). Colours of the scheme regimes and of the
+  extrapolation plot are the HTML report's (src/analysis/report.cpp), so a notebook plot and
+  `rotary report` read alike.
 
   and the plots of a length-generalization results dict (rotary.experiments, the results.json of
   `python -m rotary.experiments length-generalization`; docs/experiments.md):
@@ -35,10 +40,27 @@ import math
 import numpy as np
 
 from . import _rotary
+from ._rotary import RotaryError
 from ._spec import Spec
 
 __all__ = ["frequencies", "angles", "similarity", "decay", "scaling", "extrapolation", "compare",
            "experiment_accuracy", "experiment_scaling", "experiment_loss_by_position", "experiment_attention"]
+
+
+# The report's colours (src/analysis/report.cpp: regime_color and the extrapolation chart);
+# tests/python/test_viz.py reads them back from a rendered report and compares.
+REGIME_COLORS = {"unscaled": "#7f7f7f", "extrapolated": "#0072b2", "interpolated": "#d55e00",
+                 "blended": "#009e73", "rescaled": "#cc79a7", "unrotated": "#000000"}
+EXTRAPOLATION_COLORS = {"trained": "#7f7f7f", "target": "#0072b2", "out of distribution": "#d62728"}
+
+
+def _spec(spec, name: str = "spec") -> Spec:
+    """A Spec, or the preset of that name."""
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, str):
+        return Spec.preset(spec)
+    raise RotaryError(f"{name} must be a rotary.Spec or a preset name (got {type(spec).__name__} {spec!r})")
 
 
 def _axes(ax, figsize=(7.0, 4.2)):
@@ -56,6 +78,7 @@ def _context(spec: Spec) -> int:
 
 def frequencies(spec: Spec, *, ax=None, seq_len: int | None = None):
     """inv_freq (rad/token) and wavelength (tokens per turn) of each pair, log scale."""
+    spec = _spec(spec)
     ax = _axes(ax)
     freqs = spec.frequencies(seq_len)
     pairs = np.arange(len(freqs.inv_freq))
@@ -76,6 +99,7 @@ def frequencies(spec: Spec, *, ax=None, seq_len: int | None = None):
 
 def angles(spec: Spec, positions=(1, 16, 256, 4096), *, ax=None):
     """The rotation angle p * theta_i (mod 2 pi) of each pair at a few positions."""
+    spec = _spec(spec)
     ax = _axes(ax)
     freqs = spec.frequencies()
     pairs = np.arange(len(freqs.inv_freq))
@@ -92,6 +116,7 @@ def angles(spec: Spec, positions=(1, 16, 256, 4096), *, ax=None):
 def similarity(spec: Spec, positions: int = 256, *, ax=None):
     """cos-similarity of the all-ones vector rotated to positions m and n:
     (1/n_pairs) sum_i cos((m - n) theta_i). Depends on m - n only (relative position)."""
+    spec = _spec(spec)
     ax = _axes(ax, figsize=(5.2, 4.4))
     inv_freq = spec.frequencies().inv_freq
     distance = np.arange(positions)[:, None] - np.arange(positions)[None, :]
@@ -108,6 +133,7 @@ def similarity(spec: Spec, positions: int = 256, *, ax=None):
 def decay(spec: Spec, max_distance: int | None = None, *, samples: int = 32, ax=None):
     """RoFormer's upper bound on the attention score vs relative distance, and the measured score
     for identical (all-ones, random) and independent random vectors. Log-log."""
+    spec = _spec(spec)
     ax = _axes(ax)
     distance = max_distance or max(_context(spec), 4096)
     data = _rotary.long_term_decay(spec._native, int(distance), int(samples))
@@ -127,7 +153,9 @@ def decay(spec: Spec, max_distance: int | None = None, *, samples: int = 32, ax=
 
 
 def scaling(spec: Spec, *, seq_len: int = 0, ax=None):
-    """The factor each pair's frequency is divided by (1 = unchanged), colored by regime."""
+    """The factor each pair's frequency is divided by (1 = unchanged), colored by regime (the
+    report's colours, REGIME_COLORS)."""
+    spec = _spec(spec)
     ax = _axes(ax)
     data = _rotary.scheme_scaling(spec._native, int(seq_len))
     factor = np.asarray(data["factor_applied"])
@@ -136,7 +164,7 @@ def scaling(spec: Spec, *, seq_len: int = 0, ax=None):
     ax.plot(pairs, factor, color="gray", lw=0.8)
     for regime in sorted(set(regimes)):
         mask = regimes == regime
-        ax.plot(pairs[mask], factor[mask], "o", ms=4, label=regime)
+        ax.plot(pairs[mask], factor[mask], "o", ms=4, color=REGIME_COLORS.get(regime, "#7f7f7f"), label=regime)
     ax.set_xlabel("pair index i")
     ax.set_ylabel("default \u03b8\u1d62 / scaled \u03b8\u1d62 (factor)")
     ax.set_title(f"{spec.name}: {spec.rope_type} scaling per pair (attention scaling {data['attention_scaling']:.4g})")
@@ -146,17 +174,25 @@ def scaling(spec: Spec, *, seq_len: int = 0, ax=None):
 
 def extrapolation(spec: Spec, target_context: int | None = None, *, trained_context: int | None = None, ax=None):
     """The largest angle each pair reached in training vs at a target context (log scale);
-    pairs past their trained angle without a full turn in training are out of distribution."""
+    pairs past their trained angle without a full turn in training are out of distribution.
+
+    The defaults are `rotary check`'s and the report's: trained_context spec.default_trained_context
+    (the original context of YaRN, LongRoPE and Llama 3), target_context spec.default_target_context
+    (max_position_embeddings: 131,072 tokens for llama-3.1-8b)."""
+    spec = _spec(spec)
     ax = _axes(ax)
-    trained = trained_context or spec.original_context or _context(spec)
-    target = target_context or 4 * trained
+    trained = spec.default_trained_context if trained_context is None else trained_context
+    target = spec.default_target_context if target_context is None else target_context
     data = _rotary.extrapolation(spec._native, int(trained), int(target))
     pairs = np.arange(len(data["max_angle_trained_rad"]))
-    ax.semilogy(pairs, np.maximum(data["max_angle_trained_rad"], 1e-12), label=f"trained ({trained:,} tokens)")
-    ax.semilogy(pairs, np.maximum(data["max_angle_target_rad"], 1e-12), label=f"target ({target:,} tokens)")
+    ax.semilogy(pairs, np.maximum(data["max_angle_trained_rad"], 1e-12), color=EXTRAPOLATION_COLORS["trained"],
+                label=f"trained ({trained:,} tokens)")
+    ax.semilogy(pairs, np.maximum(data["max_angle_target_rad"], 1e-12), color=EXTRAPOLATION_COLORS["target"],
+                label=f"target ({target:,} tokens)")
     ood = np.asarray(data["out_of_distribution"], dtype=bool)
     if ood.any():
-        ax.semilogy(pairs[ood], np.asarray(data["max_angle_target_rad"])[ood], "rx",
+        ax.semilogy(pairs[ood], np.asarray(data["max_angle_target_rad"])[ood], "x",
+                    color=EXTRAPOLATION_COLORS["out of distribution"],
                     label=f"out of distribution ({int(ood.sum())} pairs)")
     ax.axhline(2 * math.pi, color="gray", ls="--", lw=1, label="one full turn (2\u03c0)")
     ax.set_xlabel("pair index i")
@@ -167,7 +203,12 @@ def extrapolation(spec: Spec, target_context: int | None = None, *, trained_cont
 
 
 def compare(specs, *, ax=None):
-    """Wavelength per pair of several specs (x: pair index as a fraction of the rotated pairs)."""
+    """Wavelength per pair of several specs (x: pair index as a fraction of the rotated pairs).
+    specs: rotary.Specs or preset names, e.g. compare(["llama-2-7b", "llama-3.1-8b"])."""
+    if isinstance(specs, (str, Spec)):
+        raise RotaryError(f"specs must be a list of rotary.Specs or preset names (got one {type(specs).__name__}: "
+                          f"{specs!r}; wrap it in a list)")
+    specs = [_spec(spec, f"specs[{i}]") for i, spec in enumerate(specs)]
     ax = _axes(ax)
     for spec in specs:
         freqs = spec.frequencies()
@@ -206,6 +247,7 @@ def _accuracy_lines(results: dict, task: str, variants, ax, title: str):
     _check_task(results, task)
     config = results["config"]
     train_len = config["train_len"]
+    seeds = len(results["seeds"])
     for variant in variants:
         lengths, means, spreads = [], [], []
         for length in config["eval_lengths"]:
@@ -214,8 +256,8 @@ def _accuracy_lines(results: dict, task: str, variants, ax, title: str):
                 lengths.append(length)
                 means.append(float(np.mean(values)))
                 spreads.append(float(np.std(values, ddof=1)) if len(values) > 1 else 0.0)
-        if lengths:
-            ax.errorbar(lengths, means, yerr=spreads, marker="o", ms=4, capsize=3,
+        if lengths:  # one seed has no spread: no error bars (a bar of 0 would read as measured)
+            ax.errorbar(lengths, means, yerr=spreads if seeds > 1 else None, marker="o", ms=4, capsize=3,
                         label=EXPERIMENT_LABELS.get(variant, variant))
     chance = results.get("chance_accuracy", {}).get(task)
     if chance is not None:
@@ -224,7 +266,7 @@ def _accuracy_lines(results: dict, task: str, variants, ax, title: str):
     ax.set_xscale("log", base=2)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("eval length (tokens)")
-    ax.set_ylabel(f"accuracy (mean of {len(results['seeds'])} seeds, bars: sd)")
+    ax.set_ylabel(f"accuracy (mean of {seeds} seeds, bars: sd)" if seeds > 1 else "accuracy (one seed)")
     ax.set_title(title)
     ax.legend(fontsize=7)
     return ax

@@ -296,9 +296,57 @@ def test_the_page_is_rotarys_report_with_the_experiment_and_no_urls(tiny_run):
     assert page.count('<svg class="plot"') >= len(plots.CAPTIONS)
     assert "http" not in page and "<script" not in page and "<?xml" not in page
     assert "python -m rotary.experiments test" in page
-    # Every summary row is in the page's table.
+    # Every summary row is in the page's table; one seed has no spread, so no "± 0.000".
+    assert results["seeds"] == [0] and "±" not in page.split("<table")[1].split("</table>")[0]
+    assert "<caption>Accuracy, one seed (no spread), by eval length (tokens)</caption>" in page
     for row in results["summary"]:
-        assert f"{row['accuracy_mean']:.3f} ± {row['accuracy_std']:.3f}" in page
+        assert f"<td class=\"num\">{row['accuracy_mean']:.3f}</td>" in page
+    # The report's opening paragraph ("RoPE analysis of 1 model") introduces the spec's analysis:
+    # after the experiment, not above it.
+    assert "RoPE analysis of 1 model" not in page
+    assert (page.index("</section>") < page.index("Rotary's analysis of the RoPE spec the models were trained with: "
+                                                  "frequencies") < page.index('<section class="model">'))
+
+
+def test_the_table_shows_the_spread_over_several_seeds():
+    summary = [{"task": "copy", "variant": "rope", "length": 8, "seeds": 3, "accuracy_mean": 0.5,
+                "accuracy_std": 0.1234}]
+    results = {"config": {"eval_lengths": [8], "tasks": ["copy"], "encodings": ["rope"], "scalings": []},
+               "seeds": [0, 1, 2], "summary": summary}
+    table = plots._summary_table(results)
+    assert "<td class=\"num\">0.500 ± 0.123</td>" in table
+    assert "<caption>Accuracy, mean ± sample sd over 3 seeds, by eval length (tokens)</caption>" in table
+
+
+def test_each_figure_has_one_legend_outside_its_panels_and_short_panel_titles(tiny_run):
+    """A legend inside a panel covered its lines, and the full title in each narrow panel ran past
+    the figure's edge: one figure legend right of the panels, the title once above them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = tiny_run[0]
+    tasks = results["config"]["tasks"]
+    fig, axes = plots._figure(tasks)
+    for task, ax in zip(tasks, axes):
+        rotary.viz.experiment_accuracy(results, task, ax=ax)
+    plots._one_legend_and_title(fig, axes, tasks)
+    try:
+        assert [ax.get_title() for ax in axes] == tasks and all(ax.get_legend() is None for ax in axes)
+        assert fig._suptitle.get_text() == "accuracy by eval length, per encoding"
+        assert len(fig.legends) == 1
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legend = fig.legends[0].get_window_extent(renderer)
+        figure = fig.bbox
+        assert legend.x0 >= max(ax.get_window_extent(renderer).x1 for ax in axes)  # right of every panel
+        for text in [fig._suptitle] + [ax.title for ax in axes]:
+            box = text.get_window_extent(renderer)
+            assert box.x0 >= figure.x0 and box.x1 <= figure.x1  # not clipped
+        assert "one seed" in axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
 
 
 def _browser_harness():

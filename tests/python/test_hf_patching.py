@@ -373,3 +373,58 @@ def test_unpatch_puts_gptj_position_tables_back(restore_modeling):
     rt.unpatch_model(model)
     assert holder.embed_positions is table
     assert ("embed_positions" not in holder._non_persistent_buffers_set) == persistent
+
+
+# ---- only the model it is given ----------------------------------------------------------------------
+def test_patching_leaves_models_that_share_its_config_alone(restore_modeling):
+    """transformers' from_config keeps the config object it is given: models built from one config
+    share it. Patching one of them leaves the other on transformers' eager logits bit for bit (its
+    modules are its own; the module-level functions patch_model installs with precision "hf" give
+    transformers' bits), and the patched model gives what it gave before its sibling existed."""
+    from transformers import AutoModelForCausalLM
+
+    config = small(T.LlamaConfig, max_position_embeddings=256)
+    torch.manual_seed(0)
+    eager = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    patched = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    assert eager.config is patched.config is config
+    patched.load_state_dict(eager.state_dict())
+    restore_modeling(eager)
+    ids = {"input_ids": torch.randint(3, 97, (2, 9), generator=torch.Generator().manual_seed(5)),
+           "position_ids": torch.arange(9)[None] + 3000}
+    before = output(eager, ids)
+    rt.patch_model(patched)
+    assert isinstance(patched.model.rotary_emb, rt.RotaryEmbedding)
+    assert not isinstance(eager.model.rotary_emb, rt.RotaryEmbedding)
+    assert config._attn_implementation == "eager"
+    assert torch.equal(output(eager, ids), before)
+    assert torch.equal(output(patched, ids), before)  # "hf": transformers' bits
+    rt.unpatch_model(patched)
+    assert torch.equal(output(eager, ids), before)
+
+
+def test_deep_copy_of_a_patched_model_gives_its_logits_and_outlives_the_original(restore_modeling):
+    """copy.deepcopy of a patched model gives the same logits (precision "exact": rotary's own
+    rounding, which differs from transformers' at 4000+), and the copy counts as a user of the
+    patched functions: unpatching the original leaves them in place for the copy."""
+    from transformers.models.llama import modeling_llama
+
+    model = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
+    restore_modeling(model)
+    original_function = modeling_llama.apply_rotary_pos_emb
+    ids = {"input_ids": torch.randint(3, 97, (2, 7), generator=torch.Generator().manual_seed(3)),
+           "position_ids": torch.arange(7)[None] + 4000}
+    unpatched = output(model, ids)
+    rt.patch_model(model, precision="exact")
+    want = output(model, ids)
+    assert not torch.equal(want, unpatched)  # the patch ran
+    twin = copy.deepcopy(model)
+    assert twin.model.rotary_emb.spec is model.model.rotary_emb.spec  # immutable: shared
+    assert torch.equal(output(twin, ids), want)
+    rt.unpatch_model(model)
+    assert not isinstance(model.model.rotary_emb, rt.RotaryEmbedding)
+    assert modeling_llama.apply_rotary_pos_emb is not original_function  # the copy still uses rotary's
+    assert torch.equal(output(twin, ids), want)
+    rt.unpatch_model(twin)
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+    assert torch.equal(output(twin, ids), unpatched) and torch.equal(output(model, ids), unpatched)

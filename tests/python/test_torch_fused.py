@@ -504,3 +504,69 @@ def test_a_rotation_rotary_does_not_reproduce_is_refused():
                                                  r"reproduce transformers.models.glm.modeling_glm.apply_rotary_pos_emb"):
         rt.fuse_rope(model)
     assert model.config._attn_implementation == "sdpa" and not hasattr(model, "_rotary_fused")
+
+
+# ---- only the model it is given ------------------------------------------------------------------------
+def test_fusing_leaves_models_that_share_its_config_alone(fused_calls):
+    """transformers' from_config keeps the config object it is given, so every model built from one
+    config shares it, and the attention modules read config._attn_implementation at each forward.
+    fuse_rope gives the fused model its own copy: the eager model built from the same config object
+    keeps transformers' eager logits bit for bit and runs (before the copy it crashed with "runs only
+    in a model prepared by rotary.torch.fuse_rope(model)"), and the fused model computes what a
+    fused model with a config of its own computes, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    _, config = ALL["llama"]()
+    torch.manual_seed(0)
+    eager = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    fused = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    assert eager.config is fused.config is config  # transformers' sharing, which this test is about
+    fused.load_state_dict(eager.state_dict())
+    alone = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager").eval()
+    alone.load_state_dict(eager.state_dict())
+    ids = prompt()
+    before = logits(eager, ids)
+    rt.fuse_rope(fused)
+    rt.fuse_rope(alone)
+    assert config._attn_implementation == "eager" and eager.config is config
+    assert fused.config is not config and fused.config._attn_implementation == "rotary_fused"
+    assert all(m.config is fused.config for m in fused.modules() if "config" in m.__dict__
+               and isinstance(m.config, transformers.LlamaConfig))
+    assert torch.equal(logits(eager, ids), before)
+    calls = fused_calls["n"]
+    got = logits(fused, ids)
+    assert fused_calls["n"] > calls  # it ran fused
+    assert torch.equal(got, logits(alone, ids)) and close(got, before)
+    tokens = eager.generate(ids, max_new_tokens=3, do_sample=False)
+    assert torch.equal(tokens, fused.generate(ids, max_new_tokens=3, do_sample=False))
+    rt.unfuse_rope(fused)
+    assert fused.config._attn_implementation == "eager" and config._attn_implementation == "eager"
+    assert torch.equal(logits(fused, ids), before)
+    rt.unfuse_rope(alone)
+
+
+def test_deep_copy_of_a_fused_model_runs_fused_and_outlives_the_original(fused_calls):
+    """copy.deepcopy of a fused model (it raised "cannot pickle 'rotary._rotary.RopeSpec' object"):
+    the copy gives the same logits through the fused kernel, shares the immutable spec and table,
+    keeps running when the original is unfused (it counts as a user of the wrapper), and
+    unfuse_rope of the copy removes the copy's hooks, not the original's."""
+    import transformers.models.llama.modeling_llama as modeling
+
+    gc.collect()  # fused Llama models of earlier tests no longer hold the wrapper
+    sdpa, fused = fused_pair("llama")
+    ids = prompt()
+    want = logits(fused, ids)
+    twin = copy.deepcopy(fused)
+    rope, twin_rope = fused.model.layers[0].self_attn._rotary_fused_rope, twin.model.layers[0].self_attn._rotary_fused_rope
+    assert twin_rope is not rope and twin_rope.spec is rope.spec
+    assert twin_rope.source[0] is twin.model.rotary_emb  # the copy's own inv_freq buffer
+    calls = fused_calls["n"]
+    assert torch.equal(logits(twin, ids), want)
+    assert fused_calls["n"] > calls
+    rt.unfuse_rope(fused)
+    assert torch.equal(logits(fused, ids), logits(sdpa, ids))
+    assert hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")  # the copy still relies on it
+    assert torch.equal(logits(twin, ids), want)
+    rt.unfuse_rope(twin)
+    assert torch.equal(logits(twin, ids), logits(sdpa, ids))
+    assert not hasattr(modeling.apply_rotary_pos_emb, "rotary_fused_inner")

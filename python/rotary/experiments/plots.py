@@ -38,8 +38,29 @@ def _figure(tasks):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.9), layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks) + 2.2, 3.9), layout="constrained",
+                             squeeze=False)
     return fig, axes[0]
+
+
+def _one_legend_and_title(fig, axes, tasks) -> None:
+    """One legend for the figure, outside the panels at the right (a legend inside a panel covers
+    its lines), and the plot's title once above the panels with each panel titled by its task
+    (the full title in every narrow panel ran past the figure's edge and was clipped)."""
+    entries = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels):
+            entries.setdefault(label, handle)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, frameon=False)
+    title = axes[0].get_title()
+    common = title.split(": ", 1)[1] if ": " in title else title
+    fig.suptitle(common, fontsize=11)
+    for task, ax in zip(tasks, axes):
+        ax.set_title(task, fontsize=10)
 
 
 def _svg(fig) -> bytes:
@@ -72,6 +93,7 @@ def render(results: dict) -> dict:
             fig, axes = _figure(tasks)
             for task, ax in zip(tasks, axes):
                 plots[name](task, ax)
+            _one_legend_and_title(fig, axes, tasks)
             out[name] = _svg(fig)
     return out
 
@@ -88,9 +110,18 @@ def inline_svg(svg: bytes) -> str:
     return text.replace("<svg ", '<svg class="plot" ', 1)
 
 
+def _accuracy_cell(row: dict) -> str:
+    """Mean ± sample sd; one seed has no spread, so its accuracy alone (a "± 0.000" would read as
+    a measured spread of zero)."""
+    if row["seeds"] > 1:
+        return f"{row['accuracy_mean']:.3f} ± {row['accuracy_std']:.3f}"
+    return f"{row['accuracy_mean']:.3f}"
+
+
 def _summary_table(results: dict) -> str:
     config = results["config"]
     lengths = config["eval_lengths"]
+    seeds = len(results["seeds"])
     head = "".join(f"<th>{n}</th>" for n in lengths)
     rows = []
     for task in config["tasks"]:
@@ -100,11 +131,12 @@ def _summary_table(results: dict) -> str:
                 row = next((r for r in results["summary"] if r["task"] == task and r["variant"] == variant
                             and r["length"] == length), None)
                 cells.append("<td class=\"num\"></td>" if row is None else
-                             f"<td class=\"num\">{row['accuracy_mean']:.3f} ± {row['accuracy_std']:.3f}</td>")
+                             f"<td class=\"num\">{_accuracy_cell(row)}</td>")
             if any(c != "<td class=\"num\"></td>" for c in cells):
                 label = viz.EXPERIMENT_LABELS.get(variant, variant)
                 rows.append(f"<tr><td>{html.escape(task)}</td><td>{html.escape(label)}</td>{''.join(cells)}</tr>")
-    return ("<table class=\"checks\"><caption>Accuracy, mean ± sample sd over seeds, by eval length (tokens)"
+    what = f"mean ± sample sd over {seeds} seeds" if seeds > 1 else "one seed (no spread)"
+    return (f"<table class=\"checks\"><caption>Accuracy, {what}, by eval length (tokens)"
             f"</caption>\n<tr><th>task</th><th>encoding / scheme</th>{head}</tr>\n" + "\n".join(rows) + "\n</table>\n")
 
 
@@ -123,8 +155,8 @@ def experiment_section(results: dict, svgs: dict) -> str:
         f"heads, {config['kv_heads']} key/value heads) trained for {config['steps']} steps at "
         f"{config['train_len']} tokens on each task with each encoding, seeds {', '.join(map(str, results['seeds']))},"
         " then evaluated at longer lengths. Attention: torch's scaled_dot_product_attention, RoPE by "
-        "rotary.torch.apply_rotary. What each task is and the caveats: docs/experiments.md. Below it, rotary's "
-        "analysis of the RoPE spec the models were trained with.</p>\n",
+        "rotary.torch.apply_rotary. What each task is and the caveats: docs/experiments.md. After the "
+        "experiment, rotary's analysis of the RoPE spec the models were trained with.</p>\n",
         # One figure per row: each holds a panel per task.
         '<div class="plots" style="grid-template-columns:1fr">\n',
     ]
@@ -144,7 +176,12 @@ def html_page(results: dict, svgs: dict) -> str:
     spec = rope_spec(config, "rope", config.train_len).replace(
         name=f"the experiment's RoPE (trained at {config.train_len} tokens)")
     page = _rotary.render_report([spec._native], "rotary report: length generalization")
+    # The report's opening paragraph introduces the spec's analysis ("RoPE analysis of 1 model:
+    # frequencies, ..."): it goes after the experiment, at the head of the analysis it describes.
+    blurb = re.search(r"<p>RoPE analysis of 1 model: (.*?)</p>\n", page, flags=re.S)
     at = page.find("<section")
-    if at < 0:
-        raise RuntimeError("rotary's report has no <section>: the experiment's section has no place in it")
-    return page[:at] + experiment_section(results, svgs) + page[at:]
+    if blurb is None or at < 0 or blurb.end() > at:
+        raise RuntimeError("rotary's report has no opening paragraph before a <section>: the experiment's section "
+                           "has no place in it")
+    analysis = f"<p>Rotary's analysis of the RoPE spec the models were trained with: {blurb.group(1)}</p>\n"
+    return page[:blurb.start()] + experiment_section(results, svgs) + analysis + page[at:]
