@@ -3,7 +3,8 @@
 #               then on the default preset (llama-3.1-8b): explain, check, a short bench, and the
 #               HTML report (build/report.html)
 #   make test   install everything (tests, browser, clang, Python packages), build, run every
-#               test (ctest, then pytest on the installed Python package)
+#               test (ctest, then pytest on the installed Python package, then each fuzzer
+#               briefly), a progress line per step and one summary line at the end
 #   make python install the Python package into .venv (pip install ., incremental)
 #   make install   headers, libraries, CMake package and command under PREFIX (default /usr/local)
 #   make bench  install, build, run the benchmarks
@@ -15,6 +16,9 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 PYTHON ?= .venv/bin/python
 PREFIX ?= /usr/local
+# Sub-makes run by scripts/test-summary.sh. Not written as $(MAKE) in the recipe: GNU make runs a
+# line that names $(MAKE) even under `make -n`, and `make -n test` must only print.
+SUBMAKE = $(MAKE) --no-print-directory
 
 .PHONY: all deps deps-run configure configure-run build build-run python install run test bench sanitize \
         fuzz-build fuzz fuzz-brief clean
@@ -54,15 +58,24 @@ run: build-run
 # The Python package (pyproject.toml, scikit-build-core): built in build/python-<tag> and
 # installed into .venv; a rebuild after a change recompiles only what changed.
 python: deps
+	@echo "python: pip install . into .venv (compiles the extension in build/python-*: minutes the first time, quiet)"
 	$(PYTHON) -m pip install --no-build-isolation -q .
 
 install: build-run
 	$(CMAKE) --install $(BUILD_DIR) --prefix $(PREFIX)
 
-test: build python
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
-	$(PYTHON) -m pytest -q tests/python
-	$(MAKE) fuzz-brief
+# The steps in turn through scripts/test-summary.sh: a "==> make test [i/6] STEP" line before and
+# after each, each step's output also in $(BUILD_DIR)/test-logs/STEP.log, and one closing line
+# with every step's result ("N passed, N failed" for ctest, pytest and fuzz) and time. A failed
+# deps, build or python step stops the run ("+": the later steps need it); the suites all run.
+test:
+	@scripts/test-summary.sh --log-dir $(BUILD_DIR)/test-logs \
+	  +deps '$(SUBMAKE) deps' \
+	  +build '$(SUBMAKE) build' \
+	  +python '$(SUBMAKE) python' \
+	  ctest 'ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j $(JOBS)' \
+	  pytest '$(PYTHON) -m pytest -q tests/python' \
+	  fuzz '$(SUBMAKE) fuzz-brief'
 
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded
 # tests under ThreadSanitizer, each in its own build directory (Debug-level optimization -O1).
@@ -84,10 +97,14 @@ FUZZ_DIR ?= build-fuzz
 FUZZ_TARGETS ?= hf_config npy cli apply_args cos_sin safetensors attention_args kv_cache_ops
 FUZZ_SECONDS ?= 600
 FUZZ_BRIEF_SECONDS ?= 20
+# The first configure's output goes to $(FUZZ_DIR)/configure.log (its end is printed if it fails).
 fuzz-build: deps
 	@if [ ! -f $(FUZZ_DIR)/CMakeCache.txt ]; then \
+	  echo "fuzz: configuring $(FUZZ_DIR) (clang, ASan + UBSan, libFuzzer; log: $(FUZZ_DIR)/configure.log)"; \
+	  mkdir -p $(FUZZ_DIR); \
 	  CC=clang CXX=clang++ $(CMAKE) -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DROTARY_SANITIZE=address,undefined -DROTARY_BUILD_FUZZ=ON -DROTARY_BUILD_TESTS=OFF -DROTARY_BUILD_BENCH=OFF; \
+	    -DROTARY_SANITIZE=address,undefined -DROTARY_BUILD_FUZZ=ON -DROTARY_BUILD_TESTS=OFF -DROTARY_BUILD_BENCH=OFF \
+	    >$(FUZZ_DIR)/configure.log 2>&1 || { tail -n 40 $(FUZZ_DIR)/configure.log; exit 1; }; \
 	fi
 	$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets
 

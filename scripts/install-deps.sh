@@ -69,13 +69,17 @@ if ((with_python)) && [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirem
   fi
   stamp=.venv/.requirements.stamp
   if [[ ! -f $stamp ]] || ! cmp -s "$requirements" "$stamp"; then
+    # pip -q prints nothing for minutes: one line before each install says what is under way.
     # torch first, alone and pinned (the CPU build on this machine's disk), so that nothing that
     # depends on torch can pull another build of it.
     torch_pin=$(grep -E '^torch==' "$requirements" || true)
     if [[ -n $torch_pin ]]; then
+      echo "install-deps: pip install $torch_pin into .venv (the CPU build; a few minutes on a first install)"
       .venv/bin/python -m pip install -q "$torch_pin"
     fi
+    echo "install-deps: pip install -r $requirements into .venv ($(grep -cvE '^\s*(#|$)' "$requirements") packages)"
     .venv/bin/python -m pip install -q -r "$requirements"
     cp "$requirements" "$stamp"
+    echo "install-deps: Python packages installed (.venv)"
   fi
 fi

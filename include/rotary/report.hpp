@@ -34,8 +34,9 @@ struct ReportOptions {
   std::string generator;
   std::string created;
   std::string command_line;
-  // Where docs/analysis.md and the other docs are, as a URL prefix ("file:///usr/share/doc/rotary/");
-  // empty = the docs are named as plain text. Escaped.
+  // Where docs/analysis.md and the other docs are, as a web URL prefix
+  // ("https://example.org/rotary/docs/"); empty or a file:// URL (it breaks once the page moves) =
+  // the docs are named as plain text, by their path in rotary's repository. Escaped.
   std::string docs_url;
 };
 

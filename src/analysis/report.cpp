@@ -8,6 +8,7 @@
 #include "rotary/report.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -755,10 +756,15 @@ std::string render_report(const std::vector<ReportModel>& models, const ReportOp
     reports.push_back(run_checks(model.spec, model.context));
     scalings.push_back(scheme_scaling(model.spec, reports.back().context));
   }
-  // A docs page as a link when the caller knows where the docs are, else its name as text.
+  // A docs page as a link when the caller gives a web address for the docs, else its path in
+  // rotary's repository as text. A file:// address is an absolute path on the machine that made
+  // the page: the link breaks as soon as the page is moved or sent, so it is shown as text too.
+  std::string scheme = options.docs_url.substr(0, 5);  // URL schemes are case-insensitive (RFC 3986)
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+  const bool docs_linked = !options.docs_url.empty() && scheme != "file:";
   const auto doc = [&](const std::string& page) {
     const std::string text = "docs/" + page;
-    if (options.docs_url.empty()) return html_escape(text);
+    if (!docs_linked) return html_escape(text);
     return "<a href=\"" + html_escape(options.docs_url + page) + "\">" + html_escape(text) + "</a>";
   };
   std::ostringstream out;

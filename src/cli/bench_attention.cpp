@@ -172,6 +172,7 @@ void measure_attention(MeasureContext& context, const AttentionCase& c, DType dt
       row.baseline = "copy";
       row.baseline_gb_per_s = gb_per_s(2 * static_cast<int64_t>(stream_bytes), timed.reference.median_ms);
       row.ratio_to_copy = row.gb_per_s / row.baseline_gb_per_s;
+      row.baseline_spread = std::max(spread(timed.reference), spread(timed.second_reference));
       row.read_gb_per_s = gb_per_s(static_cast<int64_t>(buffers.k.bytes() + buffers.v.bytes()),
                                    timed.second_reference.median_ms);
       row.ratio_to_read = row.gb_per_s / row.read_gb_per_s;

@@ -1,4 +1,4 @@
-// src/cli/bench_attention.hpp: the attention cases of `rotary bench` (issue 18, part 5):
+// src/cli/bench_attention.hpp: the attention cases of `rotary bench`:
 // rotary::attention on Llama-3-8B shapes (32 q heads, 8 kv heads, head_dim 128), batch 1, BHSD
 // (the KV cache's layout, and torch's), next to the copy floor and the FMA peak measured in the
 // same run.

@@ -53,7 +53,7 @@ namespace rotary::cli {
 const char* const kBenchHelp =
     "usage: rotary bench [--json] [--quick] [--threads LIST] [--cases LIST] [--dtypes LIST]\n"
     "                    [--repetitions N]\n"
-    "                    [--target NAME] [--torch PYTHON|none] [--peers-dir DIR]\n"
+    "                    [--target NAME] [--torch PYTHON|none] [--torch-compile] [--peers-dir DIR]\n"
     "\n"
     "Times rotary::apply on Llama-3-8B shapes (head_dim 128, q 32 heads, k 8 heads) in float32\n"
     "and bfloat16, out of place and in place, next to memory streams measured in the same run,\n"
@@ -80,9 +80,13 @@ const char* const kBenchHelp =
     "fast a chain of dependent additions ran at the start and the end (the core's effective\n"
     "clock in GHz: on a shared VM it was seen to halve within the hour, and the bf16 / f16\n"
     "rows, bound by arithmetic, with it). A row marked ! in the \"!\" column is unreliable: its\n"
-    "median was more than 15% above its fastest repetition, or other processes took more than 5%\n"
-    "of the CPUs while it was timed (JSON: the row's unreliable field says why). The full run\n"
-    "prints its progress on stderr: rows done of the total, and the time elapsed.\n"
+    "median was more than 15% above its fastest repetition, or the median of the stream timed in\n"
+    "alternation with it was (JSON: the row's unreliable field says why). Other processes' load\n"
+    "alone marks no row: a ratio's two sides share it (JSON: other_cpu_percent, each row's share).\n"
+    "A ratio above 1 is possible: the stream is measured here, not a hardware limit, and the\n"
+    "out-of-place kernel runs four streams at once (q and k in, q and k out), which can draw more\n"
+    "from memory than one copy. The table's closing lines say both. The full run prints its\n"
+    "progress on stderr: rows done of the total, and the time elapsed.\n"
     "\n"
     "cases:\n"
     "  copy, memcpy, copy_inplace  the streams (always measured: every ratio needs them)\n"
@@ -117,15 +121,19 @@ const char* const kBenchHelp =
     "                    shape, bytes, median_ms, min_ms, gb_per_s, ratio_to_copy, baseline,\n"
     "                    baseline_gb_per_s, target, repetitions, calls_per_repetition, core_ghz,\n"
     "                    gflop_per_s, peak_gflop_per_s, ratio_to_peak, read_gb_per_s,\n"
-    "                    ratio_to_read, cpu_model, cpu_flags,\n"
+    "                    ratio_to_read, cpu_model, cpu_flags, other_cpu_percent,\n"
     "                    unreliable}: unreliable is null or why the row is not to be trusted;\n"
+    "                    other_cpu_percent: other processes' share of the CPUs while the row\n"
+    "                    was timed (null for PyTorch rows);\n"
     "                    cpu_model / cpu_flags: /proc/cpuinfo's model name and its SIMD flags\n"
     "                    (x86) or Features (Arm);\n"
     "                    core_ghz is the core's effective clock just before the row was timed\n"
     "                    (null for PyTorch rows); notes\n"
     "                    (PyTorch missing, a busy machine) go to stderr\n"
-    "  --quick           5 repetitions (3 for PyTorch) and no prefill_long unless --cases\n"
-    "                    names it: 20-30 s instead of 2-3 minutes. Prints a short table (each\n"
+    "  --quick           5 repetitions (3 for PyTorch), no prefill_long unless --cases names it,\n"
+    "                    no torch_hf_compile unless --torch-compile, and PyTorch at the largest\n"
+    "                    thread count only unless --threads is given: under a minute on 2 cores\n"
+    "                    instead of 1-4 minutes. Prints a short table (each\n"
     "                    case out of place at the largest thread count, and Hugging Face's\n"
     "                    PyTorch code on prefill when it ran: at most 8 rows) and one line of\n"
     "                    takeaway; --json still lists every row\n"
@@ -143,6 +151,8 @@ const char* const kBenchHelp =
     "  --torch PYTHON    the Python that runs the PyTorch baseline (default: ./.venv/bin/python,\n"
     "                    else python3, if it imports torch; none: skip). Without torch one line\n"
     "                    says so and the PyTorch rows are left out.\n"
+    "  --torch-compile   with --quick, run torch_hf_compile too (Inductor's compiles add up to 80 s\n"
+    "                    on 2 cores; the full bench always runs it)\n"
     "  --peers-dir DIR   where the PyTorch peer script torch_rope_bench.py is (default:\n"
     "                    $ROTARY_PEERS_DIR if set, else the one installed with this command,\n"
     "                    share/rotary/peers beside its bin/, else bench/peers of the source tree\n"
@@ -161,12 +171,16 @@ struct BenchOptions {
   bool as_json = false;
   bool quick = false;
   std::vector<int> threads{1, 2};
+  // PyTorch's thread counts: all of `threads`, but with --quick and no --threads only the largest,
+  // the one its short table shows (eager PyTorch takes 0.1-0.6 s a call on prefill).
+  std::vector<int> torch_threads;
   std::vector<DType> dtypes{DType::F32, DType::BF16};
   std::vector<std::string> workloads;  // kernel cases, in bench::kWorkloadNames order
   std::vector<std::string> attention;  // attention cases, in bench::kAttentionCaseNames order
   int repetitions = kDefaultRepetitions;
   std::optional<std::string> target;  // canonical name (bench::resolve_target)
   std::optional<std::string> torch_python;
+  bool torch_compile = true;  // torch_hf_compile: off with --quick unless --torch-compile
   std::optional<std::string> peers_dir;
 };
 
@@ -210,6 +224,15 @@ std::vector<DType> parse_dtypes(const std::string& text) {
     dtypes.push_back(*dtype);
   }
   return dtypes;
+}
+
+std::string threads_list(const std::vector<int>& threads) {
+  std::string text;
+  for (int t : threads) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(t);
+  }
+  return text;
 }
 
 bool is_attention_case(const std::string& name) {
@@ -256,9 +279,14 @@ BenchOptions parse_options(Args& args) {
   const std::optional<int64_t> repetitions_arg = args.integer("--repetitions", 1, 10000);
   const std::optional<std::string> target_text = args.value("--target");
   options.torch_python = args.value("--torch");
+  options.torch_compile = args.has_switch("--torch-compile") || !options.quick;
   options.peers_dir = args.value("--peers-dir", "a directory");
   args.finish();
   if (threads_text) options.threads = parse_threads(*threads_text);
+  options.torch_threads = options.threads;
+  if (options.quick && !threads_text) {
+    options.torch_threads = {*std::max_element(options.threads.begin(), options.threads.end())};
+  }
   if (dtypes_text) options.dtypes = parse_dtypes(*dtypes_text);
   if (cases_text) {
     std::tie(options.workloads, options.attention) = parse_cases(*cases_text);
@@ -415,10 +443,18 @@ int run_bench(Args& args) {
   closing.cpu_flags = cpu_flags;
   const bench::PeerOptions peer_options{.python = options.torch_python,
                                         .peers_dir = options.peers_dir,
-                                        .threads = options.threads,
+                                        .threads = options.torch_threads,
                                         .dtypes = options.dtypes,
                                         .repetitions = options.repetitions,
                                         .quick = options.quick,
+                                        .compile = options.torch_compile,
+                                        .threads_note = options.torch_threads.size() == options.threads.size()
+                                                            ? std::string()
+                                                            : detail::concat("--quick: PyTorch at ",
+                                                                             options.torch_threads.front(),
+                                                                             " threads only (--threads ",
+                                                                             threads_list(options.threads),
+                                                                             " runs it at each)"),
                                         .progress = full_text};
   closing.torch_note = bench::run_torch_peer(peer_options,
                                              workloads, spec, args.out(), [&](bench::Row row) {

@@ -113,7 +113,7 @@ void measure_workload(MeasureContext& context, const Workload& workload, DType d
       // (decode) is compared with a stream of its own bytes, also in the caches
       // (Streams::run_cached): alternating it with the 84 MB one slowed decode by a third, as
       // that stream leaves the last-level cache full of dirty lines that the next ~15 calls
-      // write back (173 us right after it, 63 us fifteen calls later; AMD EPYC, 2026-11-25).
+      // write back (173 us right after it, 63 us fifteen calls later, on an AMD EPYC).
       const int64_t call_bytes = (q_elements + k_elements) * element_bytes;
       const bool cached = call_bytes < bandwidth::kCachedStreamBytes;
       const size_t reference_bytes = cached ? static_cast<size_t>(call_bytes) : stream_bytes;
@@ -144,6 +144,7 @@ void measure_workload(MeasureContext& context, const Workload& workload, DType d
       row.baseline = cached ? (in_place ? "cached_copy_inplace" : "cached_copy") : (in_place ? "copy_inplace" : "copy");
       row.baseline_gb_per_s = gb_per_s(2 * static_cast<int64_t>(reference_bytes), paired.reference.median_ms);
       row.ratio_to_copy = row.gb_per_s / row.baseline_gb_per_s;
+      row.baseline_spread = spread(paired.reference);
       row.target = context.target;
       row.repetitions = timing.repetitions;
       row.calls_per_repetition = timing.calls_per_repetition;

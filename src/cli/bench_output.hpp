@@ -50,18 +50,33 @@ struct Row {
   // (null in JSON) for the other rows.
   double read_gb_per_s = std::nan("");
   double ratio_to_read = std::nan("");
-  // Why the machine's noise made this row unreliable ("spread 23%", "other processes 12% CPU"),
-  // empty when it did not: the text table marks such a row with "!", JSON gives the reason.
+  // The spread (median / fastest - 1) of the stream timed in alternation with this row, NaN where
+  // none was (the streams themselves, PyTorch's rows): the ratio divides by that stream's median,
+  // so it is only as steady as both.
+  double baseline_spread = std::nan("");
+  // The share of the CPUs other processes (and hypervisor steal) took while the row was timed, NaN
+  // where not known (PyTorch's rows run in another process). Said, not judged: a steady load slows
+  // the row and the stream timed in alternation with it alike.
+  double other_cpu_percent = std::nan("");
+  // Why this row's figures are not to be trusted ("spread 23%", "baseline spread 31%"), empty when
+  // they are: the text table marks such a row with "!", JSON gives the reason.
   std::string unreliable;
 };
 
 // A row is unreliable when its median is more than kUnreliableSpread above its fastest repetition,
-// or when other processes (and hypervisor steal) took more than kUnreliableCpuPercent of the CPUs
-// while it was timed.
+// or its paired stream's is: its repetitions disagree, so another run would give another median.
+// Other processes' load alone does not mark a row: on a shared machine some load is always there,
+// and every ratio is timed in alternation with its stream (bench_timing.hpp, time_paired), so a
+// steady load slows both; a load that comes and goes shows as spread. The run's share of other
+// processes is the closing line's (contention_line), each row's is in JSON (other_cpu_percent).
 inline constexpr double kUnreliableSpread = 0.15;
-inline constexpr double kUnreliableCpuPercent = 5.0;
-// Sets row.unreliable from its own spread and from `other_cpu_percent` (NaN: unknown).
+// Sets row.unreliable from its own spread and its baseline's, and row.other_cpu_percent.
 void judge_noise(Row& row, double other_cpu_percent);
+
+// The legend of the ratio column and of the "!" column (lines starting "# "): what each ratio
+// divides by and why it can pass 1, and what "!" means. Printed under the quick table and the full
+// one.
+std::string legend_lines();
 
 // The text output's first lines: how the rows were measured, then the table's header.
 struct Preamble {

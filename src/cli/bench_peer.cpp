@@ -280,13 +280,15 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     // The script's flags (see its argparse): one shape, BSHD only, arange positions, no table
     // timing.
     std::string failure;
-    const std::optional<json::Value> root = run_peer_case(
-        options, python, script, kPeerScript, temp.path(), workload.name,
-        {"--batch", std::to_string(workload.torch_batch), "--tokens", std::to_string(workload.torch_tokens),
-         "--heads-q", std::to_string(workload.torch_heads_q), "--heads-kv", std::to_string(kKvHeads),
-         "--head-dim", std::to_string(kHeadDim), "--theta", detail::shortest(spec.theta_base), "--layouts", "bshd",
-         "--table-positions", "0"},
-        repetitions, progress, "PyTorch rows", failure);
+    std::vector<std::string> flags = {
+        "--batch", std::to_string(workload.torch_batch), "--tokens", std::to_string(workload.torch_tokens),
+        "--heads-q", std::to_string(workload.torch_heads_q), "--heads-kv", std::to_string(kKvHeads),
+        "--head-dim", std::to_string(kHeadDim), "--theta", detail::shortest(spec.theta_base), "--layouts", "bshd",
+        "--table-positions", "0"};
+    if (!options.compile) flags.emplace_back("--no-compile");
+    const std::optional<json::Value> root = run_peer_case(options, python, script, kPeerScript, temp.path(),
+                                                          workload.name, flags, repetitions, progress, "PyTorch rows",
+                                                          failure);
     if (!root) return failure;
     std::vector<Row> rows;
     try {
@@ -311,10 +313,14 @@ std::string run_torch_peer(const PeerOptions& options, const std::vector<Workloa
     }
     for (Row& row : rows) add_row(std::move(row));
   }
+  std::string closing_compile;
+  if (!options.compile) {
+    closing_compile = detail::concat("; ", kCompileLeftOut);
+  } else if (!compile_note.empty()) {
+    closing_compile = detail::concat("; torch_hf_compile: Inductor compile time, not timed: ", compile_note);
+  }
   return detail::concat("torch: ", version, " via ", python, " ", script,
-                        compile_note.empty() ? std::string()
-                                             : detail::concat("; torch_hf_compile: Inductor compile time, not timed: ",
-                                                              compile_note));
+                        options.threads_note.empty() ? std::string() : "; " + options.threads_note, closing_compile);
 }
 
 std::string run_torch_attention_peer(const PeerOptions& options, const std::vector<AttentionCase>& cases,

@@ -31,8 +31,22 @@ struct PeerOptions {
   std::vector<DType> dtypes;
   int repetitions = 0;
   bool quick = false;
+  // torch_hf_compile (Hugging Face's function under torch.compile): Inductor compiles it once per
+  // shape, dtype and thread count, 1-20 s each (8-80 s in all for --quick's 8 on 2 cores, the
+  // most with a cold compile cache), so --quick leaves it out unless --torch-compile asks for it
+  // (the closing torch line says so).
+  bool compile = true;
+  // What the closing torch line adds when the caller ran the peer on fewer thread counts than its
+  // own rows (--quick), e.g. "PyTorch at 2 threads only (--threads 1,2 runs it at each)"; empty
+  // when it did not.
+  std::string threads_note;
   bool progress = false;  // a "# torch: running ..." line per workload on `progress`
 };
+
+// What the closing torch line says when PeerOptions::compile is false.
+constexpr const char* kCompileLeftOut =
+    "torch_hf_compile not run (--quick leaves torch.compile out: its compiles took up to 80 s on 2 cores;"
+    " --torch-compile runs it)";
 
 // Finds a Python that imports torch and the script, runs the script once per workload it can
 // express (BSHD: prefill, prefill_long, decode; not varlen), and hands each row to add_row

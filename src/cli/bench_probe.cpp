@@ -130,7 +130,8 @@ std::string contention_line(const CpuSnapshot& before, const CpuSnapshot& after)
   std::string line = detail::concat("other processes used ", format_number(others_percent, 2), "% of the ", cpus,
                                     " CPUs during this run (hypervisor steal ", format_number(steal_percent, 2), "%)");
   if (others_percent + steal_percent > 5.0) {
-    line += ": the figures are unreliable; rerun on a quiet machine";
+    line += ": times and GB/s are slower than on a quiet machine (the ratios less so: each is timed in alternation"
+            " with its stream); rerun on a quiet machine for absolute figures";
   }
   return line;
 }

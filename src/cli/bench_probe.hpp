@@ -69,7 +69,7 @@ double other_cpu_percent(const CpuSnapshot& before, const CpuSnapshot& after);
 
 // A chain of dependent integer additions, timed for about 20 ms: one addition per cycle on any
 // x86-64 or AArch64 core, so the rate is the core's effective clock in GHz. On the AMD EPYC VM it
-// moved between 1.4 and 3.2 within the same hour (2026-11-25; the host's use of the core's other
+// moved between 1.4 and 3.2 within the same hour (the host's use of the core's other
 // hyperthread is the likely cause: a VM cannot see it), and the kernels that are bound by
 // arithmetic rather than memory (bf16, f16) move with it while the copy floor does not. NaN where
 // there is no such instruction to time.

@@ -17,6 +17,11 @@ struct Timing {
   int64_t calls_per_repetition = 1;
 };
 
+// How far the median lies above the fastest repetition (0.15: 15%); 0 for an empty timing.
+inline double spread(const Timing& timing) {
+  return timing.min_ms > 0.0 ? timing.median_ms / timing.min_ms - 1.0 : 0.0;
+}
+
 namespace timing_steps {  // not `detail`: that would hide rotary::detail (concat) in this namespace
 
 using Clock = std::chrono::steady_clock;

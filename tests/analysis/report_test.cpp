@@ -164,14 +164,28 @@ TEST(Report, ProvenanceAndDocsLinks) {
   options.generator = "rotary 9.9.9";
   options.created = "2026-11-25 16:00 UTC";
   options.command_line = "rotary report --preset x -o 'a b.html'";
-  options.docs_url = "file:///opt/rotary/docs/";
+  options.docs_url = "https://example.org/rotary/docs/";
   const std::string html = render_report({preset_model("llama-2-7b")}, options);
   EXPECT_THAT(html, HasSubstr("<p class=\"provenance\">Made by rotary 9.9.9 on 2026-11-25 16:00 UTC: "
                               "<code>rotary report --preset x -o &#39;a b.html&#39;</code></p>"));
-  EXPECT_THAT(html, HasSubstr("<a href=\"file:///opt/rotary/docs/analysis.md\">docs/analysis.md</a>"));
+  EXPECT_THAT(html, HasSubstr("<a href=\"https://example.org/rotary/docs/analysis.md\">docs/analysis.md</a>"));
   const std::string plain = render_report({preset_model("llama-2-7b")}, {});
   EXPECT_THAT(plain, Not(HasSubstr("<p class=\"provenance\">")));
   EXPECT_THAT(plain, HasSubstr("its formula: docs/analysis.md;"));
+}
+
+// A file:// address for the docs (an absolute path into the source tree that made the page) is
+// not linked: a page moved to another machine or folder would carry broken links. The pages are
+// named by their path in the repository instead, and no "file://" appears anywhere in the page.
+TEST(Report, NamesDocsAsTextInsteadOfFileLinks) {
+  ReportOptions options;
+  options.docs_url = "file:///work/rotary/docs/";
+  const std::string html = render_report({preset_model("llama-2-7b")}, options);
+  EXPECT_EQ(html.find("file://"), std::string::npos);
+  EXPECT_THAT(html, Not(HasSubstr("<a href=")));
+  EXPECT_THAT(html, HasSubstr("its formula: docs/analysis.md;"));
+  options.docs_url = "FILE:///work/rotary/docs/";  // URL schemes are case-insensitive
+  EXPECT_EQ(render_report({preset_model("llama-2-7b")}, options).find("/work/rotary/docs"), std::string::npos);
 }
 
 TEST(Report, EscapesNamesAndTitles) {
