@@ -13,7 +13,11 @@
 //     access past them), and writes no byte outside out's elements. The one error allowed after
 //     the checks is a stored RoPE table's growth past TableOptions::max_bytes, which also leaves
 //     every byte as it was;
-//   - the fast path's output is finite (the arena holds moderate finite numbers in every storage
+//   - with a non-finite value written into q, k or v (NaN, +inf or -inf: the case's last
+//     bytes), the fast path's output is non-finite exactly where the reference's is, NaN where
+//     it is NaN (compare_finiteness);
+//   - head dims of 0 (q and k: every score 0; v and out: nothing written) run like any other;
+//   - otherwise the fast path's output is finite (the arena holds moderate finite numbers in every storage
 //     type, attention_case.hpp's tables and slopes are finite) and within the bound of
 //     docs/attention.md, "Error analysis" (tests/support/attention_bound.hpp) of the reference's,
 //     with call-wide maxima in place of the per-query terms (every term grows with them, so the
@@ -31,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,13 +53,14 @@ namespace {
 
 // What the inputs did (ROTARY_FUZZ_STATS=1 prints it at exit: how many inputs reach each stage).
 struct Stats {
-  int64_t inputs = 0, rejected = 0, accepted = 0, ran = 0, compared_elements = 0, beyond_float32 = 0;
+  int64_t inputs = 0, rejected = 0, accepted = 0, ran = 0, compared_elements = 0, beyond_float32 = 0, with_special = 0;
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") != nullptr) {
-      std::fprintf(stderr, "attention_args: %lld inputs, %lld rejected, %lld accepted, %lld run in both (%lld with scores past float32), "
-                   "%lld output elements compared\n",
+      std::fprintf(stderr, "attention_args: %lld inputs, %lld rejected, %lld accepted, %lld run in both (%lld with scores past float32, "
+                   "%lld with a non-finite input), %lld output elements compared\n",
                    static_cast<long long>(inputs), static_cast<long long>(rejected), static_cast<long long>(accepted),
-                   static_cast<long long>(ran), static_cast<long long>(beyond_float32), static_cast<long long>(compared_elements));
+                   static_cast<long long>(ran), static_cast<long long>(beyond_float32), static_cast<long long>(with_special),
+                   static_cast<long long>(compared_elements));
     }
   }
 };
@@ -130,6 +136,60 @@ void compare_outputs(const AttentionCase& c, const CosSinTable& table, const uns
   stats.compared_elements += require_within_attention_bound(out, fast + c.offset_bytes[3], ref + c.offset_bytes[3], arithmetic);
 }
 
+// Writes the case's non-finite value (NaN, +inf or -inf) into one element of q, k or v in
+// `arena` (the bytes both implementations start from); whether it did.
+bool inject_special(const AttentionCase& c, unsigned char* arena) {
+  const size_t v = c.special_view;
+  if (c.special_kind == 0 || c.null_data[v] || elements_of(c.views[v]) == 0) return false;
+  const TensorView& view = c.views[v];
+  if (view.dtype != DType::F32 && view.dtype != DType::BF16 && view.dtype != DType::F16) return false;
+  std::vector<int64_t> indices;
+  for_each_element(view, [&](int64_t index) { indices.push_back(index); });
+  const int64_t index = indices[static_cast<size_t>(c.special_pick) % indices.size()];
+  const double value = c.special_kind == 1 ? std::numeric_limits<double>::quiet_NaN()
+                       : c.special_kind == 2 ? std::numeric_limits<double>::infinity()
+                                             : -std::numeric_limits<double>::infinity();
+  test::store_element(arena + c.offset_bytes[v], view.dtype, index, value);
+  ++stats.with_special;
+  return true;
+}
+
+// With a non-finite input, the outputs' finiteness must agree element by element: non-finite in
+// the fast path exactly where the reference is (attention_kernels-inl.h: NaN and infinities
+// propagate as IEEE arithmetic does in the float64 reference), NaN where the reference is NaN,
+// and an infinite output only as the reference's infinity. A fast NaN may stand for a reference
+// infinity: a
+// weight that underflows in float32 (exp below -104) but not in float64 turns inf * weight into
+// 0 * inf. Compared only where the finite inputs' scores stay inside float32's range (as
+// compare_outputs), judged on the arena before the injection.
+void compare_finiteness(const AttentionCase& c, const CosSinTable& table, const unsigned char* finite_input,
+                        const unsigned char* fast, const unsigned char* ref) {
+  const auto& [q, k, v, out] = c.views;
+  const int64_t d = named_axes(q).dim;
+  const double scale = c.options.scale.value_or(d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+  double q_max = max_abs(q, finite_input + c.offset_bytes[0]), k_max = max_abs(k, finite_input + c.offset_bytes[1]);
+  if (c.rope_on) {
+    q_max *= 2 * table.attention_scaling() * (1 + 0x1p-20);
+    k_max *= 2 * table.attention_scaling() * (1 + 0x1p-20);
+  }
+  if (c.absolute_on) {
+    double p_max = 0;
+    for (const float value : c.absolute.table) p_max = std::max(p_max, std::abs(static_cast<double>(value)));
+    q_max += p_max;
+    k_max += p_max;
+  }
+  if (!(scale * static_cast<double>(d) * q_max * k_max <= 0x1p126 && scale * q_max <= 0x1p126)) return;
+  for_each_element(out, [&](int64_t index) {
+    const double f = test::load_element(fast + c.offset_bytes[3], out.dtype, index);
+    const double r = test::load_element(ref + c.offset_bytes[3], out.dtype, index);
+    require(std::isfinite(f) == std::isfinite(r), "with a non-finite input, the output is non-finite exactly where the reference's is",
+            "element " + std::to_string(index) + ": fast " + std::to_string(f) + ", reference " + std::to_string(r));
+    if (std::isnan(r)) require(std::isnan(f), "NaN where the reference is NaN", "element " + std::to_string(index) + ": fast " + std::to_string(f));
+    if (std::isinf(f)) require(f == r, "an infinite output is the reference's infinity", "element " + std::to_string(index));
+    ++stats.compared_elements;
+  });
+}
+
 // Runs an accepted call in both implementations on exactly-sized buffers.
 void run_accepted(AttentionCase& c, const CosSinTable& table, const std::vector<unsigned char>& arena) {
   int64_t total_elements = 0;
@@ -151,7 +211,9 @@ void run_accepted(AttentionCase& c, const CosSinTable& table, const std::vector<
 
   std::vector<bool> written(static_cast<size_t>(end), false);
   if (!c.null_data[3] && elements_of(c.views[3]) > 0) mark_elements(c.views[3], c.offset_bytes[3], written);
-  const std::vector<unsigned char> before(arena.begin(), arena.begin() + end);
+  const std::vector<unsigned char> finite(arena.begin(), arena.begin() + end);  // the bounds' inputs
+  std::vector<unsigned char> before = finite;
+  const bool special = inject_special(c, before.data());
   std::array<std::unique_ptr<unsigned char[]>, 2> results;
   for (const Implementation i : {Implementation::Fast, Implementation::Reference}) {
     // A fresh allocation of exactly `end` bytes, so that AddressSanitizer's redzone starts right
@@ -175,7 +237,12 @@ void run_accepted(AttentionCase& c, const CosSinTable& table, const std::vector<
     results[i == Implementation::Fast ? 0 : 1] = std::move(buffer);
   }
   ++stats.ran;
-  if (!c.null_data[3] && elements_of(c.views[3]) > 0) compare_outputs(c, table, before.data(), results[0].get(), results[1].get());
+  if (c.null_data[3] || elements_of(c.views[3]) == 0) return;
+  if (special) {
+    compare_finiteness(c, table, finite.data(), results[0].get(), results[1].get());
+  } else {
+    compare_outputs(c, table, before.data(), results[0].get(), results[1].get());
+  }
 }
 
 }  // namespace

@@ -124,6 +124,12 @@ struct AttentionCase {
   int64_t num_abs_values = 0, num_abs_q = 0, num_abs_k = 0;
   std::vector<float> abs_table;
   std::vector<int64_t> abs_q, abs_k;
+  // A non-finite input (read last, so older inputs keep their meaning): 0 none, 1 NaN, 2 +inf,
+  // 3 -inf, written into element `special_pick` (modulo its element count) of view
+  // `special_view` (q, k or v) of the arena copy a run starts from.
+  int special_kind = 0;
+  size_t special_view = 0;
+  int64_t special_pick = 0;
 
   // Whether every span can be backed by an array of its size (a count in [0, kMaxArray]). A
   // span's size is the caller's promise about its array, and attention may read all of a span
@@ -325,6 +331,17 @@ inline AttentionCase decode_attention_case(const uint8_t* data, size_t size) {
       c.kv_starts.push_back(starts == 1 ? in.u8() % (std::max<int64_t>(keys, 0) + 1) : static_cast<int8_t>(in.u8()));
     }
   }
+  // Degenerate head dims and a non-finite input, read after everything else (older inputs end
+  // before them and keep their meaning): 1 = q and k head dim 0 (every score the empty sum 0),
+  // 2 = v and out head dim 0 (nothing to write); then a special value's kind, view and element.
+  const uint8_t degenerate = in.u8() % 4;
+  const size_t dim_axis = static_cast<size_t>(layout_rank(layout) - 1);
+  if (degenerate == 1) c.views[0].shape[dim_axis] = c.views[1].shape[dim_axis] = 0;
+  if (degenerate == 2) c.views[2].shape[dim_axis] = c.views[3].shape[dim_axis] = 0;
+  const uint8_t special = in.u8();
+  c.special_kind = special % 4;
+  c.special_view = static_cast<size_t>(special / 4 % 3);
+  c.special_pick = in.u8() | (in.u8() << 8);
   return c;
 }
 

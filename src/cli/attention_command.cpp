@@ -10,6 +10,7 @@
 // with the run's largest magnitudes (a bound for every element at once; the tests use the
 // per-element form).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "core/json.hpp"
+#include "core/system_memory.hpp"
 #include "cpu/storage.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
@@ -37,7 +40,8 @@ namespace rotary::cli {
 const char* const kAttentionHelp =
     "usage: rotary attention [--preset NAME | --config FILE] --tokens N [--decode M]\n"
     "                        [--heads H --kv-heads G] [--encoding rope|none|sinusoidal|learned|alibi]\n"
-    "                        [--window W] [--dtype f32|bf16|f16] [--threads T] [--seed S] [--json]\n"
+    "                        [--window W] [--layer-type T] [--dtype f32|bf16|f16] [--threads T]\n"
+    "                        [--seed S] [--json]\n"
     "\n"
     "Runs seeded random q, k, v (values +-[0.1, 1], never zero) through a causal prefill of N tokens\n"
     "and M decode steps of rotary's attention, compares every output with the float64 reference\n"
@@ -56,12 +60,18 @@ const char* const kAttentionHelp =
     "                    added to q and k; learned: a seeded random table [N + M, head_dim] added\n"
     "                    to q and k; alibi: Press et al.'s slopes for H heads. The last four run\n"
     "                    rotary::attention with a query offset over growing buffers.\n"
-    "  --window W        sliding window in tokens, 0 = none (default: the config's sliding_window)\n"
+    "  --window W        sliding window in tokens, 0 = none (default: the config's sliding_window;\n"
+    "                    with --layer-type, that layer type's: sliding_attention the config's\n"
+    "                    sliding_window, full_attention none)\n"
+    "  --layer-type T    required when the config's layers differ (Gemma 3: full_attention or\n"
+    "                    sliding_attention, each with its own RoPE and window): the run is one\n"
+    "                    layer type's RoPE with that layer type's window\n"
     "  --dtype D         storage of q, k, v and the output: f32 (default), bf16, f16\n"
     "  --threads T       threads of the fast path (default: rotary's default)\n"
     "  --seed S          seed of the random q, k, v (and the learned table); default 0\n"
     "  --json            a JSON object: model, source, encoding, dtype, q_heads, kv_heads, head_dim,\n"
-    "                    window, tokens, decode, threads, seed, scale, prefill_ms,\n"
+    "                    window, layer_type (null without layer types), tokens, decode, threads,\n"
+    "                    seed, scale, prefill_ms,\n"
     "                    decode_ms_per_step, decode_ms_total, outputs, max_abs_error, error_bound,\n"
     "                    pass\n"
     "The head dim is the config's (rotary) head_dim; the softmax scale is attention_scale(spec,\n"
@@ -88,9 +98,30 @@ Encoding parse_encoding(const std::string& text) {
   for (size_t i = 0; i < kEncodingNames.size(); ++i) {
     if (text == kEncodingNames[i]) return static_cast<Encoding>(i);
   }
-  const std::optional<std::string> near = nearest(text, kEncodingNames);
+  // NoPE (no positional encoding) is spelt "none" here; by edit distance "nope" is nearer "rope".
+  const bool nope = text.size() == 4 && std::equal(text.begin(), text.end(), "nope", [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == b;
+  });
+  const std::optional<std::string> near = nope ? std::optional<std::string>("none") : nearest(text, kEncodingNames);
   throw UsageError(detail::concat("attention: --encoding must be rope, none, sinusoidal, learned or alibi (got \"", text, "\")",
                                   near ? "; did you mean " + *near + "?" : std::string()));
+}
+
+// The run holds q and out [tokens, heads, dim], k and v [tokens, kv_heads, dim] and, with RoPE, a
+// KV cache of k and v again, in `dtype`, plus float64 copies of one query's rows for the reference
+// (small). Refused before allocating when that is more than this process could ever hold (the
+// allocation would fail with a bare std::bad_alloc, or succeed under overcommit and meet the OOM
+// killer on first touch): the message names the sizes and the bytes, as KvCache's does.
+void check_run_fits_in_memory(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t dim, DType dtype) {
+  const double elements = static_cast<double>(tokens) * static_cast<double>(dim) * (2.0 * static_cast<double>(heads) + 4.0 * static_cast<double>(kv_heads));
+  const double bytes = elements * static_cast<double>(dtype_size(dtype));
+  const detail::MemoryCeiling ceiling = detail::memory_ceiling();
+  const double limit = ceiling.bytes > 0 ? static_cast<double>(ceiling.bytes) : static_cast<double>(std::numeric_limits<int64_t>::max());
+  if (bytes > limit) {
+    throw Error(detail::concat("attention: --tokens + --decode ", tokens, " with ", heads, " q heads, ", kv_heads, " kv heads and head_dim ",
+                               dim, " need about ", static_cast<int64_t>(std::min(bytes, 9e18)), " bytes for q, k, v, out and the KV cache, more than ",
+                               ceiling.bytes > 0 ? ceiling.what + " (" + std::to_string(ceiling.bytes) + " bytes)" : std::string("int64 bytes")));
+  }
 }
 
 // A contiguous BSHD buffer [1, tokens, heads, dim] of `dtype`, and views of token ranges.
@@ -136,6 +167,43 @@ double format_unit(DType dtype, double value) {
   return std::max(std::ldexp(1.0, std::ilogb(value) - p), min_ulp);
 }
 
+// The layer type the run is: --layer-type, required when the config's layers differ. Those are
+// the per-layer-type RoPE of Gemma 3, or a layer_types list of sliding and full layers with one
+// RoPE (gpt-oss): either way the layers differ in their window, so no one default is right.
+LayerTypeSpec attention_layer_type(const LoadedConfig& loaded, const std::optional<std::string>& layer_type) {
+  if (!loaded.config.layer_type_specs.empty()) return one_layer_type("attention", loaded, layer_type);
+  std::vector<std::string> names;
+  for (const std::string& name : loaded.config.layer_types) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string choices;
+  for (const std::string& name : names) choices += (choices.empty() ? "" : " or ") + name;
+  if (names.size() > 1 && !layer_type) {
+    throw UsageError(detail::concat("attention: ", loaded.source, "'s layers differ (layer_types ", choices,
+                                    "): choose one with --layer-type ", choices, " (got none)"));
+  }
+  if (layer_type && std::find(names.begin(), names.end(), *layer_type) == names.end()) {
+    throw UsageError(detail::concat("attention: --layer-type must be one of the config's layer types (",
+                                    names.empty() ? std::string("it has none") : choices, ") (got \"", *layer_type,
+                                    "\")"));
+  }
+  return {layer_type.value_or(""), &loaded.config.spec};
+}
+
+// The window of a layer type's layers, as transformers builds them (Gemma 3, gpt-oss:
+// sliding_attention layers use config.sliding_window, full_attention layers none); without layer
+// types, the config's sliding_window (Mistral: every layer). Another type's window is not known:
+// an error asking for --window.
+int64_t layer_type_window(const LoadedConfig& loaded, const std::string& layer_type) {
+  if (layer_type.empty()) return loaded.config.sliding_window.value_or(0);
+  if (layer_type == "full_attention") return 0;
+  if (layer_type == "sliding_attention" && loaded.config.sliding_window) return *loaded.config.sliding_window;
+  throw UsageError(detail::concat("attention: the window of layer type ", layer_type, " is not known (",
+                                  layer_type == "sliding_attention" ? "the config gives no sliding_window"
+                                                                    : "rotary knows sliding_attention and full_attention",
+                                  "): give --window W (got --layer-type ", layer_type, ")"));
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
@@ -150,6 +218,7 @@ int run_attention(Args& args) {
   const std::optional<int64_t> kv_heads_flag = args.integer("--kv-heads", 1, 65536);
   const std::optional<std::string> encoding_text = args.value("--encoding", "an encoding: rope, none, sinusoidal, learned or alibi");
   const std::optional<int64_t> window_flag = args.integer("--window", 0, int64_t{1} << 40);
+  const std::optional<std::string> layer_type = args.value("--layer-type");
   const std::optional<std::string> dtype_text = args.value("--dtype", "a storage type: f32, bf16 or f16");
   const std::optional<int64_t> threads = args.integer("--threads", 1, 256);
   const int64_t seed = args.integer("--seed", 0, std::numeric_limits<int64_t>::max()).value_or(0);
@@ -163,7 +232,8 @@ int run_attention(Args& args) {
   }
   const Encoding encoding = encoding_text ? parse_encoding(*encoding_text) : Encoding::Rope;
   const DType dtype = dtype_text ? parse_dtype(*dtype_text) : DType::F32;
-  RopeSpec spec = loaded.config.spec;
+  const LayerTypeSpec chosen = attention_layer_type(loaded, layer_type);
+  RopeSpec spec = *chosen.spec;
   const int64_t heads = heads_flag.value_or(spec.num_attention_heads);
   if (heads < 1) {
     throw UsageError(detail::concat("attention: --heads is required: ", loaded.source, " gives no num_attention_heads (got none)"));
@@ -184,13 +254,14 @@ int run_attention(Args& args) {
   if (encoding == Encoding::Sinusoidal && dim % 2 != 0) {
     throw UsageError(detail::concat("attention: --encoding sinusoidal needs an even head_dim (got ", dim, ")"));
   }
-  const int64_t window = window_flag.value_or(loaded.config.sliding_window.value_or(0));
+  const int64_t window = window_flag ? *window_flag : layer_type_window(loaded, chosen.name);
   if (args.parse_only()) return 0;
   if (threads) set_num_threads(static_cast<int>(*threads));
 
   const int64_t length = prefill + decode;
   const double scale = attention_scale(spec, dim);
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  check_run_fits_in_memory(length, heads, kv_heads, dim, dtype);
   Buffer q(dtype, length, heads, dim), k(dtype, length, kv_heads, dim), v(dtype, length, kv_heads, dim);
   q.fill(rng), k.fill(rng), v.fill(rng);
   Buffer out(dtype, length, heads, dim);
@@ -331,6 +402,11 @@ int run_attention(Args& args) {
     w.key("kv_heads").value(kv_heads);
     w.key("head_dim").value(dim);
     w.key("window").value(window);
+    if (chosen.name.empty()) {
+      w.key("layer_type").null();
+    } else {
+      w.key("layer_type").value(chosen.name);
+    }
     w.key("tokens").value(prefill);
     w.key("decode").value(decode);
     w.key("threads").value(num_threads());
@@ -347,7 +423,8 @@ int run_attention(Args& args) {
     args.out() << w.str() << "\n";
     return pass ? 0 : 1;
   }
-  args.out() << "attention: " << spec.name << " (" << loaded.source << "), " << encoding_name << ", " << heads << " q heads / "
+  args.out() << "attention: " << spec.name << " (" << loaded.source << "), "
+             << (chosen.name.empty() ? "" : "layer type " + chosen.name + ", ") << encoding_name << ", " << heads << " q heads / "
              << kv_heads << " kv heads, head_dim " << dim << ", " << to_string(dtype) << ", window "
              << (window > 0 ? std::to_string(window) : std::string("none")) << ", " << num_threads() << " thread"
              << (num_threads() == 1 ? "" : "s") << ", seed " << seed << "\n";

@@ -113,6 +113,10 @@ TEST(CliAttention, BadArgumentsNameTheFlagAndTheValue) {
       {"attention --token 8", "did you mean --tokens?"},
       {"attention --tokens 8 --encoding", "attention: --encoding needs an encoding: rope, none, sinusoidal, learned or alibi"},
       {"attention --tokens 8 --preset llama-3.1-7b", "did you mean llama-3.1-8b?"},
+      // Past any machine's memory: the sizes and the bytes, before allocating (was std::bad_alloc).
+      {"attention --tokens 32768 --heads 65536 --kv-heads 65536",
+       "attention: --tokens + --decode 32768 with 65536 q heads, 65536 kv heads and head_dim 128 need about 6597069766656 bytes "
+       "for q, k, v, out and the KV cache, more than "},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arguments);

@@ -570,7 +570,7 @@ std::vector<MatrixCase> matrix() {
       config_case(R"({"head_dim": 128, "rope_theta": 10000, "partial_rotary_factor": NaN})"));
   add("ConfigNotAnObject", "config", "the text [1, 2]", "the config must be a JSON object (got array of 2 elements)",
       config_case("[1, 2]"));
-  add("ConfigUnknownPreset", "config", "preset(\"llama-9\")", "olmo-3.1-32b-instruct (got \"llama-9\")", throws_case([] { preset("llama-9"); }));
+  add("ConfigUnknownPreset", "config", "preset(\"llama-9\")", "name or repository id (got \"llama-9\")", throws_case([] { preset("llama-9"); }));
 
   // ---- JSON
   add("JsonNested10000Deep", "json", "rope_scaling nested 10,000 arrays deep", "nesting deeper than 512 levels",
@@ -604,8 +604,8 @@ std::vector<MatrixCase> matrix() {
       npy_case(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }\n", "")));
   add("NpyBigEndian", "npy", "descr '>f4'", "npy q.npy: descr must be little-endian ('<' or '='): rotary does not byte-swap",
       npy_case(npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }\n", "abcd")));
-  add("NpyWrongDtype", "npy", "descr '<i4'", "npy q.npy: descr must be one of '<f4', '<f2', '<u2', '<f8', '<i8' (got '<i4')",
-      npy_case(npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }\n", "abcd")));
+  add("NpyWrongDtype", "npy", "descr '<c8'", "npy q.npy: descr must be one of '<f4', '<f2', '<u2' (bfloat16 bits), '<f8', or integers",
+      npy_case(npy_file("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }\n", "abcdefgh")));
   add("NpyFortranOrder", "npy", "fortran_order True", "npy q.npy: fortran_order must be False",
       npy_case(npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }\n", "abcd")));
   add("NpyVersion4", "npy", "format version 4.0", "npy q.npy: version must be 1.0, 2.0 or 3.0 (got 4.0)",
@@ -661,6 +661,18 @@ std::vector<MatrixCase> matrix() {
   add("CliSidewaysDirection", "cli", "rotary apply --direction sideways", "apply: --direction must be forward or backward (got \"sideways\")",
       cli_case({"apply", "--q", "q.npy", "--out-q", "out.npy", "--layout", "bshd", "--direction", "sideways"}, {"out.npy"}));
   add("CliVerifyGoldenWithoutDir", "cli", "rotary verify-golden", "verify-golden: DIR is required", cli_case({"verify-golden"}));
+  // Sizes a kernel loops over or divides by: zero and negative values are refused by name (a
+  // head dim of 0 reaches the kernels only through the library and Python, where it is the empty
+  // dot product: tests/attention/special_values_test.cpp).
+  add("CliAttentionZeroHeads", "cli", "rotary attention --heads 0", "attention: --heads must be an integer in [1, 65536] (got 0)",
+      cli_case({"attention", "--tokens", "8", "--heads", "0"}));
+  add("CliAttentionNegativeKvHeads", "cli", "rotary attention --kv-heads -2", "attention: --kv-heads must be an integer in [1, 65536] (got -2)",
+      cli_case({"attention", "--tokens", "8", "--kv-heads", "-2"}));
+  add("CliAttentionNegativeWindow", "cli", "rotary attention --window -1", "attention: --window must be an integer in [0, ",
+      cli_case({"attention", "--tokens", "8", "--window", "-1"}));
+  add("CliAttentionPastMemory", "cli", "rotary attention --tokens 32768 --heads 65536 --kv-heads 65536",
+      "attention: --tokens + --decode 32768 with 65536 q heads, 65536 kv heads and head_dim 128 need about 6597069766656 bytes",
+      cli_case({"attention", "--tokens", "32768", "--heads", "65536", "--kv-heads", "65536"}));
   return cases;
 }
 
