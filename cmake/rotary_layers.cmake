@@ -21,7 +21,8 @@ set(ROTARY_LAYER_DIR_cli cli)
 set(ROTARY_LAYER_DIR_python python)
 
 # What each layer may include and link: itself and the layers below it. `hwy` is Highway, which
-# stays inside src/cpu (STYLE.md section 8: no Highway type leaks out of the kernels' folder).
+# stays inside src/cpu (no Highway type leaks out of the kernels' folder: no other layer needs its
+# headers).
 set(ROTARY_LAYER_USES_core core)
 set(ROTARY_LAYER_USES_cpu core cpu hwy)
 set(ROTARY_LAYER_USES_bandwidth core cpu bandwidth hwy)

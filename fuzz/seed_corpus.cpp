@@ -2,7 +2,7 @@
 //
 //   fuzz_seed_corpus OUT_DIR [GOLDEN_DIR]
 //
-// hf_config: every preset's config.json, the "config" of every ../shared/golden case, and
+// hf_config: every preset's config.json, the "config" of every tests/golden case, and
 //            hand-made texts (NaN / Infinity, duplicate keys, per-layer parameters, deep nesting).
 // npy:       np.save's bytes for every element type and a few shapes, the 2.0 / 3.0 headers,
 //            ml_dtypes' bfloat16 descr, and some broken files.

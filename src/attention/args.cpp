@@ -3,7 +3,7 @@
 //
 // Every message has the form "attention: <argument> <what was expected> (got <value>)" and names
 // the argument as the caller spells it (q, k, v, out, options.window, options.kv_lengths[3],
-// rope.q_positions[7], ...). The checks run before any memory is written (STYLE.md section 4).
+// rope.q_positions[7], ...). The checks run before any memory is written (a refused call leaves out as it was).
 // What they guarantee the kernels:
 //   - q, k, v, out share one dtype and one layout; out has q's batch / seq / heads and v's head
 //     dim; k and v agree on batch, seq and heads; q and k on the head dim; kv heads divide q heads;

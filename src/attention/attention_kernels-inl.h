@@ -1,7 +1,8 @@
 // src/attention/attention_kernels-inl.h: blocked online-softmax attention (FlashAttention's
 // forward loop, Dao et al. 2022, Algorithm 1; the online normaliser of Milakov & Gimelshein 2018)
 // as Highway templates over the storage type. attention_kernels_f32.cpp, _bf16.cpp and _f16.cpp
-// include it once per target and instantiate their type (STYLE.md section 8).
+// include it once per target (Highway's foreach_target.h: one source compiled per SIMD target,
+// dispatched at run time) and instantiate their type.
 //
 // One item (kernels.hpp) = the q heads of one kv head x a block of queries, R rows in all. Per row
 // r it keeps m_r (running max of the scores), l_r (running sum of exp(s - m_r)) and an

@@ -1,5 +1,5 @@
 // src/attention/kernels.hpp: the SIMD attention kernels behind rotary::attention (internal to
-// rotary_attention). Plain wrappers only: no Highway type leaks out (STYLE.md section 8). The
+// rotary_attention). Plain wrappers only: no Highway type leaks out (callers stay free of SIMD headers). The
 // kernels (attention_kernels-inl.h) are compiled once per Highway target in
 // attention_kernels_f32.cpp, _bf16.cpp and _f16.cpp and picked at run time
 // (HWY_DYNAMIC_DISPATCH), so force_cpu_target() chooses them as it chooses apply()'s.

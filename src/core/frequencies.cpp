@@ -122,7 +122,8 @@ namespace {
 // gpt-oss-20b, pair 17), because the blend 1 - ramp (1 - 1/s) amplifies the ramp's error.
 std::pair<Real, Real> correction_range(const RopeSpec& spec) {
   // HF find_correction_dim: d * ln(L0 / (2 pi r)) / (2 ln base), with L0 the ORIGINAL context
-  // (transformers <= 4.44 passed max_position_embeddings here; FORMULAS.md pitfall 7).
+  // (transformers <= 4.44 passed max_position_embeddings here, in modeling_rope_utils.py's
+  // _compute_yarn_parameters; docs/formulas.md, YaRN, "Other engines").
   const Real dim = static_cast<Real>(spec.rotary_dim);
   const Real base = spec.theta_base;
   const Real original = static_cast<Real>(spec.original_context());

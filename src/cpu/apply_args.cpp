@@ -1,8 +1,8 @@
 // src/cpu/apply_args.cpp: the apply() contract made executable: argument checks, and which
 // position stream each pair reads.
 //
-// check_apply_arguments() is the one place where apply()'s arguments are validated (STYLE.md
-// section 4: check once, at the entry point). Every message has the form
+// check_apply_arguments() is the one place where apply()'s arguments are validated (once, at
+// the entry point, before any memory is written). Every message has the form
 //   "apply: <argument> <what was expected> (got <value>)"
 // and names the argument as the caller spells it (q, k, q_out, k_out, positions.values,
 // positions.cu_seqlens, options.rotary_offset, ...). Nothing is
@@ -63,7 +63,7 @@ int position_streams(const RopeSpec& spec) {
   return 1;
 }
 
-// Which stream pair i reads (FORMULAS.md, "M-RoPE"; docs/formulas.md section 12):
+// Which stream pair i reads (docs/formulas.md section 12):
 //   M-RoPE chunked (HF apply_multimodal_rotary_pos_emb, mrope_section*2 over cat(freqs, freqs)):
 //     t for i < s_t, h for i < s_t + s_h, w otherwise;
 //   M-RoPE interleaved (HF Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope, slice(offset,

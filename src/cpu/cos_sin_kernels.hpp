@@ -1,5 +1,5 @@
 // src/cpu/cos_sin_kernels.hpp: the SIMD kernel of apply_cos_sin's Rounding::LikeTorch (internal to
-// rotary_cpu; Highway stays in cos_sin_kernels-inl.h, STYLE.md section 8).
+// rotary_cpu; Highway stays in cos_sin_kernels-inl.h, so no other file needs its headers).
 //
 // A block of tokens x heads of one tensor, rotated as eager torch evaluates Hugging Face's
 // x * cos + rotate(x) * sin (apply_cos_sin.cpp cites the source): every operation in float32 and

@@ -1,6 +1,7 @@
 // src/cpu/kernels.hpp: the SIMD row kernels behind rotary::apply (internal to rotary_cpu).
 //
-// Declares only plain wrappers: no Highway type leaks out of src/cpu/ (STYLE.md section 8).
+// Declares only plain wrappers: no Highway type leaks out of src/cpu/, so no other folder needs
+// Highway's headers or its per-target namespaces.
 // The kernels (rotate_kernels-inl.h) are compiled once per Highway target and storage type in
 // rotate_kernels_f32.cpp, _bf16.cpp and _f16.cpp and picked at run time
 // (HWY_DYNAMIC_DISPATCH); force_cpu_target() narrows the choice for tests and benchmarks.

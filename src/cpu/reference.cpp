@@ -1,7 +1,7 @@
 // src/cpu/reference.cpp: the float64 definition of apply() (include/rotary/apply.hpp).
 //
 // Plain scalar loops in float64 that mirror the math of apply.hpp line for line: no SIMD, no
-// threads, no shortcuts (STYLE.md section 9). Every fast path is tested against this file, so
+// threads, no shortcuts: it is the oracle. Every fast path is tested against this file, so
 // it favours being obviously right over being fast.
 //
 // Per token: its position in each stream, the table row(s) at those positions, then for every

@@ -1,10 +1,10 @@
 // src/cpu/rotate_kernels-inl.h: the Highway SIMD kernels that rotate one token's heads, as
 // templates over the storage type. Each of rotate_kernels_f32.cpp, _bf16.cpp and _f16.cpp
 // includes this file once per Highway target (foreach_target, the usual -inl.h guard below) and
-// instantiates its own type, so that the three compile in parallel (STYLE.md section 8: one file
-// took 5-9 minutes under the sanitizers). Dispatched at run time. Highway 1.0.3
+// instantiates its own type, so that the three compile in parallel (one file took 5-9 minutes
+// under the sanitizers). Dispatched at run time. Highway 1.0.3
 // (Debian's libhwy-dev), so only ops that version has on every target, HWY_SCALAR/EMU128
-// included (STYLE.md section 8): no LoadN/StoreN, no Highway bf16/f16 demotion (it truncates
+// included: no LoadN/StoreN, no Highway bf16/f16 demotion (it truncates
 // bf16, and f16 below AVX2). The 16-bit formats are converted here in 32-bit integer lanes,
 // exactly and with round-to-nearest-even on store, so every target gives the same bits for the
 // same float32 result.

@@ -169,22 +169,22 @@ void bind_convert_weights(py::module_& m) {
                               const std::vector<std::string>& q_modules, const std::vector<std::string>& k_modules,
                               bool dry_run) {
     ConvertOptions options;
-    if (to == "interleaved") {
-      options.to = Style::GPTJ;
-    } else if (to == "half-split") {
-      options.to = Style::NeoX;
+    // The pairing names every rotary function takes (parse_style: neox, gptj and their aliases).
+    if (const std::optional<Style> style = parse_style(to)) {
+      options.to = *style;
     } else {
-      fail("convert_weights: to must be \"interleaved\" or \"half-split\" (got \"" + to + "\")");
+      fail("convert_weights: to must be \"interleaved\" (or \"gptj\") or \"half-split\" (or \"neox\") (got \"" + to + "\")");
     }
     options.q_modules = q_modules;
     options.k_modules = k_modules;
     options.dry_run = dry_run;
     const CheckpointGeometry geometry = checkpoint_geometry(config_text, config_source);
-    ConvertResult result;
+    CheckpointConversion conversion;  // a .safetensors file, a model folder or a sharded checkpoint
     {
       py::gil_scoped_release release;
-      result = convert_weights(in_path, out_path, geometry, options);
+      conversion = convert_checkpoint(in_path, out_path, geometry, options);
     }
+    const ConvertResult& result = conversion.total;
     py::list permuted;
     for (const PermutedTensor& t : result.permuted) {
       py::dict row;
@@ -202,6 +202,11 @@ void bind_convert_weights(py::module_& m) {
     out["permuted"] = permuted;
     out["copied"] = result.copied;
     out["file_bytes"] = result.file_bytes;
+    py::list files;
+    for (const ShardConversion& shard : conversion.shards) files.append(shard.name);
+    out["files"] = files;  // a folder's converted .safetensors files; empty for a file
+    out["copied_files"] = conversion.copied_files;
+    out["left_out"] = conversion.left_out;
     py::dict shape;
     shape["num_attention_heads"] = geometry.num_attention_heads;
     shape["num_key_value_heads"] = geometry.num_key_value_heads;
@@ -697,7 +702,78 @@ PYBIND11_MODULE(_rotary, m) {
       .def("pair_streams", [](const RopeSpec& spec) { return pair_streams(spec); })
       .def("position_streams", [](const RopeSpec& spec) { return position_streams(spec); })
       .def("frequency_seq_len", [](const RopeSpec& spec, int64_t seq_len) { return frequency_seq_len(spec, seq_len); })
-      .def_property_readonly("sequence_dependent", [](const RopeSpec& spec) { return sequence_dependent(spec); });
+      .def_property_readonly("sequence_dependent", [](const RopeSpec& spec) { return sequence_dependent(spec); })
+      .def_property_readonly("default_trained_context",
+                             [](const RopeSpec& spec) { return analysis::default_trained_context(spec); })
+      .def_property_readonly("default_target_context",
+                             [](const RopeSpec& spec) { return analysis::default_target_context(spec); })
+      // pickle and copy.deepcopy: every field, enums by name (to_string / its inverse), the layout
+      // named by its first element; a state of another layout or an unknown name is a RotaryError.
+      .def(py::pickle(
+          [](const RopeSpec& spec) {
+            const Scaling& s = spec.scaling;
+            const py::tuple scaling = py::make_tuple(
+                std::string(to_string(s.type)), s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow,
+                s.truncate, s.mscale, s.mscale_all_dim, s.attention_factor, s.short_factor, s.long_factor,
+                s.low_freq_factor, s.high_freq_factor, s.ntk_alpha);
+            const std::optional<double> xpos = spec.xpos ? std::optional<double>(spec.xpos->scale_base) : std::nullopt;
+            return py::make_tuple("RopeSpec/1", spec.name, spec.head_dim, spec.rotary_dim, spec.partial_rotary_factor,
+                                  spec.theta_base, std::string(to_string(spec.style)), scaling,
+                                  spec.max_position_embeddings, xpos, std::string(to_string(spec.axes)),
+                                  spec.mrope.pairs, std::string(to_string(spec.mrope.assignment)),
+                                  spec.num_attention_heads, spec.num_key_value_heads, spec.hidden_size);
+          },
+          [](const py::tuple& state) {
+            if (state.size() != 16 || !py::isinstance<py::str>(state[0]) || state[0].cast<std::string>() != "RopeSpec/1") {
+              fail("RopeSpec: cannot unpickle this state (expected 16 fields starting with 'RopeSpec/1', got " +
+                   std::to_string(state.size()) + " fields)");
+            }
+            // The enum whose name is `name`, among `values`.
+            const auto named = [](const auto& values, const std::string& name, const char* field) {
+              for (const auto value : values) {
+                if (to_string(value) == name) return value;
+              }
+              fail(std::string("RopeSpec: cannot unpickle ") + field + " '" + name + "'");
+            };
+            RopeSpec spec;
+            spec.name = state[1].cast<std::string>();
+            spec.head_dim = state[2].cast<int64_t>();
+            spec.rotary_dim = state[3].cast<int64_t>();
+            spec.partial_rotary_factor = state[4].cast<double>();
+            spec.theta_base = state[5].cast<double>();
+            spec.style = named(std::array{Style::NeoX, Style::GPTJ}, state[6].cast<std::string>(), "style");
+            const auto scaling = state[7].cast<py::tuple>();
+            if (scaling.size() != 14) fail("RopeSpec: cannot unpickle scaling (expected 14 fields)");
+            Scaling& s = spec.scaling;
+            s.type = named(std::array{ScalingType::Default, ScalingType::Linear, ScalingType::Dynamic,
+                                      ScalingType::NtkAlpha, ScalingType::Yarn, ScalingType::LongRope,
+                                      ScalingType::Llama3, ScalingType::Proportional},
+                           scaling[0].cast<std::string>(), "rope_type");
+            s.factor = scaling[1].cast<std::optional<double>>();
+            s.original_max_position_embeddings = scaling[2].cast<int64_t>();
+            s.beta_fast = scaling[3].cast<double>();
+            s.beta_slow = scaling[4].cast<double>();
+            s.truncate = scaling[5].cast<bool>();
+            s.mscale = scaling[6].cast<std::optional<double>>();
+            s.mscale_all_dim = scaling[7].cast<std::optional<double>>();
+            s.attention_factor = scaling[8].cast<std::optional<double>>();
+            s.short_factor = scaling[9].cast<std::vector<double>>();
+            s.long_factor = scaling[10].cast<std::vector<double>>();
+            s.low_freq_factor = scaling[11].cast<double>();
+            s.high_freq_factor = scaling[12].cast<double>();
+            s.ntk_alpha = scaling[13].cast<double>();
+            spec.max_position_embeddings = state[8].cast<int64_t>();
+            if (const auto xpos = state[9].cast<std::optional<double>>()) spec.xpos = XPos{*xpos};
+            spec.axes = named(std::array{PositionAxes::Single, PositionAxes::MRope, PositionAxes::Vision2D},
+                              state[10].cast<std::string>(), "axes");
+            spec.mrope.pairs = state[11].cast<std::array<int64_t, 3>>();
+            spec.mrope.assignment = named(std::array{MRopeAssignment::Chunked, MRopeAssignment::Interleaved},
+                                          state[12].cast<std::string>(), "mrope assignment");
+            spec.num_attention_heads = state[13].cast<int64_t>();
+            spec.num_key_value_heads = state[14].cast<int64_t>();
+            spec.hidden_size = state[15].cast<int64_t>();
+            return spec;
+          }));
 
   m.def("parse_hf_config", [](const std::string& text, const std::string& source) {
     return hf_config_dict(parse_hf_config(text, source));
@@ -1108,24 +1184,33 @@ PYBIND11_MODULE(_rotary, m) {
     out["pairing"] = std::string(analysis::to_string(d.pairing));
     out["pairing_score"] = d.pairing_score;
     std::vector<std::pair<int64_t, int64_t>> pairs;
-    std::vector<double> inv_freq, residual;
+    std::vector<double> residual;
+    py::list inv_freq;  // None for a pair the samples do not pin down
     for (const auto& pair : d.pairs) {
       pairs.emplace_back(pair.first, pair.second);
-      inv_freq.push_back(pair.inv_freq);
+      inv_freq.append(pair.identified ? py::object(py::float_(pair.inv_freq)) : py::object(py::none()));
       residual.push_back(pair.max_residual_rad);
     }
     out["pairs"] = pairs;
     out["inv_freq"] = inv_freq;
     out["pair_residual_rad"] = residual;
-    out["direction"] = d.direction == Direction::Forward ? "forward" : "backward";
-    out["position_offset"] = d.position_offset;
+    // What the samples cannot pin down is None, and named in cannot_tell.
+    out["cannot_tell"] = d.cannot_tell;
+    out["direction"] = d.direction ? py::object(py::str(*d.direction == Direction::Forward ? "forward" : "backward"))
+                                   : py::object(py::none());
+    out["position_offset"] = d.position_offset ? py::object(py::int_(*d.position_offset)) : py::object(py::none());
+    out["constant_phase_rad"] = d.constant_phase_rad;
+    out["cos_sin_swapped"] = d.cos_sin_swapped;
     out["attention_scaling"] = d.attention_scaling;
-    out["precision"] = std::string(analysis::to_string(d.precision));
+    out["precision"] = d.precision ? py::object(py::str(std::string(analysis::to_string(*d.precision))))
+                                   : py::object(py::none());
     out["max_residual_rad"] = d.max_residual_rad;
     out["small_angle_residual_rad"] = d.small_angle_residual_rad;
     out["scheme"] = d.scheme;
-    out["fitted_theta_base"] = d.fitted_theta_base;
-    out["fitted_linear_factor"] = d.fitted_linear_factor;
+    out["fitted_theta_base"] =
+        d.fitted_theta_base ? py::object(py::float_(*d.fitted_theta_base)) : py::object(py::none());
+    out["fitted_linear_factor"] =
+        d.fitted_linear_factor ? py::object(py::float_(*d.fitted_linear_factor)) : py::object(py::none());
     out["nearest_preset"] = d.nearest_preset;
     py::list candidates;
     for (const auto& candidate : d.candidates) {

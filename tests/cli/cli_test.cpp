@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <random>
@@ -20,6 +21,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/frequencies.hpp"
 #include "cli_runner.hpp"
+#include "cli/bench_output.hpp"
 #include "core/json.hpp"
 #include "cli/npy.hpp"
 #include "run_cli.hpp"
@@ -441,9 +443,57 @@ TEST(Cli, BenchFullShowsProgressAndMarksUnreliableRows) {
   for (const json::Value& row : rows.as_array()) {
     const json::Value* unreliable = row.find("unreliable");
     ASSERT_NE(unreliable, nullptr);
-    EXPECT_TRUE(unreliable->is_null() || unreliable->as_string().find("spread") == 0 ||
-                unreliable->as_string().find("other processes") == 0);
+    EXPECT_TRUE(unreliable->is_null() || unreliable->as_string().find("spread ") == 0 ||
+                unreliable->as_string().find("baseline spread ") == 0);
+    const json::Value* other_cpu = row.find("other_cpu_percent");  // said, not judged
+    ASSERT_NE(other_cpu, nullptr);
+    EXPECT_TRUE(other_cpu->is_null() || other_cpu->as_double() >= 0.0);
   }
+  // The legend under the table: what a ratio divides by, why it can pass 1, what "!" means.
+  EXPECT_THAT(r.out, HasSubstr("# ratio (x copy): the row's GB/s / a memory stream's of the same dtype and threads"));
+  EXPECT_THAT(r.out, HasSubstr("# ! = unreliable: the row's median was more than 15% above its fastest repetition"));
+}
+
+// "!" follows the spread of a row's repetitions (its own, or its stream's: the ratio divides by
+// both), not other processes' load, which used to mark every row on a busy machine although each
+// ratio is timed in alternation with its stream; the load is kept as a figure. The quick table's
+// legend says why a ratio can pass 1 (the out-of-place kernel's four streams against one copy).
+TEST(Cli, BenchMarksSpreadNotLoadAndExplainsRatiosAboveOne) {
+  namespace bench = cli::bench;
+  bench::Row steady;
+  steady.name = steady.workload = "prefill";
+  steady.dtype = "float32";
+  steady.threads = 2;
+  steady.median_ms = 1.10;
+  steady.min_ms = 1.0;
+  steady.gb_per_s = 20.0;
+  steady.ratio_to_copy = 1.05;
+  bench::Row spread = steady;
+  bench::Row stream_spread = steady;
+  bench::judge_noise(steady, 60.0);  // a busy machine, repetitions within 10%
+  EXPECT_EQ(steady.unreliable, "");
+  EXPECT_EQ(steady.other_cpu_percent, 60.0);
+  spread.median_ms = 1.25;
+  bench::judge_noise(spread, 0.0);
+  EXPECT_EQ(spread.unreliable, "spread 25%");
+  stream_spread.baseline_spread = 0.30;
+  bench::judge_noise(stream_spread, std::nan(""));
+  EXPECT_EQ(stream_spread.unreliable, "baseline spread 30%");
+  EXPECT_TRUE(std::isnan(stream_spread.other_cpu_percent));
+
+  std::ostringstream out;
+  bench::print_quick(out, {.preset = "llama-3.1-8b", .target = "AVX2", .repetitions = 5}, {steady, spread}, {});
+  const std::string text = out.str();
+  EXPECT_THAT(text, ::testing::ContainsRegex("1\\.1000 +20\\.00 +1\\.050  \n"));  // no mark
+  EXPECT_THAT(text, ::testing::ContainsRegex("1\\.2500 +20\\.00 +1\\.050 !\n"));
+  EXPECT_THAT(text, HasSubstr("# ratio (x copy): the row's GB/s / a memory stream's of the same dtype and threads"));
+  EXPECT_THAT(text, HasSubstr("Above 1 is possible: the\n#   stream is measured here, not a hardware limit, and the"
+                              " out-of-place kernel runs four streams\n#   at once (q and k in, q and k out), which"
+                              " can draw more from memory than one copy.\n"));
+  EXPECT_THAT(text, HasSubstr("# ! = unreliable: the row's median was more than 15% above its fastest repetition, or"
+                              " its\n#   stream's was"));
+  EXPECT_THAT(text, HasSubstr("Other processes' load alone marks no\n#   row"));
+  EXPECT_THAT(text, HasSubstr("# 1 of 2 rows marked !: rerun them"));
 }
 
 // The floors run with the kernels' target: every stream row but glibc's memcpy names it.
@@ -483,7 +533,7 @@ TEST(Cli, BenchFollowsRotaryCpuTargetAndRefusesAnotherTarget) {
                                      forced + ")"));
 }
 
-// ---- `rotary bench`'s PyTorch peer: the project's own script, found without ../shared ----------
+// ---- `rotary bench`'s PyTorch peer: the project's own script, found from the command ----------
 
 // The command's smallest run that still asks the peer for rows (decode is a shape it can run).
 const char* const kBenchPeerRun =
@@ -497,6 +547,7 @@ std::string write_fake_python(const ScratchDir& dir, const std::string& name, bo
   std::ofstream(path) << "#!/bin/sh\n"
                       << "if [ \"$1\" = \"-c\" ]; then exit " << (has_torch ? 0 : 1) << "; fi\n"
                       << "printf '%s\\n' \"$1\" > '" << (dir / "peer_script_path") << "'\n"
+                      << "printf '%s\\n' \"$@\" >> '" << (dir / "peer_args") << "'\n"
                       << "out=''\n"
                       << "while [ $# -gt 0 ]; do if [ \"$1\" = --json ]; then out=\"$2\"; fi; shift; done\n"
                       << "printf '%s' '{\"meta\": {\"torch_version\": \"0-fake\", \"cpu_capability\": \"fake\"},"
@@ -516,8 +567,8 @@ std::vector<std::string> torch_cases(const std::string& json_out) {
   return names;
 }
 
-// Run from a directory with no ../shared, nor ROTARY_PEERS_DIR: the build-tree command finds the
-// project's own bench/peers/torch_rope_bench.py.
+// Run from a directory outside the source tree, without ROTARY_PEERS_DIR: the build-tree command
+// finds the project's own bench/peers/torch_rope_bench.py.
 TEST(CliBenchPeer, RunsTheProjectsOwnScriptFromAnyDirectory) {
   const ScratchDir dir("rotary_bench_peer_own");
   const std::string python = write_fake_python(dir, "python", true);
@@ -537,6 +588,59 @@ TEST(CliBenchPeer, RunsTheProjectsOwnScriptFromAnyDirectory) {
     EXPECT_EQ(row.find("baseline")->as_string(), "copy");  // our floor, not torch's copy
     EXPECT_GT(row.find("ratio_to_copy")->as_double(), 0.0);
   }
+}
+
+// torch.compile's compiles took up to 80 s of `rotary bench --quick`'s 1-4 minutes on 2 cores:
+// --quick asks the peer for no torch_hf_compile (--no-compile) and its torch line says so and how
+// to get it; --torch-compile brings it back, and the full bench always runs it.
+TEST(CliBenchPeer, QuickLeavesTorchCompileOutUnlessAsked) {
+  const ScratchDir dir("rotary_bench_peer_compile");
+  const std::string python = write_fake_python(dir, "python", true);
+  const std::string in_dir = "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ";
+  const auto run_peer = [&](const std::string& arguments, std::string& peer_args) {
+    std::filesystem::remove(dir.path / "peer_args");
+    const Result r = run(arguments + " --torch " + python, in_dir);
+    peer_args = read_all(dir / "peer_args");
+    return r;
+  };
+  const std::string left_out =
+      "torch_hf_compile not run (--quick leaves torch.compile out: its compiles took up to 80 s on 2 cores;"
+      " --torch-compile runs it)";
+  std::string args;
+  const Result quick_json = run_peer(kBenchPeerRun, args);
+  ASSERT_EQ(quick_json.exit_code, 0) << quick_json.err;
+  EXPECT_THAT(args, HasSubstr("\n--no-compile\n"));
+  EXPECT_THAT(quick_json.err, HasSubstr(left_out));  // JSON: the note on stderr
+
+  const Result quick_text = run_peer("bench --quick --cases decode --dtypes float32 --threads 1 --repetitions 1", args);
+  ASSERT_EQ(quick_text.exit_code, 0) << quick_text.err;
+  EXPECT_THAT(args, HasSubstr("\n--no-compile\n"));
+  EXPECT_THAT(quick_text.out, HasSubstr("torch: torch 0-fake (cpu_capability fake) via " + python));
+  EXPECT_THAT(quick_text.out, HasSubstr(left_out + "\n"));
+
+  const Result asked = run_peer(std::string(kBenchPeerRun) + " --torch-compile", args);
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_THAT(args, HasSubstr("\n--table-positions\n0\n"));  // the peer ran
+  EXPECT_THAT(args, Not(HasSubstr("--no-compile")));
+  EXPECT_THAT(asked.err, Not(HasSubstr("torch_hf_compile not run")));
+
+  const Result full = run_peer("bench --json --cases decode --dtypes float32 --threads 1 --repetitions 1", args);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_THAT(args, HasSubstr("\n--table-positions\n0\n"));
+  EXPECT_THAT(args, Not(HasSubstr("--no-compile")));
+
+  // --quick without --threads: PyTorch at the largest of the default counts (1,2) only, the one the
+  // short table shows, and the torch line says how to get both; the kernels still run at both.
+  const Result quick_default = run_peer("bench --json --quick --cases decode --dtypes float32 --repetitions 1", args);
+  ASSERT_EQ(quick_default.exit_code, 0) << quick_default.err;
+  EXPECT_THAT(args, HasSubstr("\n--threads\n2\n--dtypes\n"));
+  EXPECT_THAT(quick_default.err, HasSubstr("; --quick: PyTorch at 2 threads only (--threads 1,2 runs it at each); "));
+  const json::Value rows = json::parse(quick_default.out, "bench --json");
+  std::set<int64_t> decode_threads;
+  for (const json::Value& row : rows.as_array()) {
+    if (row.find("case")->as_string() == "decode") decode_threads.insert(row.find("threads")->as_int64());
+  }
+  EXPECT_EQ(decode_threads, (std::set<int64_t>{1, 2}));
 }
 
 // The attention cases (src/cli/bench_attention.hpp) on the smallest run that still has every
@@ -664,7 +768,7 @@ TEST(CliBenchPeer, ReadsEveryFormulationOfTheProjectsScript) {
     GTEST_SKIP() << python << " cannot import torch";
   }
   const ScratchDir dir("rotary_bench_peer_torch");
-  const Result r = run(std::string(kBenchPeerRun) + " --torch " + python,
+  const Result r = run(std::string(kBenchPeerRun) + " --torch-compile --torch " + python,
                        "cd '" + dir.path.string() + "' && env -u ROTARY_PEERS_DIR ");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> cases = torch_cases(r.out);
@@ -682,7 +786,7 @@ TEST(CliBenchPeer, ReadsEveryFormulationOfTheProjectsScript) {
     EXPECT_EQ(row.find("repetitions")->as_int64(), 1) << name;
     EXPECT_THAT(row.find("target")->as_string(), HasSubstr("torch:")) << name;
   }
-  // Every row says which CPU it was measured on (issue 21).
+  // Every row says which CPU it was measured on: figures from two machines are not comparable.
   for (const json::Value& row : rows.as_array()) {
     ASSERT_NE(row.find("cpu_model"), nullptr);
     ASSERT_NE(row.find("cpu_flags"), nullptr);
@@ -966,6 +1070,270 @@ TEST(CliFiles, ApplyChecksTheShapeOfPositionArrays) {
   ASSERT_EQ(run("apply --preset qwen2-vl-7b --layout bshd --q " + q + " --positions " + mrope_shared + " --out-q " +
                 (files.dir / "o_ms.npy")).exit_code, 0);
   EXPECT_EQ(read_all(files.dir / "o_ms.npy"), read_all(files.dir / "o_m.npy"));
+}
+
+// ---- export: vLLM's row count, stdout and --json ----
+
+TEST(CliExport, VllmYarnCacheHasOriginalTimesFactorRowsAsVllmBuildsIt) {
+  // Qwen2.5 YaRN: max_position_embeddings 32768, original 32768, x4. vLLM's
+  // YaRNScalingRotaryEmbedding builds ceil(32768 x 4) rows; the export used to write 32768.
+  test::ScratchDir dir("rotary_cli_export_rows");
+  const Result r = run("export --format vllm --preset qwen2.5-7b-yarn --dtype bfloat16 -o " + dir / "c.npy");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const npy::Array array = npy::read(dir / "c.npy");
+  EXPECT_EQ(array.shape, (std::vector<int64_t>{131072, 128}));
+  EXPECT_THAT(r.err, HasSubstr("cos_sin_cache (131072, 128) bfloat16"));
+  // Linear: max_position_embeddings x factor (vLLM reads it as the unscaled length).
+  const Result gemma = run("export --format vllm --preset gemma-3-27b --layer-type full_attention --dtype bfloat16 --json");
+  ASSERT_EQ(gemma.exit_code, 0) << gemma.err;
+  EXPECT_EQ(json::parse(gemma.out, "export --json").find("rows")->as_int64(), 1048576);
+  // The other formats keep max_position_embeddings.
+  const Result fi = run("export --format flashinfer --preset qwen2.5-7b-yarn --json");
+  ASSERT_EQ(fi.exit_code, 0) << fi.err;
+  EXPECT_EQ(json::parse(fi.out, "export --json").find("rows")->as_int64(), 32768);
+}
+
+TEST(CliExport, DashOWritesTheNpyToStdoutAndNoFileNamedDash) {
+  test::ScratchDir dir("rotary_cli_export_stdout");
+  const std::string flags = "export --format flash-attn --preset llama-2-7b --dtype float16 --max-position 5";
+  const Result to_stdout = run(flags + " -o -", "cd " + dir.path.string() + " && ");
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+  EXPECT_EQ(dir.names(), std::vector<std::string>{});  // not a file called "-"
+  EXPECT_THAT(to_stdout.err, HasSubstr("rotary: wrote stdout: cos_sin"));
+  const Result to_file = run(flags + " -o " + dir / "f.npy");
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.err;
+  EXPECT_EQ(to_stdout.out, read_all(dir / "f.npy"));  // the same bytes, binary intact
+  const npy::Array array =
+      npy::parse(std::vector<unsigned char>(to_stdout.out.begin(), to_stdout.out.end()), "stdout");
+  EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 5, 64}));
+  EXPECT_EQ(array.type, npy::ElementType::Float16);
+}
+
+TEST(CliExport, JsonSummarizesWhatWasOrWouldBeWritten) {
+  test::ScratchDir dir("rotary_cli_export_json");
+  const std::string flags = "export --format vllm --preset phi-3-mini-128k --dtype float32 --json";
+  const Result written = run(flags + " -o " + dir / "c.npy");
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  const json::Value doc = json::parse(written.out, "export --json");
+  EXPECT_EQ(doc.find("format")->as_string(), "vllm");
+  // Phi-3's LongRoPE in vLLM: the short factors' 4096 rows, then the long factors' 131072.
+  EXPECT_EQ(doc.find("tensor_name")->as_string(), "long_short_cos_sin_cache");
+  EXPECT_EQ(doc.find("rows")->as_int64(), 4096 + 131072);
+  EXPECT_EQ(doc.find("shape")->as_array()[1].as_int64(), 96);
+  EXPECT_EQ(doc.find("dtype")->as_string(), "float32");
+  EXPECT_EQ(doc.find("path")->as_string(), dir / "c.npy");
+  EXPECT_EQ(doc.find("bytes")->as_int64(), static_cast<int64_t>(std::filesystem::file_size(dir / "c.npy")));
+  EXPECT_EQ(doc.find("name")->as_string(), "phi-3-mini-128k");
+  EXPECT_TRUE(doc.find("layer_type")->is_null());
+  // Without -o: the same summary, path null, nothing written.
+  const Result dry = run(flags, "cd " + dir.path.string() + " && ");
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  const json::Value would = json::parse(dry.out, "export --json");
+  EXPECT_TRUE(would.find("path")->is_null());
+  EXPECT_EQ(would.find("bytes")->as_int64(), doc.find("bytes")->as_int64());
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"c.npy"});
+  // --json and -o - would share stdout.
+  const Result both = run(flags + " -o -");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("export: --json prints to stdout, which -o - holds for the .npy"));
+  EXPECT_TRUE(both.out.empty());
+  const Result neither = run("export --format vllm --preset llama-2-7b --dtype float32");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_THAT(neither.err, HasSubstr("export: -o FILE.npy is required (- for stdout"));
+}
+
+// ---- layer types: every command says which one it used, and never picks one silently ----
+
+TEST(CliLayerTypes, OneTableCommandsRefuseWithoutLayerTypeNamingTheChoices) {
+  for (const std::string& command :
+       {std::string("table --positions 0:2"), std::string("export --format flashinfer -o -"),
+        std::string("attention --tokens 8")}) {
+    SCOPED_TRACE(command);
+    const Result r = run(command + " --preset gemma-3-27b");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, HasSubstr("gives each layer type its own RoPE: choose one with --layer-type full_attention "
+                                 "or sliding_attention (got none)"));
+    EXPECT_TRUE(r.out.empty());
+  }
+  // With it, the output says which.
+  const Result table = run("table --preset gemma-3-27b --positions 1 --layer-type sliding_attention --json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const json::Value doc = json::parse(table.out, "table --json");
+  EXPECT_EQ(doc.find("layer_type")->as_string(), "sliding_attention");
+  // theta 10000 (rope_local_base_freq): pair 1's angle at position 1 is 10000^(-1/64).
+  EXPECT_FLOAT_EQ(static_cast<float>(doc.find("sin")->as_array()[0].as_array()[1].as_double()),
+                  static_cast<float>(std::sin(std::pow(10000.0, -1.0 / 64))));
+  const Result text = run("table --preset gemma-3-27b --positions 1 --layer-type full_attention");
+  EXPECT_THAT(text.out, HasSubstr("(layer type full_attention): exact table"));
+  EXPECT_TRUE(json::parse(run("table --preset llama-3.1-8b --positions 1 --json").out, "t").find("layer_type")->is_null());
+}
+
+TEST(CliLayerTypes, FreqsAndCheckReportEveryLayerType) {
+  const Result freqs = run("freqs --preset gemma-3-27b --json");
+  ASSERT_EQ(freqs.exit_code, 0) << freqs.err;
+  const json::Value freqs_doc = json::parse(freqs.out, "freqs --json");
+  const auto& types = freqs_doc.find("layer_types")->as_array();
+  ASSERT_EQ(types.size(), 2u);
+  EXPECT_EQ(types[0].find("layer_type")->as_string(), "full_attention");
+  EXPECT_EQ(types[0].find("theta_base")->as_double(), 1e6);
+  EXPECT_EQ(types[0].find("rope_type")->as_string(), "linear");
+  EXPECT_EQ(types[1].find("layer_type")->as_string(), "sliding_attention");
+  EXPECT_EQ(types[1].find("theta_base")->as_double(), 1e4);
+  const Result freqs_text = run("freqs --preset gemma-3-27b");
+  EXPECT_THAT(freqs_text.out, HasSubstr("Layer type full_attention\n"));
+  EXPECT_THAT(freqs_text.out, HasSubstr("Layer type sliding_attention\n"));
+  const Result one = run("freqs --preset gemma-3-27b --layer-type sliding_attention --json");
+  EXPECT_EQ(json::parse(one.out, "freqs --json").find("layer_type")->as_string(), "sliding_attention");
+
+  const Result check = run("check --preset gemma-3-27b");
+  ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
+  EXPECT_THAT(check.out, HasSubstr("layer type full_attention: linear"));
+  EXPECT_THAT(check.out, HasSubstr("layer type sliding_attention: default"));
+  const Result check_json = run("check --preset gemma-3-27b --json");
+  ASSERT_EQ(check_json.exit_code, 0) << check_json.err;
+  const json::Value checked = json::parse(check_json.out, "check --json");
+  EXPECT_TRUE(checked.find("passed")->as_bool());
+  ASSERT_EQ(checked.find("layer_types")->as_array().size(), 2u);
+}
+
+TEST(CliLayerTypes, CheckTrainedContextAgreesWithExplain) {
+  // Gemma 3's global layers: linear x8 over max_position_embeddings 131072, trained on 16384.
+  const Result check = run("check --preset gemma-3-27b --layer-type full_attention --json");
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  const Result explain = run("explain --preset gemma-3-27b --layer-type full_attention --json");
+  ASSERT_EQ(explain.exit_code, 0) << explain.err;
+  const json::Value c = json::parse(check.out, "check --json");
+  const json::Value e = json::parse(explain.out, "explain --json").find("layer_types")->as_array()[0];
+  EXPECT_EQ(c.find("trained_context")->as_int64(), 16384);
+  EXPECT_EQ(c.find("trained_context")->as_int64(), e.find("trained_context")->as_int64());
+  EXPECT_EQ(c.find("layer_type")->as_string(), "full_attention");
+  EXPECT_THAT(run("check --preset gemma-3-27b --layer-type full_attention").out, HasSubstr("trained 16384\n"));
+}
+
+TEST(CliLayerTypes, AttentionPairsEachLayerTypesRopeWithItsOwnWindow) {
+  const std::string flags = "attention --preset gemma-3-27b --tokens 16 --heads 2 --kv-heads 1 --json";
+  const Result local = run(flags + " --layer-type sliding_attention");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const json::Value l = json::parse(local.out, "attention --json");
+  EXPECT_EQ(l.find("layer_type")->as_string(), "sliding_attention");
+  EXPECT_EQ(l.find("model")->as_string(), "gemma-3-27b/sliding_attention");
+  EXPECT_EQ(l.find("window")->as_int64(), 1024);
+  const Result global = run(flags + " --layer-type full_attention");
+  ASSERT_EQ(global.exit_code, 0) << global.err;
+  const json::Value g = json::parse(global.out, "attention --json");
+  EXPECT_EQ(g.find("model")->as_string(), "gemma-3-27b/full_attention");
+  EXPECT_EQ(g.find("window")->as_int64(), 0);  // full-attention layers have no window
+  // --window still overrides; a config without layer types keeps its window (Mistral: every layer).
+  EXPECT_EQ(json::parse(run(flags + " --layer-type full_attention --window 8").out, "a").find("window")->as_int64(), 8);
+  const Result mistral = run("attention --preset mistral-7b-v0.1 --tokens 8 --heads 2 --kv-heads 1 --json");
+  EXPECT_EQ(json::parse(mistral.out, "a").find("window")->as_int64(), 4096);
+  // A config whose layer_types differ in window only (one RoPE, as gpt-oss) must name one too.
+  test::ScratchDir dir("rotary_cli_layer_windows");
+  const std::string config = dir / "config.json";
+  std::ofstream(config) << R"({"head_dim": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "max_position_embeddings": 64, "sliding_window": 4,
+      "layer_types": ["sliding_attention", "full_attention"]})";
+  const Result refused = run("attention --config " + config + " --tokens 8");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("choose one with --layer-type sliding_attention or full_attention (got none)"));
+  const Result sliding = run("attention --config " + config + " --tokens 8 --layer-type sliding_attention --json");
+  ASSERT_EQ(sliding.exit_code, 0) << sliding.err;
+  EXPECT_EQ(json::parse(sliding.out, "a").find("window")->as_int64(), 4);
+}
+
+TEST(CliLayerTypes, ReportDrawsEveryLayerType) {
+  test::ScratchDir dir("rotary_cli_layer_report");
+  const Result r = run("report --preset gemma-3-27b --json -o " + dir / "g.html");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json::Value doc = json::parse(r.out, "report --json");
+  const auto& models = doc.find("models")->as_array();
+  ASSERT_EQ(models.size(), 2u);
+  EXPECT_EQ(models[0].find("source")->as_string(), "preset gemma-3-27b, layer type full_attention");
+  EXPECT_EQ(models[1].find("source")->as_string(), "preset gemma-3-27b, layer type sliding_attention");
+  const Result one = run("report --preset gemma-3-27b --layer-type sliding_attention --json -o " + dir / "s.html");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(json::parse(one.out, "report --json").find("models")->as_array().size(), 1u);
+}
+
+// ---- preset names, suggestions and the CLI's own wording ------------------------------------
+
+// A repository id gives the config that repository ships: Qwen2.5-7B-Instruct has no rope_scaling;
+// the YaRN of its model card is the preset qwen2.5-7b-yarn, reached by that name only. Each
+// command says which preset it resolved to.
+TEST(CliPresetNames, ARepositoryIdGivesTheConfigItShipsAndTheCommandsSayWhichPreset) {
+  const Result freqs = run("freqs --preset Qwen/Qwen2.5-7B-Instruct --json");
+  ASSERT_EQ(freqs.exit_code, 0) << freqs.err;
+  const json::Value doc = json::parse(freqs.out, "freqs");
+  EXPECT_EQ(doc.find("name")->as_string(), "qwen2.5-7b-instruct");
+  EXPECT_EQ(doc.find("source")->as_string(), "preset qwen2.5-7b-instruct");
+  EXPECT_EQ(doc.find("rope_type")->as_string(), "default");
+  EXPECT_EQ(doc.find("attention_scaling")->as_double(), 1.0);
+  const Result text = run("freqs --preset qwen/qwen2.5-7b-instruct");
+  EXPECT_THAT(text.out, testing::StartsWith("qwen2.5-7b-instruct: default, theta 1000000"));
+  const Result table = run("table --preset Qwen/Qwen2.5-7B-Instruct --positions 0 --json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(json::parse(table.out, "table").find("source")->as_string(), "preset qwen2.5-7b-instruct");
+  const Result explain = run("explain --preset Qwen/Qwen2.5-7B-Instruct");
+  EXPECT_THAT(explain.out, testing::StartsWith("RoPE of qwen2.5-7b-instruct (preset qwen2.5-7b-instruct)"));
+  const Result yarn = run("freqs --preset qwen2.5-7b-yarn --json");
+  ASSERT_EQ(yarn.exit_code, 0) << yarn.err;
+  EXPECT_EQ(json::parse(yarn.out, "yarn").find("rope_type")->as_string(), "yarn");
+  // `rotary presets --json`: the changed preset claims no repository.
+  const json::Value list = json::parse(run("presets --json").out, "presets");
+  for (const json::Value& p : list.as_array()) {
+    const std::string name = p.find("name")->as_string();
+    if (name == "qwen2.5-7b-yarn") EXPECT_TRUE(p.find("repo")->is_null());
+    if (name == "qwen2.5-7b-instruct") EXPECT_EQ(p.find("repo")->as_string(), "Qwen/Qwen2.5-7B-Instruct");
+  }
+}
+
+TEST(CliPresetNames, DidYouMeanKeepsToTheFamilyAndVersion) {
+  const std::string prefix = "rotary: error: freqs: --preset must be a built-in preset, see rotary presets (got \"";
+  const std::pair<const char*, const char*> cases[] = {
+      {"llama-3-8b", "llama-3-8b\"); did you mean one of llama-3.1-8b, llama-3.2-1b, llama-3.2-3b?\n"},
+      {"mistral-7b", "mistral-7b\"); did you mean mistral-7b-v0.1?\n"},
+      {"gemma3", "gemma3\"); did you mean one of gemma-3-1b, gemma-3-27b?\n"},
+      {"qwen3", "qwen3\"); did you mean one of qwen3-8b, qwen3-vl-8b?\n"},
+  };
+  for (const auto& [name, tail] : cases) {
+    const Result r = run(std::string("freqs --preset ") + name);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err, prefix + tail);
+  }
+  const Result compare = run("report --compare llama-3-8b,gpt-j-6b -o -");
+  EXPECT_THAT(compare.err, HasSubstr("(got \"llama-3-8b\", neither a preset nor a path); did you mean one of "
+                                     "llama-3.1-8b, llama-3.2-1b, llama-3.2-3b?"));
+  // NoPE is spelt none; by edit distance "nope" is nearer "rope".
+  const Result nope = run("attention --tokens 8 --encoding nope");
+  EXPECT_EQ(nope.exit_code, 2);
+  EXPECT_THAT(nope.err, HasSubstr("(got \"nope\"); did you mean none?"));
+}
+
+TEST(CliFiles, ApplyReadsInt32PositionsAndNamesTheMissingCuSeqlens) {
+  const ApplyFiles files("rotary_int32_positions");
+  // The positions (2, 3) as np.int32 saves them: '<i4'.
+  const std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }\n";
+  std::string file = "\x93NUMPY\x01";
+  file += '\0';
+  file += static_cast<char>(header.size());
+  file += '\0';
+  file += header;
+  for (int32_t p : {5, 6, 7, 5, 6, 7}) file.append(reinterpret_cast<const char*>(&p), sizeof(p));
+  write_file(files.dir / "p32.npy", file);
+  npy::write(files.dir / "p64.npy", int64_array({2, 3}, {5, 6, 7, 5, 6, 7}));
+  const std::string base = "apply --layout bshd --q " + files.q + " --positions ";
+  const Result r32 = run(base + (files.dir / "p32.npy") + " --out-q " + (files.dir / "o32.npy"));
+  ASSERT_EQ(r32.exit_code, 0) << r32.err;
+  ASSERT_EQ(run(base + (files.dir / "p64.npy") + " --out-q " + (files.dir / "o64.npy")).exit_code, 0);
+  EXPECT_EQ(read_all(files.dir / "o32.npy"), read_all(files.dir / "o64.npy"));
+
+  npy::write(files.dir / "qt.npy", random_array({6, 2, 128}, 25));
+  const Result thd = run("apply --layout thd --q " + (files.dir / "qt.npy") + " --out-q " + (files.dir / "ot.npy"));
+  EXPECT_EQ(thd.exit_code, 2);
+  EXPECT_EQ(thd.err,
+            "rotary: error: apply: --cu-seqlens is required with --layout thd (an integer .npy of the sequences' token "
+            "offsets, 0, len0, len0 + len1, ..., tokens)\n");
+  EXPECT_FALSE(std::filesystem::exists(files.dir / "ot.npy"));
 }
 
 }  // namespace

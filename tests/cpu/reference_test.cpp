@@ -1002,7 +1002,7 @@ TEST(Reference, XposScoreIsRelativeScoreTimesDecay) {
   }
 }
 
-// The streams each pair reads, from the documented rules (FORMULAS.md, M-RoPE), written out
+// The streams each pair reads, from the documented rules (docs/formulas.md, M-RoPE), written out
 // independently of pair_streams().
 int expected_stream(const MRopeSections& sections, int64_t i) {
   const auto [t, h, w] = sections.pairs;

@@ -73,7 +73,7 @@ struct SmallCall {
 };
 
 // Inputs in [-1, 1]: the float32 kernel is within 4e-7 (|a| + |c|) <= 8e-7 of the reference
-// computed from the same float32 table values (STYLE.md section 9); 1e-6 leaves room.
+// computed from the same float32 table values (docs/numerics.md, "The SIMD kernels"); 1e-6 leaves room.
 std::string compare(const std::pair<std::vector<float>, std::vector<float>>& fast,
                     const std::pair<std::vector<float>, std::vector<float>>& ref) {
   for (int which = 0; which < 2; ++which) {
