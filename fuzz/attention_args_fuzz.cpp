@@ -164,7 +164,7 @@ bool inject_special(const AttentionCase& c, unsigned char* arena) {
 // compare_outputs), judged on the arena before the injection.
 void compare_finiteness(const AttentionCase& c, const CosSinTable& table, const unsigned char* finite_input,
                         const unsigned char* fast, const unsigned char* ref) {
-  const auto& [q, k, v, out] = c.views;
+  const TensorView &q = c.views[0], &k = c.views[1], &out = c.views[3];  // no structured bindings: clang 14 lambdas cannot capture them
   const int64_t d = named_axes(q).dim;
   const double scale = c.options.scale.value_or(d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
   double q_max = max_abs(q, finite_input + c.offset_bytes[0]), k_max = max_abs(k, finite_input + c.offset_bytes[1]);
