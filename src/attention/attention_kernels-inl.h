@@ -500,6 +500,7 @@ HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int
 // Prefetches the cache lines of `bytes` bytes of storage from element `index` on.
 template <DType kType>
 HWY_INLINE void PrefetchRowTyped(const void* base, int64_t index, int64_t bytes) {
+  if (bytes <= 0) return;  // a head dim of 0: the view may have no data (null) to point into
   const char* first = static_cast<const char*>(base) + index * static_cast<int64_t>(kType == DType::F32 ? 4 : 2);
   for (int64_t offset = 0; offset < bytes; offset += 64) hwy::Prefetch(first + offset);
 }
@@ -548,7 +549,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     // and rounding them to bf16 again would add an error the float32 path does not have. The
     // transposed form's rows are padded to 16 (scores_bf16_dot_transposed): N is 16 on AVX-512.
     bf16_dot = call.q_rope == nullptr && call.k_rope == nullptr && call.q_add == nullptr && call.k_add == nullptr &&
-               N == 16 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
+               N == 16 && dq > 0 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
   }
 #endif
   if (bf16_dot) t.qt_pairs.assign(static_cast<size_t>((dq + 1) / 2 * max_rows_pad), 0u);
@@ -558,8 +559,9 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
   // type p.v reads V rows in place, widened as it loads them (exact: the tile held the same
   // floats). Only when the head dims are whole vectors: the loops run over dq_pad / dv_pad
   // elements, which must then all lie inside the row.
-  const bool f32_k_in_place = kType == DType::F32 && call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad;
-  const bool v_in_place_ok = dv == dv_pad;
+  // Never with a head dim of 0: such a view may have null data, and no row is read anyway.
+  const bool f32_k_in_place = kType == DType::F32 && call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad && dq > 0;
+  const bool v_in_place_ok = dv == dv_pad && dv > 0;
 
   for (int64_t item_index = begin; item_index < end; ++item_index) {
     const Item& item = call.items[item_index];
@@ -701,8 +703,9 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
           k_stride = plan.k.stride_seq;
         }
       }
-      const void* v_rows = static_cast<const char*>(call.v) +
-                           (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes;
+      const void* v_rows = v_in_place ? static_cast<const char*>(call.v) +
+                                            (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes
+                                      : nullptr;
       // 16-bit in-place rows: bursts a tile ahead as the loops go, up to prefetch_end.
       const bool v_bursts = v_in_place && kType != DType::F32;
       const int64_t v_ahead = v_bursts ? kKeyBlock : 0;

@@ -88,6 +88,11 @@ TEST(FuzzReplay, CliCorpus) {
 //     q with no heads, batch 3 and 2^62 tokens a sequence passed the checks (no elements) and the
 //     plan's b x seq overflowed int64 (UBSan; AttentionArgs.EmptyViewsWhoseTokensOrOffsetsOverflow
 //     AreRefused).
+//   fuzz_crashes/attention_args/head_dim_0_null_k (the first run with head dims of 0 drawn): q
+//     and k with head dim 0 hold no element, so null data passes the checks; the bf16 scores'
+//     vdpbf16ps path and the float32 in-place K / V rows stepped that null pointer to each key's
+//     row (UBSan). Zero head dims now take neither path (AttentionSpecialValues.
+//     ZeroHeadDimsWithNullDataOnEveryPath).
 //   fuzz_crashes/kv_cache_ops/empty_out_batch_stride_overflows (the same day, kv_cache_ops): the
 //     same overflow through KvCache::attend, an empty out whose batch stride times the sequence
 //     index left int64 (b x stride_batch); the same check refuses it.
