@@ -154,14 +154,9 @@ bool inject_special(const AttentionCase& c, unsigned char* arena) {
   return true;
 }
 
-// With a non-finite input, the outputs' finiteness must agree element by element: non-finite in
-// the fast path exactly where the reference is (attention_kernels-inl.h: NaN and infinities
-// propagate as IEEE arithmetic does in the float64 reference), NaN where the reference is NaN,
-// and an infinite output only as the reference's infinity. A fast NaN may stand for a reference
-// infinity: a
-// weight that underflows in float32 (exp below -104) but not in float64 turns inf * weight into
-// 0 * inf. Compared only where the finite inputs' scores stay inside float32's range (as
-// compare_outputs), judged on the arena before the injection.
+// With a non-finite input, the outputs' finiteness must agree element by element
+// (require_same_finiteness, attention_case.hpp). Compared only where the finite inputs' scores stay
+// inside float32's range (as compare_outputs), judged on the arena before the injection.
 void compare_finiteness(const AttentionCase& c, const CosSinTable& table, const unsigned char* finite_input,
                         const unsigned char* fast, const unsigned char* ref) {
   const TensorView &q = c.views[0], &k = c.views[1], &out = c.views[3];  // no structured bindings: clang 14 lambdas cannot capture them
@@ -179,15 +174,7 @@ void compare_finiteness(const AttentionCase& c, const CosSinTable& table, const 
     k_max += p_max;
   }
   if (!(scale * static_cast<double>(d) * q_max * k_max <= 0x1p126 && scale * q_max <= 0x1p126)) return;
-  for_each_element(out, [&](int64_t index) {
-    const double f = test::load_element(fast + c.offset_bytes[3], out.dtype, index);
-    const double r = test::load_element(ref + c.offset_bytes[3], out.dtype, index);
-    require(std::isfinite(f) == std::isfinite(r), "with a non-finite input, the output is non-finite exactly where the reference's is",
-            "element " + std::to_string(index) + ": fast " + std::to_string(f) + ", reference " + std::to_string(r));
-    if (std::isnan(r)) require(std::isnan(f), "NaN where the reference is NaN", "element " + std::to_string(index) + ": fast " + std::to_string(f));
-    if (std::isinf(f)) require(f == r, "an infinite output is the reference's infinity", "element " + std::to_string(index));
-    ++stats.compared_elements;
-  });
+  stats.compared_elements += require_same_finiteness(out, fast + c.offset_bytes[3], ref + c.offset_bytes[3]);
 }
 
 // Runs an accepted call in both implementations on exactly-sized buffers.

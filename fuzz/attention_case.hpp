@@ -367,6 +367,37 @@ inline double max_abs(const TensorView& view, const void* base) {
   return largest;
 }
 
+// The largest finite |element| of a view (its non-finite elements skipped: the bounds of a call
+// with a NaN or inf written into it are judged on the rest).
+inline double max_abs_finite(const TensorView& view, const void* base) {
+  double largest = 0;
+  for_each_element(view, [&](int64_t index) {
+    const double value = std::abs(test::load_element(base, view.dtype, index));
+    if (std::isfinite(value)) largest = std::max(largest, value);
+  });
+  return largest;
+}
+
+// With a non-finite input: every element of `out` is non-finite in the fast path exactly where it
+// is in the reference (attention_kernels-inl.h: NaN and infinities propagate as IEEE arithmetic
+// does in the float64 reference), NaN where the reference is NaN, and infinite only as the
+// reference's infinity. A fast NaN may stand for a reference infinity: a weight that underflows
+// in float32 (exp below -104) but not in float64 turns inf * weight into 0 * inf. Returns the
+// number of elements.
+inline int64_t require_same_finiteness(const TensorView& out, const void* fast_base, const void* ref_base) {
+  int64_t compared = 0;
+  for_each_element(out, [&](int64_t index) {
+    const double f = test::load_element(fast_base, out.dtype, index);
+    const double r = test::load_element(ref_base, out.dtype, index);
+    const std::string where = "element " + std::to_string(index) + ": fast " + std::to_string(f) + ", reference " + std::to_string(r);
+    require(std::isfinite(f) == std::isfinite(r), "with a non-finite input, the output is non-finite exactly where the reference's is", where);
+    if (std::isnan(r)) require(std::isnan(f), "NaN where the reference is NaN", where);
+    if (std::isinf(f)) require(f == r, "an infinite output is the reference's infinity", where);
+    ++compared;
+  });
+  return compared;
+}
+
 // Requires every element of `out` (the fast path's at fast_base, the reference's at ref_base,
 // both stored in out's dtype) to be finite and within `arithmetic` (attention_arithmetic_bound)
 // plus the storage of both results: 2u max(|fast|, |ref|) for float32, two units of bfloat16 /

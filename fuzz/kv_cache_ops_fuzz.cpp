@@ -11,7 +11,12 @@
 // small or near the int64 limits), clear, and length / last_position / position queries with
 // any sequence and slot.
 //
+// Last (read after the operations, so older inputs keep their meaning), a poison step: a NaN or
+// +-inf written into one element of the keys or values, then one attend.
+//
 // Properties:
+//   - after the poison step, attend's output is non-finite exactly where the reference's is, NaN
+//     where it is NaN (require_same_finiteness, attention_case.hpp);
 //   - the constructor either builds the cache or throws rotary::Error "KvCache: ... (got ...)";
 //   - every operation either returns or throws rotary::Error whose message starts with the
 //     operation ("KvCache::append: ", "KvCache::shift: ", ...; attend passes on the checks of
@@ -40,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,15 +66,16 @@ namespace rotary::fuzz {
 namespace {
 
 struct Stats {
-  int64_t caches = 0, refused_caches = 0, ops = 0, ops_thrown = 0, appends = 0, attends = 0, shifts = 0, compared = 0;
+  int64_t caches = 0, refused_caches = 0, ops = 0, ops_thrown = 0, appends = 0, attends = 0, shifts = 0, compared = 0,
+          special_attends = 0;
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") != nullptr) {
       std::fprintf(stderr,
                    "kv_cache_ops: %lld caches (%lld refused), %lld ops (%lld threw), %lld appends, %lld attends, %lld shifts "
-                   "returned, %lld attend outputs compared\n",
+                   "returned, %lld attend outputs compared (%lld attends with a non-finite key or value)\n",
                    static_cast<long long>(caches), static_cast<long long>(refused_caches), static_cast<long long>(ops),
                    static_cast<long long>(ops_thrown), static_cast<long long>(appends), static_cast<long long>(attends),
-                   static_cast<long long>(shifts), static_cast<long long>(compared));
+                   static_cast<long long>(shifts), static_cast<long long>(compared), static_cast<long long>(special_attends));
     }
   }
 };
@@ -301,7 +308,9 @@ void op_append(KvCache& cache, ByteReader& in) {
   }
 }
 
-void op_attend(const KvCache& cache, ByteReader& in) {
+// special: a NaN or inf was written into the cache's keys or values (the poison step below): the
+// output's finiteness is compared with the reference's instead of the bound.
+void op_attend(const KvCache& cache, ByteReader& in, bool special = false) {
   const KvCacheShape& shape = cache.shape();
   const int64_t q_len = in.u8() % 4;
   int64_t q_heads = 0;
@@ -405,8 +414,13 @@ void op_attend(const KvCache& cache, ByteReader& in) {
   reference::attention(rotated, k_view, v_view, ref_out, attention_options);
 
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
-  const double max_a = scale * static_cast<double>(shape.head_dim) * max_abs(rotated, rotated.data) * max_abs(keys, keys.data);
+  const double max_a = scale * static_cast<double>(shape.head_dim) * max_abs(rotated, rotated.data) * max_abs_finite(keys, keys.data);
   if (!(max_a <= 0x1p126 && scale * max_abs(rotated, rotated.data) <= 0x1p126)) return;  // scores past float32 (attention_args)
+  if (special) {
+    ++stats.special_attends;
+    stats.compared += require_same_finiteness(out, out.data, ref_out.data);
+    return;
+  }
   const double arithmetic =
       test::attention_arithmetic_bound(shape.dtype, shape.head_dim, false, max_a, 0.0, shape.capacity, max_abs(values, values.data));
   stats.compared += require_within_attention_bound(out, out.data, ref_out.data, arithmetic);
@@ -553,6 +567,23 @@ int kv_cache_ops_one_input(const uint8_t* data, size_t size) {
         }
         break;
       }
+    }
+  }
+  // The poison step, read after the operations (older inputs end before it and keep their
+  // meaning): a NaN, +inf or -inf written into one element of the cache's keys or values (through
+  // the keys() / values() views, as a model's NaN would arrive), then one attend whose output's
+  // finiteness must be the reference's element by element.
+  const uint8_t poison = in.u8();
+  if (poison % 4 != 0) {
+    const TensorView block = poison / 4 % 2 == 0 ? cache->keys() : cache->values();
+    const int64_t elements = elements_of(block);
+    if (elements > 0) {
+      const int64_t pick = (in.u8() | (in.u8() << 8)) % elements;  // contiguous BHSD: element index = offset
+      const double value = poison % 4 == 1 ? std::numeric_limits<double>::quiet_NaN()
+                           : poison % 4 == 2 ? std::numeric_limits<double>::infinity()
+                                             : -std::numeric_limits<double>::infinity();
+      test::store_element(block.data, block.dtype, pick, value);
+      op_attend(*cache, in, /*special=*/true);
     }
   }
   return 0;
