@@ -73,14 +73,17 @@ Checked check_view(const TensorView& view, std::string_view name) {
     // Even a view without elements: the plan computes each sequence's first token (b x seq) and
     // base offset (b x stride_batch, token x stride_seq) from its extents and strides, so its
     // token count and the offsets its extents reach must fit in int64 too (three empty sequences
-    // of 2^62 tokens overflowed b x seq: UBSan, found by the attention_args fuzz target).
+    // of 2^62 tokens overflowed b x seq: UBSan, found by the attention_args fuzz target). Each
+    // axis up to its full extent, not extent - 1: with THD, an empty last sequence starts at token
+    // cu_seqlens[-1] = seq, whose base offset is seq x stride_seq (a v / out of head dim 0 with a
+    // huge seq stride overflowed there, found when the target began drawing zero head dims).
     int64_t tokens = 0, reach = 0;
     if (__builtin_mul_overflow(std::max<int64_t>(checked.axes.batch, 1), checked.axes.seq, &tokens)) {
       fail(detail::concat(name, ": the token count (batch x seq) must fit in int64 (got shape ", shape_text(view), ")"));
     }
     for (int axis = 0; axis < rank; ++axis) {
       int64_t term = 0;
-      if (__builtin_mul_overflow(std::max<int64_t>(view.shape[axis] - 1, 0), view.stride_elems[axis], &term) ||
+      if (__builtin_mul_overflow(std::max<int64_t>(view.shape[axis], 0), view.stride_elems[axis], &term) ||
           __builtin_add_overflow(reach, term, &reach)) {
         fail(detail::concat(name, ": element offsets must fit in int64 (got shape ", shape_text(view), ")"));
       }

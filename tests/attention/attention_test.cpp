@@ -357,6 +357,27 @@ TEST(AttentionArgs, EmptyViewsWhoseTokensOrOffsetsOverflowAreRefused) {
     // The same shapes with ordinary strides are valid empty calls.
     TensorView fine_q{nullptr, DType::F32, Layout::BSHD, {3, 4, 0, 8}, {0, 0, 8, 1}};
     EXPECT_NO_THROW(call(fine_q, k, k, fine_q));
+
+    // THD with an empty last sequence: its first token is cu_seqlens_q[-1] = 5, whose base offset
+    // 5 x stride_seq overflowed int64 for an out of head dim 0 (no elements, strides unchecked
+    // past (5 - 1) x stride_seq: UBSan, found by attention_args drawing zero head dims).
+    std::vector<float> q_data(5 * 2 * 4, 0.5f), k_data(3 * 2 * 4, 0.25f);
+    const TensorView thd_q = contiguous_view(q_data.data(), DType::F32, Layout::THD, {5, 2, 4});
+    const TensorView thd_k = contiguous_view(k_data.data(), DType::F32, Layout::THD, {3, 2, 4});
+    TensorView thd_v{nullptr, DType::F32, Layout::THD, {3, 2, 0}, {0, 0, 1}};
+    TensorView thd_out{nullptr, DType::F32, Layout::THD, {5, 2, 0}, {1880844493789995811, 0, 1}};
+    const std::vector<int64_t> cu_q{0, 5, 5}, cu_k{0, 3, 3};
+    const AttentionOptions thd{.cu_seqlens_q = cu_q, .cu_seqlens_k = cu_k};
+    const auto thd_call = [&] {
+      if (fast) {
+        attention(thd_q, thd_k, thd_v, thd_out, thd);
+      } else {
+        reference::attention(thd_q, thd_k, thd_v, thd_out, thd);
+      }
+    };
+    EXPECT_THAT(thd_call, ThrowsMessage<Error>(HasSubstr("attention: out: element offsets must fit in int64 (got shape [5, 2, 0])")));
+    thd_out.stride_elems[0] = 0;
+    EXPECT_NO_THROW(thd_call());
   }
 }
 

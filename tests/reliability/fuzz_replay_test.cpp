@@ -93,6 +93,11 @@ TEST(FuzzReplay, CliCorpus) {
 //     vdpbf16ps path and the float32 in-place K / V rows stepped that null pointer to each key's
 //     row (UBSan). Zero head dims now take neither path (AttentionSpecialValues.
 //     ZeroHeadDimsWithNullDataOnEveryPath).
+//   fuzz_crashes/attention_args/thd_empty_last_sequence_out_stride (the same run): THD with an
+//     empty last sequence starts it at token cu_seqlens_q[-1] = seq, and an out of head dim 0 (no
+//     elements) had its strides checked only up to (seq - 1) x stride_seq: seq x stride_seq
+//     overflowed int64 in the plan (UBSan). Empty views are now checked to their full extents
+//     (AttentionArgs.EmptyViewsWhoseTokensOrOffsetsOverflowAreRefused).
 //   fuzz_crashes/kv_cache_ops/empty_out_batch_stride_overflows (the same day, kv_cache_ops): the
 //     same overflow through KvCache::attend, an empty out whose batch stride times the sequence
 //     index left int64 (b x stride_batch); the same check refuses it.
