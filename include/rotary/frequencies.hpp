@@ -58,7 +58,7 @@ Frequencies frequencies(const RopeSpec& spec, int64_t seq_len = 0);
 
 // The seq_len a call's frequencies are for, by Hugging Face's rule (dynamic_rope_update): the
 // largest position + 1 of the call, unless the caller names one. Every API of rotary that takes
-// positions and a spec follows it (docs/python.md, "seq_len").
+// positions and a spec follows it (docs/python-arguments.md, "The seq_len rule").
 //
 // frequency_seq_len() maps a seq_len to the smallest seq_len with the same frequencies, so that
 // frequencies(spec, a) and frequencies(spec, b) are identical exactly when

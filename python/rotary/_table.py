@@ -3,7 +3,7 @@
 Exact precision (default): every value is the float32 nearest to attention_scaling * cos(p * theta_i)
 at any position. "hf": Hugging Face's float32 chain (docs/numerics.md).
 
-seq_len (docs/python.md, "The seq_len rule"): dynamic NTK and LongRoPE change their frequencies
+seq_len (docs/python-arguments.md, "The seq_len rule"): dynamic NTK and LongRoPE change their frequencies
 with the sequence length. Every call that takes positions follows Hugging Face's rule: seq_len is
 the call's largest position + 1, unless the caller names one. A Spec picks the table of that
 seq_len from its shared cache (shared_native, keyed by frequency_seq_len: one table per distinct

@@ -5,7 +5,7 @@ Both run include/rotary/attention.hpp's kernels on CPU tensors through the descr
 rotary/_views.py (no copy): float32 / bfloat16 / float16 on the SIMD fast path, float64 on the
 float64 reference. Gradients: the dense attention backward recomputed in torch (float32, float64
 for float64 tensors; O(q_len x kv_len) memory per head), through rotary's backward rotation for
-fused RoPE (docs/python.md, "Attention").
+fused RoPE (docs/python-torch.md, "Attention").
 
 torch.compile: the ops have fake implementations (the output's shape and dtype), so a compiled
 graph keeps them as single nodes (fullgraph=True works); everything that reads values (positions,

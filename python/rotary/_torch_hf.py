@@ -119,7 +119,7 @@ def _apply_cos_sin_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sty
 
 def _apply_cos_sin(x, cos, sin, style, direction, rounding, unsqueeze_dim):
     """The op, or its body directly for a plain eager CPU call that records no gradient: the
-    custom op's dispatch costs more than a decode step's rotation (docs/python.md). Same bits.
+    custom op's dispatch costs more than a decode step's rotation (docs/python-performance.md). Same bits.
     The common eager case (x, cos, sin of one dtype) is one binding call (module.cpp,
     torch_cos_sin_eager), which returns None for everything else and every error."""
     if not _is_compiling() and _current_dispatch_mode() is None:

@@ -223,7 +223,7 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     LongRoPE); None for the call's largest position + 1, Hugging Face's rule.
     inplace=True rotates q and k in place; out=(q_out, k_out) writes into preallocated tensors of
     q's and k's shapes and dtypes (both without autograd; fresh outputs cost page faults that can
-    exceed the kernel's own time, docs/python.md). backend: "auto" (the kernel for CPU tensors,
+    exceed the kernel's own time, docs/python-performance.md). backend: "auto" (the kernel for CPU tensors,
     pure torch elsewhere) or "torch" (always pure torch). Every backend checks the same things.
     """
     if backend == "auto" and offsets is None and cu_seqlens is None and not _is_compiling() \

@@ -223,7 +223,7 @@ def test_two_line_recipe_with_dtype_is_bit_identical_in_bfloat16(monkeypatch, re
               "position_ids": torch.arange(40)[None] + 100_000}
     expected = output(model, inputs)
     restore_modeling(model)
-    # The recipe (docs/python.md): the dtype of the inv_freq buffer being replaced.
+    # The recipe (docs/python-transformers.md): the dtype of the inv_freq buffer being replaced.
     model.model.rotary_emb = rt.RotaryEmbedding(model.config, dtype=model.model.rotary_emb.inv_freq.dtype)
     monkeypatch.setattr(modeling_llama, "apply_rotary_pos_emb", rt.apply_rotary_pos_emb)
     assert torch.equal(output(model, inputs), expected)
