@@ -28,9 +28,11 @@
 //                        scaling divides the float32 positions instead), t in float32, the outer
 //                        product, cos / sin in float32 times the float32 mscale, then cast to
 //                        TableOptions::cache_dtype; built once for positions [0, fixed_positions)
-//                        (default max_position_embeddings, YaRN: that times the factor, as vLLM):
-//                        a position past it is an error, as it would index past vLLM's cache.
-//                        Dynamic NTK and LongRoPE (vLLM has its own classes) are refused.
+//                        (default: the rows vLLM builds, vllm_cache_rows() in engine_export.hpp;
+//                        LongRoPE: the long cache's max_position_embeddings rows when seq_len,
+//                        vLLM's max_model_len here, exceeds the original context, else the short
+//                        cache's original rows): a position past it is an error, as it would
+//                        index past vLLM's cache. Dynamic NTK is refused (docs/interop.md).
 //
 // Storage::Stored keeps the rows calls use, in pages of 256 rows stored when a call first needs
 // a row in them: memory follows the rows used, not the largest position (a call at position 10^6

@@ -114,12 +114,16 @@ Divergence engine_divergence(const RopeSpec& spec, const DivergenceOptions& opti
     e.result.label = engine_label(precision, options.vllm_dtype);
     try {
       TableOptions table_options{.precision = precision, .storage = Storage::OnTheFly, .seq_len = out.seq_len};
-      if (precision == Precision::Vllm) {
-        table_options.cache_dtype = options.vllm_dtype;
-        table_options.fixed_positions = out.seq_len;
-      }
+      // vLLM's table holds the rows vLLM builds (vllm_cache_rows): positions past them are not
+      // vLLM's numerics but an index past its cache.
+      if (precision == Precision::Vllm) table_options.cache_dtype = options.vllm_dtype;
       e.table = std::make_unique<CosSinTable>(spec, table_options);
+      if (precision == Precision::Vllm && e.table->max_position() < positions.back()) {
+        throw Error(detail::concat("positions reach ", positions.back(), ", past the ", e.table->max_position() + 1,
+                                   " rows of vLLM's cache for spec ", spec.name));
+      }
     } catch (const Error& error) {
+      e.table.reset();
       e.result.available = false;
       e.result.reason = error.what();
     }

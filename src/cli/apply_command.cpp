@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
@@ -45,10 +46,13 @@ const char* const kApplyHelp =
     "  --direction       forward (default) or backward (the inverse rotation = the gradient)\n"
     "  --rotary-offset   first rotated element of each head (DeepSeek's [nope | rope]: 128)\n"
     "  --style           override the spec's pairing (neox: half-split, gptj: interleaved)\n"
+    "  --layer-type T    required for configs with per-layer-type RoPE (Gemma 3: full_attention\n"
+    "                    or sliding_attention), whose layer types rotate differently\n"
     "  --threads N       worker threads for the SIMD kernel (default: $ROTARY_NUM_THREADS, else\n"
     "                    every hardware thread)\n"
     "  --json            print {\"outputs\": [paths], \"direction\", \"precision\", \"model\",\n"
-    "                    \"computation\"} on stdout instead of the line on stderr (not with a - output)\n"
+    "                    \"layer_type\" (null without layer types), \"computation\"} on stdout instead\n"
+    "                    of the line on stderr (not with a - output)\n"
     "The table follows Hugging Face's forward-time rules for dynamic NTK and LongRoPE, with\n"
     "seq_len = the largest position + 1.\n"
     "\n"
@@ -262,7 +266,9 @@ int run_apply(Args& args) {
     }
   }
   options.rotary_offset = rotary_offset.value_or(0);
-  RopeSpec spec = select_spec(loaded, layer_type);
+  // One rotation: a per-layer-type config needs --layer-type (its types rotate differently).
+  const LayerTypeSpec chosen = one_layer_type("apply", loaded, layer_type);
+  RopeSpec spec = *chosen.spec;
   if (style_text) {
     const std::optional<Style> style = parse_style(*style_text);
     if (!style) throw UsageError(detail::concat("apply: --style must be neox or gptj (got \"", *style_text, "\")"));
@@ -359,6 +365,11 @@ int run_apply(Args& args) {
     out.key("direction").value(to_string(options.direction));
     out.key("precision").value(to_string(precision));
     out.key("model").value(spec.name);
+    if (chosen.name.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(chosen.name);
+    }
     out.key("computation").value(computation);
     out.end_object();
     args.out() << out.str() << "\n";
@@ -366,7 +377,8 @@ int run_apply(Args& args) {
   }
   args.err() << "rotary: wrote " << (is_stdout(out_q_path) ? "q to stdout" : *out_q_path)
              << (out_k_path ? " and " + (is_stdout(out_k_path) ? std::string("k to stdout") : *out_k_path) : std::string())
-             << " (" << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name << ", "
+             << " (" << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name
+             << (chosen.name.empty() ? "" : ", layer type " + chosen.name) << ", "
              << computation << ")\n";
   return 0;
 }

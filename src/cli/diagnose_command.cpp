@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "core/json.hpp"
 #include "npy.hpp"
 #include "rotary/diagnose.hpp"
@@ -41,8 +42,10 @@ const char* const kDiagnoseHelp =
     "  --positions FILE int64 [rows], one position per row (shared by its heads)\n"
     "  --preset NAME    the target model, a built-in preset (rotary presets)\n"
     "  --config FILE    the target model, a config.json or a model folder holding one\n"
-    "  --layer-type T   for configs with per-layer-type RoPE\n"
-    "  --json           a JSON object: the findings, candidates, and mismatches [{aspect,\n"
+    "  --layer-type T   the target's layer type, required for configs with per-layer-type RoPE\n"
+    "                   (Gemma 3: full_attention or sliding_attention), whose types differ\n"
+    "  --json           a JSON object: the findings, candidates, and with a target: target,\n"
+    "                   layer_type (null without layer types), matches, mismatches [{aspect,\n"
     "                   implementation, model, message}]\n"
     "\n"
     "Exit status: 0 no target or no mismatch, 1 mismatches, 2 an error (y not a rotation of x too).\n";
@@ -134,7 +137,9 @@ int run_diagnose(Args& args) {
     throw UsageError(detail::concat("diagnose: --layer-type needs --preset or --config (got --layer-type ", *layer_type,
                                     " alone)"));
   }
-  const RopeSpec* target = loaded ? &select_spec(*loaded, layer_type) : nullptr;
+  // One comparison: a per-layer-type target needs --layer-type (its types differ in theta).
+  const LayerTypeSpec chosen = loaded ? one_layer_type("diagnose", *loaded, layer_type) : LayerTypeSpec{};
+  const RopeSpec* target = chosen.spec;
   if (args.parse_only()) return 0;
 
   const Rows x = read_rows("--x", *x_path);
@@ -228,6 +233,11 @@ int run_diagnose(Args& args) {
     out.end_array();
     if (target) {
       out.key("target").value(loaded->source);
+      if (chosen.name.empty()) {
+        out.key("layer_type").null();
+      } else {
+        out.key("layer_type").value(chosen.name);
+      }
       out.key("matches").value(mismatches.empty());
       out.key("mismatches").begin_array();
       for (const analysis::Mismatch& m : mismatches) {
@@ -327,7 +337,8 @@ int run_diagnose(Args& args) {
                        format_number(pair.max_residual_rad, 3).c_str());
   }
   if (target) {
-    out << "\nAgainst " << target->name << " (" << loaded->source << "): ";
+    out << "\nAgainst " << target->name << " (" << loaded->source
+        << (chosen.name.empty() ? "" : ", layer type " + chosen.name) << "): ";
     if (mismatches.empty()) {
       out << (d.cannot_tell.empty() ? "no mismatch\n" : "no mismatch in what these samples show\n");
     } else {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "layer_types.hpp"
 #include "core/json.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"
@@ -23,15 +24,20 @@ const char* const kDivergeHelp =
     "  --max-position  evaluate octaves of [0, N) (default max_position_embeddings), --samples\n"
     "                  positions in each (default 64, ends included)\n"
     "  --vllm-dtype    the dtype of vLLM's cache (default float32: the angle error alone)\n"
-    "  --json          {\"name\", \"seq_len\", \"positions\", \"engines\": [{\"engine\", \"available\",\n"
-    "                  \"reason\", \"max_abs_error\", \"max_ulps\", \"buckets\": [{\"first\", \"last\",\n"
-    "                  \"positions\", \"max_abs_error\", \"max_ulps\", \"worst_position\", \"worst_pair\"}],\n"
-    "                  \"pairs\": [{\"pair\", \"wavelength_tokens\", \"max_abs_error\", \"max_ulps\"}]}]}\n"
+    "  --layer-type T  for configs with per-layer-type RoPE (Gemma 3: full_attention or\n"
+    "                  sliding_attention): that type only; default: every layer type in turn\n"
+    "  --json          {\"name\", \"layer_type\" (null without layer types), \"seq_len\", \"positions\",\n"
+    "                  \"engines\": [{\"engine\", \"available\", \"reason\", \"max_abs_error\",\n"
+    "                  \"max_ulps\", \"buckets\": [{\"first\", \"last\", \"positions\", \"max_abs_error\",\n"
+    "                  \"max_ulps\", \"worst_position\", \"worst_pair\"}], \"pairs\": [{\"pair\",\n"
+    "                  \"wavelength_tokens\", \"max_abs_error\", \"max_ulps\"}]}]}. Every layer type:\n"
+    "                  {\"name\", \"source\", \"layer_types\": [that object per type]}\n"
     "\n"
     "abs: the largest |engine value - true value| (scaling included); ulps: float32 steps from the\n"
     "correctly rounded value; where the two differ in sign (near a zero of cos or sin), each value's\n"
     "own steps down to zero, not every tiny float32 between them (analysis::float32_steps).\n"
-    "An engine that cannot reproduce the model is listed with the reason.\n";
+    "An engine that cannot reproduce the model is listed with the reason (vllm: also positions past\n"
+    "the rows vLLM's cache holds).\n";
 
 namespace {
 
@@ -42,39 +48,19 @@ std::string bucket_text(const analysis::DivergenceBucket& b) {
 
 std::string abs_text(double value) { return value == 0 ? "0" : format_line("%.2e", value); }
 
-}  // namespace
-
-int run_diverge(Args& args) {
-  LoadedConfig loaded = load_config(args);
-  const std::optional<std::string> positions_text = args.value("--positions");
-  const std::optional<int64_t> max_position = args.integer("--max-position", 1, kMaxPosition + 1);
-  const std::optional<int64_t> samples = args.integer("--samples", 2, 10000);
-  const std::optional<std::string> dtype_text = args.value("--vllm-dtype", "a dtype");
-  const std::optional<std::string> layer_type = args.value("--layer-type");
-  const bool as_json = args.has_switch("--json");
-  args.finish();
-  if (positions_text && max_position) {
-    throw UsageError("diverge: give --positions or --max-position, not both");
-  }
-  analysis::DivergenceOptions options;
-  if (positions_text) options.positions = parse_positions("diverge", *positions_text);
-  if (max_position) options.max_position = *max_position;
-  if (samples) options.samples_per_bucket = *samples;
-  if (dtype_text) {
-    const std::optional<DType> dtype = parse_dtype(*dtype_text);
-    if (!dtype || *dtype == DType::F64) {
-      throw UsageError("diverge: --vllm-dtype must be float32, bfloat16 or float16 (got \"" + *dtype_text + "\")");
-    }
-    options.vllm_dtype = *dtype;
-  }
-  const RopeSpec& spec = select_spec(loaded, layer_type);
-  if (args.parse_only()) return 0;
-
-  const analysis::Divergence d = analysis::engine_divergence(spec, options);
-  if (as_json) {
-    json::Writer out(json::TextLayout::Compact);
+// One layer type's divergence table, as text or (json_out) one JSON object.
+void print_divergence(Args& args, const LayerTypeSpec& type, const analysis::DivergenceOptions& options,
+                      json::Writer* json_out) {
+  const analysis::Divergence d = analysis::engine_divergence(*type.spec, options);
+  if (json_out != nullptr) {
+    json::Writer& out = *json_out;
     out.begin_object();
     out.key("name").value(d.spec_name);
+    if (type.name.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(type.name);
+    }
     out.key("seq_len").value(d.seq_len);
     out.key("positions").begin_array();
     for (const int64_t p : d.positions) out.value(p);
@@ -115,12 +101,11 @@ int run_diverge(Args& args) {
     }
     out.end_array();
     out.end_object();
-    args.out() << out.str() << "\n";
-    return 0;
+    return;
   }
 
   std::ostream& out = args.out();
-  out << d.spec_name << ": each engine's cos/sin against the exact values, " << d.positions.size()
+  out << d.spec_name << (type.name.empty() ? "" : " (layer type " + type.name + ")") << ": each engine's cos/sin against the exact values, " << d.positions.size()
       << " positions in [" << d.positions.front() << ", " << d.positions.back() << "] (seq_len " << d.seq_len << ")\n"
       << "abs: largest |engine - true value|; ulps: float32 steps from the correctly rounded value\n\n";
   std::vector<const analysis::EngineDivergence*> shown;
@@ -155,6 +140,56 @@ int run_diverge(Args& args) {
   for (const analysis::EngineDivergence& e : d.engines) {
     if (!e.available) out << "\n" << e.label << ": not applicable: " << e.reason << "\n";
   }
+}
+
+}  // namespace
+
+int run_diverge(Args& args) {
+  LoadedConfig loaded = load_config(args);
+  const std::optional<std::string> positions_text = args.value("--positions");
+  const std::optional<int64_t> max_position = args.integer("--max-position", 1, kMaxPosition + 1);
+  const std::optional<int64_t> samples = args.integer("--samples", 2, 10000);
+  const std::optional<std::string> dtype_text = args.value("--vllm-dtype", "a dtype");
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool as_json = args.has_switch("--json");
+  args.finish();
+  if (positions_text && max_position) {
+    throw UsageError("diverge: give --positions or --max-position, not both");
+  }
+  analysis::DivergenceOptions options;
+  if (positions_text) options.positions = parse_positions("diverge", *positions_text);
+  if (max_position) options.max_position = *max_position;
+  if (samples) options.samples_per_bucket = *samples;
+  if (dtype_text) {
+    const std::optional<DType> dtype = parse_dtype(*dtype_text);
+    if (!dtype || *dtype == DType::F64) {
+      throw UsageError("diverge: --vllm-dtype must be float32, bfloat16 or float16 (got \"" + *dtype_text + "\")");
+    }
+    options.vllm_dtype = *dtype;
+  }
+  // Every layer type of a per-layer-type config unless --layer-type picks one.
+  const std::vector<LayerTypeSpec> types = layer_types_to_run(loaded, layer_type);
+  if (args.parse_only()) return 0;
+  if (!as_json) {
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (i > 0) args.out() << "\n";
+      print_divergence(args, types[i], options, nullptr);
+    }
+    return 0;
+  }
+  json::Writer out(json::TextLayout::Compact);
+  if (types.size() == 1) {
+    print_divergence(args, types.front(), options, &out);
+  } else {
+    out.begin_object();
+    out.key("name").value(loaded.config.spec.name);
+    out.key("source").value(loaded.source);
+    out.key("layer_types").begin_array();
+    for (const LayerTypeSpec& type : types) print_divergence(args, type, options, &out);
+    out.end_array();
+    out.end_object();
+  }
+  args.out() << out.str() << "\n";
   return 0;
 }
 

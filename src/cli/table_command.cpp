@@ -67,6 +67,8 @@ int run_table(Args& args) {
   const int64_t pairs = table->num_pairs();
   std::vector<float> c(static_cast<size_t>(pairs));
   std::vector<float> s(static_cast<size_t>(pairs));
+  // A position past a fixed table (vLLM's cache) is refused before anything is printed.
+  if (max_position > table->max_position()) table->row(max_position, c.data(), s.data());
   if (as_json) {
     json::Writer out(json::TextLayout::Compact);
     out.begin_object();

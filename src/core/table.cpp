@@ -34,6 +34,7 @@
 
 #include "extended.hpp"
 #include "huge_pages.hpp"
+#include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
@@ -592,17 +593,27 @@ void CosSinTable::init_ggml() {
   attention_scaling_ = mscale;
 }
 
-// vLLM's cache: which schemes its classes build one static cache for, and its length.
+// vLLM's cache: which schemes its classes build one static cache for, and its length: the rows
+// vllm_cache_rows() counts (engine_export.hpp), so that `rotary table --precision vllm`,
+// `rotary diverge` and `rotary export --format vllm` serve the same rows.
 void CosSinTable::init_vllm() {
   const RopeSpec& spec = spec_;
   check_engine_geometry(spec, Precision::Vllm);
   const ScalingType type = spec.scaling.type;
-  if (type == ScalingType::Dynamic || type == ScalingType::LongRope) {
+  if (type == ScalingType::Dynamic) {
+    // DynamicNTKScalingRotaryEmbedding builds one cache at the unscaled frequencies (its base
+    // formula gives the base back at max_len = L x factor), which is not dynamic NTK.
     refuse_scheme(spec, Precision::Vllm,
-                  detail::concat("rope_type ", to_string(type), " changes with the sequence length, and vLLM builds "
-                                 "its own classes for it, not one cos_sin_cache"));
+                  "rope_type dynamic changes with the sequence length, and vLLM's dynamic class keeps the unscaled "
+                  "frequencies in one cache instead");
   }
   if (type == ScalingType::Proportional) refuse_scheme(spec, Precision::Vllm, "rope_type proportional is not modelled");
+  if (spec.axes == PositionAxes::MRope && type == ScalingType::Yarn) {
+    // mrope.py hands YaRN 4 x original_max_position_embeddings as its context, which moves the
+    // correction range: vLLM's frequencies are not the config's (export_table refuses it too).
+    refuse_scheme(spec, Precision::Vllm, "axes mrope with rope_type yarn: vLLM's MRotaryEmbedding computes YaRN's "
+                                         "correction range over 4 x the original context");
+  }
   if (options_.cache_dtype == DType::F64) {
     throw Error("CosSinTable: cache_dtype must be float32, bfloat16 or float16 for Precision::Vllm (got float64)");
   }
@@ -610,16 +621,32 @@ void CosSinTable::init_vllm() {
   n->cache_dtype = options_.cache_dtype;
   if (type == ScalingType::Linear) n->position_divisor = static_cast<float>(*spec.scaling.factor);
   numerics_ = std::move(n);
+  const int64_t original = spec.original_context();
+  if (type == ScalingType::LongRope) {
+    if (original <= 0 || spec.max_position_embeddings <= 0) {
+      refuse_scheme(spec, Precision::Vllm, detail::concat("rope_type longrope needs max_position_embeddings and the "
+                                                          "original context for vLLM's mscale (got ",
+                                                          spec.max_position_embeddings, " and ", original, ")"));
+    }
+    // Phi3LongRoPEScaledRotaryEmbedding: both caches times one mscale, sqrt(1 + ln s / ln L0)
+    // with s = max_position_embeddings / L0 (1 for s <= 1), computed in Python float; get_rope
+    // passes it no attention_factor (only short_mscale / long_mscale, which rotary does not read).
+    const double scale = static_cast<double>(spec.max_position_embeddings) / static_cast<double>(original);
+    attention_scaling_ = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(original)));
+  }
   if (options_.fixed_positions == 0) {
-    // vLLM's length: max_position_embeddings; YaRN: original context x factor
-    // (YaRNScalingRotaryEmbedding._compute_cos_sin_cache).
-    int64_t rows = spec.max_position_embeddings;
-    if (type == ScalingType::Yarn) {
-      rows = static_cast<int64_t>(std::ceil(static_cast<double>(spec.original_context()) * spec.resolved_factor()));
+    int64_t rows = vllm_cache_rows(spec);
+    if (type == ScalingType::LongRope && rows > 0) {
+      // long_short_cos_sin_cache = cat(short cache [0, L0), long cache [0, L)). forward() picks
+      // one for every call: the long one (index p + L0) when max_model_len > L0, else the short
+      // one; TableOptions::seq_len plays max_model_len here, and the inv_freq chosen above by it
+      // is the same choice.
+      rows = options_.seq_len > original ? rows - original : original;
     }
     if (rows <= 0 || rows > kMaxPosition + 1) {
       throw Error(detail::concat("CosSinTable: fixed_positions must be given for Precision::Vllm: spec ", spec.name,
-                                 " states no usable max_position_embeddings (got ", rows, ")"));
+                                 " gives vLLM's cache ", rows, " rows (max_position_embeddings ",
+                                 spec.max_position_embeddings, "), outside [1, ", kMaxPosition + 1, "]"));
     }
     options_.fixed_positions = rows;
   }
@@ -634,7 +661,8 @@ void CosSinTable::check_position(int64_t position, const char* where) const {
   if (position > max_position()) {
     if (options_.fixed_positions > 0) {
       throw Error(detail::concat(where, ": position must be < the fixed table length ", options_.fixed_positions,
-                                 " (got ", position, ")"));
+                                 " (got ", position, ")",
+                                 options_.precision == Precision::Vllm ? ": vLLM's cache has no row for it" : ""));
     }
     throw Error(detail::concat(where, ": position must be <= ", kMaxPosition, " (got ", position, ")"));
   }

@@ -1210,6 +1210,52 @@ TEST(CliLayerTypes, CheckTrainedContextAgreesWithExplain) {
   EXPECT_THAT(run("check --preset gemma-3-27b --layer-type full_attention").out, HasSubstr("trained 16384\n"));
 }
 
+// --precision vllm serves the rows vLLM builds (Gemma 3's global layers, linear x8: 8 x 131072)
+// and refuses a position past them naming the length, before printing anything.
+TEST(CliLayerTypes, TableVllmServesTheRowsVllmBuilds) {
+  const std::string base = "table --preset gemma-3-27b --layer-type full_attention --precision vllm --positions ";
+  const Result last = run(base + "1048575");
+  ASSERT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_THAT(last.out, HasSubstr("\ncos[1048575] "));
+  const Result past = run(base + "7,1048576");
+  EXPECT_EQ(past.exit_code, 2);
+  EXPECT_THAT(past.err, HasSubstr("position must be < the fixed table length 1048576 (got 1048576): vLLM's cache has "
+                                  "no row for it"));
+  EXPECT_TRUE(past.out.empty());
+}
+
+// apply writes one rotation: a per-layer-type config needs --layer-type, and the rotation is that
+// layer type's (Gemma 3's local layers: theta 10000, no scaling).
+TEST(CliLayerTypes, ApplyRotatesWithTheNamedLayerTypeOnly) {
+  const ScratchDir dir("rotary_apply_layer_types");
+  npy::Array q = random_array({1, 3, 2, 128}, 5);
+  npy::write(dir / "q.npy", q);
+  const std::string base = "apply --preset gemma-3-27b --layout bshd --q " + (dir / "q.npy") + " --out-q ";
+  const Result none = run(base + (dir / "none.npy"));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.err, HasSubstr("apply: preset gemma-3-27b gives each layer type its own RoPE: choose one with "
+                                  "--layer-type full_attention or sliding_attention (got none)"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "none.npy"));
+  const Result local = run(base + (dir / "local.npy") + " --layer-type sliding_attention --json");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const json::Value doc = json::parse(local.out, "apply --json");
+  EXPECT_EQ(doc.find("layer_type")->as_string(), "sliding_attention");
+  EXPECT_EQ(doc.find("model")->as_string(), "gemma-3-27b/sliding_attention");
+  const HfRopeConfig gemma = preset("gemma-3-27b");
+  const RopeSpec& sliding = gemma.layer_type_specs[1].second;
+  ASSERT_EQ(gemma.layer_type_specs[1].first, "sliding_attention");
+  const CosSinTable table(sliding, {.storage = Storage::OnTheFly});
+  std::vector<float> q_in = floats(q), q_ref(q_in.size());
+  rotary::apply(contiguous_view(q_in.data(), DType::F32, Layout::BSHD, {1, 3, 2, 128}), TensorView{},
+                contiguous_view(q_ref.data(), DType::F32, Layout::BSHD, {1, 3, 2, 128}), TensorView{},
+                Positions::arange(), table);
+  EXPECT_EQ(floats(npy::read(dir / "local.npy")), q_ref);
+  const Result global = run(base + (dir / "global.npy") + " --layer-type full_attention");
+  ASSERT_EQ(global.exit_code, 0) << global.err;
+  EXPECT_THAT(global.err, HasSubstr("gemma-3-27b/full_attention, layer type full_attention, SIMD"));
+  EXPECT_NE(floats(npy::read(dir / "global.npy")), q_ref);  // theta 1e6 and linear x8 there
+}
+
 TEST(CliLayerTypes, AttentionPairsEachLayerTypesRopeWithItsOwnWindow) {
   const std::string flags = "attention --preset gemma-3-27b --tokens 16 --heads 2 --kv-heads 1 --json";
   const Result local = run(flags + " --layer-type sliding_attention");

@@ -263,6 +263,38 @@ TEST(DiagnoseCli, NamesSwappedCosAndSin) {
   EXPECT_THAT(r.out, Not(HasSubstr("direction:")));
 }
 
+// A per-layer-type target (Gemma 3) is compared with one layer type, named with --layer-type;
+// without it the command refuses naming the choices rather than picking one.
+TEST(DiagnoseCli, PerLayerTypeTargetNeedsLayerTypeAndNamesIt) {
+  ScratchDir dir("rotary_diagnose_layer_types");
+  const HfRopeConfig gemma = preset("gemma-3-27b");
+  const RopeSpec* sliding = nullptr;
+  for (const auto& [name, spec] : gemma.layer_type_specs) {
+    if (name == "sliding_attention") sliding = &spec;
+  }
+  ASSERT_NE(sliding, nullptr);
+  std::vector<double> x, y;
+  synthesize(*sliding, 1, {}, x, y);  // theta 10000, no scaling: the local layers
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(kPositions));
+  const std::string base = "diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                           (dir / "p.npy") + " --preset gemma-3-27b";
+  const test::CliResult none = run(base);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.err, HasSubstr("diagnose: preset gemma-3-27b gives each layer type its own RoPE: choose one with "
+                                  "--layer-type full_attention or sliding_attention (got none)"));
+  EXPECT_TRUE(none.out.empty());
+  const test::CliResult local = run(base + " --layer-type sliding_attention");
+  EXPECT_EQ(local.exit_code, 0) << local.out << local.err;
+  EXPECT_THAT(local.out, HasSubstr("(preset gemma-3-27b, layer type sliding_attention): no mismatch"));
+  const test::CliResult global = run(base + " --layer-type full_attention --json");
+  EXPECT_EQ(global.exit_code, 1) << global.out << global.err;  // theta 1e6 and linear x8 there
+  const json::Value doc = json::parse(global.out, "diagnose --json");
+  EXPECT_EQ(doc.find("layer_type")->as_string(), "full_attention");
+  EXPECT_FALSE(doc.find("matches")->as_bool());
+}
+
 TEST(DiagnoseCli, BadInputIsAnErrorNamingTheArgument) {
   ScratchDir dir("rotary_diagnose_bad");
   std::vector<double> x, y;

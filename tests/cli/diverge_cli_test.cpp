@@ -14,6 +14,7 @@ namespace rotary {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST(DivergeCli, PrintsBucketsAndPairsPerEngine) {
@@ -51,10 +52,60 @@ TEST(DivergeCli, JsonHoldsTheLibrarysNumbers) {
 }
 
 TEST(DivergeCli, NamesEnginesThatCannotReproduceTheModel) {
-  const test::CliResult r = test::run_cli("diverge --preset phi-3-mini-128k --positions 1,9000");
+  const test::CliResult r = test::run_cli("diverge --preset deepseek-v3 --positions 1,9000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("vllm (float32 cache): not applicable: CosSinTable: precision vllm cannot reproduce "
-                               "spec phi-3-mini-128k: rope_type longrope"));
+  EXPECT_THAT(r.out, HasSubstr("ggml: not applicable: CosSinTable: precision ggml cannot reproduce spec deepseek-v3: "
+                               "YaRN with mscale and mscale_all_dim"));
+}
+
+// vLLM's engine serves the rows vLLM builds (vllm_cache_rows): LongRoPE's long cache past the
+// original context; a position past the cache is named, not measured.
+TEST(DivergeCli, VllmCoversTheRowsVllmBuildsAndNamesPositionsPastThem) {
+  const test::CliResult phi = test::run_cli("diverge --preset phi-3-mini-128k --positions 1,9000");
+  ASSERT_EQ(phi.exit_code, 0) << phi.err;
+  EXPECT_THAT(phi.out, HasSubstr("vllm (float32 cache): abs, ulps"));
+  EXPECT_THAT(phi.out, Not(HasSubstr("not applicable")));
+  const test::CliResult llama = test::run_cli("diverge --preset llama-2-7b --positions 1,5000");
+  ASSERT_EQ(llama.exit_code, 0) << llama.err;
+  EXPECT_THAT(llama.out, HasSubstr("vllm (float32 cache): not applicable: positions reach 5000, past the 4096 rows of "
+                                   "vLLM's cache for spec llama-2-7b"));
+}
+
+// Gemma 3's layer types have different RoPE: diverge reports each (as check and freqs do), or the
+// one --layer-type names, and says which.
+TEST(DivergeCli, ReportsEveryLayerTypeOrTheOneNamed) {
+  const test::CliResult both = test::run_cli("diverge --preset gemma-3-27b --positions 0,7,200000 --json");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const json::Value doc = json::parse(both.out, "diverge --json");
+  EXPECT_EQ(doc.find("source")->as_string(), "preset gemma-3-27b");
+  const auto& types = doc.find("layer_types")->as_array();
+  ASSERT_EQ(types.size(), 2u);
+  EXPECT_EQ(types[0].find("layer_type")->as_string(), "full_attention");
+  EXPECT_EQ(types[1].find("layer_type")->as_string(), "sliding_attention");
+  // vLLM's caches: linear x8 builds 8 x 131072 rows for the global layers, the local layers 131072.
+  EXPECT_TRUE(types[0].find("engines")->as_array()[2].find("available")->as_bool());
+  EXPECT_EQ(types[1].find("engines")->as_array()[2].find("reason")->as_string(),
+            "positions reach 200000, past the 131072 rows of vLLM's cache for spec gemma-3-27b/sliding_attention");
+  // Each layer type's numbers are the library's for that layer type's spec.
+  const HfRopeConfig gemma = preset("gemma-3-27b");
+  for (size_t t = 0; t < 2; ++t) {
+    SCOPED_TRACE(gemma.layer_type_specs[t].first);
+    const analysis::Divergence d =
+        analysis::engine_divergence(gemma.layer_type_specs[t].second, {.positions = {0, 7, 200000}});
+    EXPECT_EQ(types[t].find("engines")->as_array()[0].find("max_abs_error")->as_double(), d.engines[0].max_abs_error);
+  }
+  const test::CliResult text = test::run_cli("diverge --preset gemma-3-27b --positions 0,7");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("(layer type full_attention): each engine's cos/sin"));
+  EXPECT_THAT(text.out, HasSubstr("(layer type sliding_attention): each engine's cos/sin"));
+  const test::CliResult one = test::run_cli("diverge --preset gemma-3-27b --layer-type sliding_attention --positions 0,7 --json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const json::Value one_doc = json::parse(one.out, "diverge --json");
+  EXPECT_EQ(one_doc.find("layer_type")->as_string(), "sliding_attention");
+  EXPECT_EQ(one_doc.find("name")->as_string(), "gemma-3-27b/sliding_attention");
+  EXPECT_TRUE(json::parse(test::run_cli("diverge --preset llama-2-7b --positions 1 --json").out, "d")
+                  .find("layer_type")
+                  ->is_null());
 }
 
 TEST(DivergeCli, RefusesBadInput) {

@@ -180,9 +180,66 @@ TEST(EngineNumerics, VllmLinearScalingDividesThePositions) {
   EXPECT_GT(differs_from_hf, 0);  // HF divides inv_freq instead: other roundings
 }
 
+// The rows vLLM builds (vllm_cache_rows): linear scaling's cache runs to L x factor, M-RoPE's to
+// 4 L, and a position past them is refused naming the length.
+TEST(EngineNumerics, VllmServesTheRowsVllmBuilds) {
+  RopeSpec linear = test::rope_spec({.name = "linear", .head_dim = 16, .max_position_embeddings = 64});
+  linear.scaling.type = ScalingType::Linear;
+  linear.scaling.factor = 3.0;
+  const CosSinTable vllm(linear, {.precision = Precision::Vllm, .storage = Storage::OnTheFly});
+  EXPECT_EQ(vllm.max_position(), 191);  // LinearScalingRotaryEmbedding: arange(64 * 3)
+  RopeSpec unscaled = linear;
+  unscaled.scaling = Scaling{};
+  const std::vector<float> inv = detail::hf_inv_freq_f32(unscaled, 0);
+  std::vector<float> c(8), s(8);
+  for (const int64_t p : {int64_t{64}, int64_t{100}, int64_t{191}}) {
+    vllm.row(p, c.data(), s.data());
+    const float t = static_cast<float>(p) / 3.0f;
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_EQ(c[i], static_cast<float>(std::cos(static_cast<double>(t * inv[i])))) << p << " " << i;
+      ASSERT_EQ(s[i], static_cast<float>(std::sin(static_cast<double>(t * inv[i])))) << p << " " << i;
+    }
+  }
+  EXPECT_THAT([&] { vllm.row(192, c.data(), s.data()); },
+              ThrowsMessage<Error>(HasSubstr("position must be < the fixed table length 192 (got 192): vLLM's cache "
+                                             "has no row for it")));
+  const CosSinTable mrope(preset("qwen2-vl-7b").spec, {.precision = Precision::Vllm, .storage = Storage::OnTheFly});
+  EXPECT_EQ(mrope.max_position(), 4 * 32768 - 1);  // mrope.py: max_position_embeddings * 4
+}
+
+// Phi3LongRoPEScaledRotaryEmbedding: the long cache (positions [0, L)) when max_model_len (seq_len
+// here) exceeds the original context, else the short one ([0, L0)); one mscale for both.
+TEST(EngineNumerics, VllmLongRopeServesTheLongOrShortCache) {
+  const RopeSpec spec = preset("phi-3-mini-128k").spec;
+  const double mscale = std::sqrt(1 + std::log(131072.0 / 4096.0) / std::log(4096.0));
+  for (const int64_t seq_len : {int64_t{0}, int64_t{4096}, int64_t{4097}, int64_t{131072}}) {
+    SCOPED_TRACE(seq_len);
+    const bool use_long = seq_len > 4096;
+    const CosSinTable vllm(spec, {.precision = Precision::Vllm, .storage = Storage::OnTheFly, .seq_len = seq_len});
+    EXPECT_EQ(vllm.max_position(), use_long ? 131071 : 4095);
+    EXPECT_EQ(vllm.attention_scaling(), mscale);
+    EXPECT_EQ(vllm.inv_freq_f32(), detail::hf_inv_freq_f32(spec, use_long ? 4097 : 0));
+    const CosSinTable hf(spec, {.precision = Precision::HFCompat, .storage = Storage::OnTheFly, .seq_len = seq_len});
+    std::vector<float> c(48), s(48), hc(48), hs(48);
+    for (const int64_t p : {int64_t{0}, int64_t{1}, int64_t{4095}}) {
+      vllm.row(p, c.data(), s.data());
+      hf.row(p, hc.data(), hs.data());
+      ASSERT_EQ(c, hc) << p;
+      ASSERT_EQ(s, hs) << p;
+    }
+    const int64_t past = use_long ? 131072 : 4096;
+    EXPECT_THAT([&] { vllm.row(past, c.data(), s.data()); },
+                ThrowsMessage<Error>(HasSubstr(detail::concat("fixed table length ", past, " (got ", past, ")"))));
+  }
+}
+
 TEST(EngineNumerics, VllmRefusesSequenceDependentSchemesAndOtherDtypes) {
-  EXPECT_THAT([&] { CosSinTable(preset("phi-3-mini-128k").spec, {.precision = Precision::Vllm}); },
-              ThrowsMessage<Error>(HasSubstr("rope_type longrope changes with the sequence length")));
+  RopeSpec dynamic = test::rope_spec({.name = "dyn"});
+  dynamic.scaling.type = ScalingType::Dynamic;
+  dynamic.scaling.factor = 2.0;
+  EXPECT_THAT([&] { CosSinTable(dynamic, {.precision = Precision::Vllm}); },
+              ThrowsMessage<Error>(HasSubstr("precision vllm cannot reproduce spec dyn: rope_type dynamic changes with "
+                                             "the sequence length")));
   RopeSpec no_context = test::rope_spec({.max_position_embeddings = 0});
   EXPECT_THAT([&] { CosSinTable(no_context, {.precision = Precision::Vllm}); },
               ThrowsMessage<Error>(HasSubstr("fixed_positions must be given for Precision::Vllm")));

@@ -118,8 +118,9 @@ def test_vllm_mode_cache_length_and_refusals():
     assert table.max_position == math.ceil(32768 * 4.0) - 1  # YaRN: ceil(original * factor) rows
     with pytest.raises(rotary.RotaryError, match="positions\\[0\\] must be in \\[0, 131071\\] \\(got 131072\\)"):
         rotary_rows(spec, "vllm", [131072])
-    with pytest.raises(rotary.RotaryError, match="rope_type longrope changes with the sequence length"):
-        rotary_rows(rotary.Spec.preset("phi-3-mini-128k"), "vllm", [0])
+    # LongRoPE: seq_len 0 plays a max_model_len within the original context: the short cache's 4096 rows.
+    phi, _ = rotary_rows(rotary.Spec.preset("phi-3-mini-128k"), "vllm", [0])
+    assert phi.max_position == 4096 - 1
     with pytest.raises(rotary.RotaryError, match="cache_dtype must be float32, bfloat16 or float16"):
         rotary_rows(spec, "vllm", [0], cache_dtype="int8")
 
