@@ -12,6 +12,7 @@ other call is an error (checked in C++, CosSinTable::serves_seq_len), never a si
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -35,6 +36,10 @@ DEFAULT_MAX_BYTES = 8 << 30  # TableOptions::max_bytes
 # its Spec (a native table holds a C++ copy of the spec; a restyled Spec is a new object): a
 # discarded Spec frees its tables at once, with no reference cycle waiting for the cyclic GC.
 _SHARED = weakref.WeakKeyDictionary()
+# One lookup or insertion at a time: a lookup's get-then-move_to_end and a grown table's eviction
+# (which iterates the entries) are several steps, and threads calling with dynamic NTK at
+# different seq_lens interleave them (KeyError, "OrderedDict mutated during iteration").
+_SHARED_LOCK = threading.Lock()
 # Dynamic NTK past max_position_embeddings has one table per seq_len; the last few are kept (a
 # forward and its backward, q and k of one step, share one), computed on the fly, not stored.
 _GROWN_TABLES_KEPT = 8
@@ -55,6 +60,11 @@ def check_style(style) -> str:
 def shared_native(spec: Spec, precision: str, style: str, seq_len: int):
     """(spec in `style`, the native table) that serves seq_len, from the spec's shared cache."""
     key = spec._native.frequency_seq_len(seq_len)
+    with _SHARED_LOCK:
+        return _shared_native_locked(spec, precision, style, key)
+
+
+def _shared_native_locked(spec: Spec, precision: str, style: str, key: int):
     entries = _SHARED.get(spec)
     if entries is None:
         entries = _SHARED.setdefault(spec, OrderedDict())

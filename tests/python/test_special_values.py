@@ -6,6 +6,7 @@ serialized: the capacity holds, memory is never corrupted). The C++ side's contr
 src/attention/attention_kernels-inl.h, tests/attention/special_values_test.cpp, kv_cache.hpp.
 """
 import copy
+import sys
 import threading
 
 import numpy as np
@@ -167,3 +168,38 @@ def test_two_threads_appending_to_one_kv_cache_never_pass_its_capacity():
         np.testing.assert_array_equal(cache.positions(0), np.arange(16))
         tags = cache.values[0, 0, :16, 0]
         assert sorted(tags.tolist()) == sorted(float(t) for t in landed)
+
+
+def test_threads_growing_dynamic_ntk_tables_of_one_spec():
+    """Threads calling with dynamic NTK past max_position_embeddings at different lengths share
+    the spec's table cache (rotary._table: one table per seq_len, the last few kept). Its lookup
+    and eviction are several steps each; interleaved they raised KeyError or "OrderedDict mutated
+    during iteration". Every call must return its own length's rotation."""
+    spec = rotary.Spec.from_hf_config(dict(
+        model_type="llama", hidden_size=32, num_attention_heads=2, max_position_embeddings=16,
+        rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=10000.0)))
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (1, 64, 2, 16)).astype(np.float32)
+    expected = {n: rotary.apply(x[:, :n], None, None, spec, layout="bshd")[0] for n in range(17, 64)}
+    errors = []
+
+    def worker(seed):
+        order = np.random.default_rng(seed).permutation(np.arange(17, 64))
+        try:
+            for _ in range(3):
+                for n in order:
+                    np.testing.assert_array_equal(rotary.apply(x[:, :n], None, None, spec, layout="bshd")[0], expected[n])
+        except Exception as error:  # noqa: BLE001 - reported below with the thread's seed
+            errors.append(f"{seed}: {type(error).__name__}: {error}")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads between nearly every bytecode: the race shows
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
