@@ -462,7 +462,7 @@ HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int
   // Online softmax per vector of rows. As in the other form, exp's argument is kept in [-200, 0]
   // (ExpArgument); a row that has seen no key yet (m = -inf) gets alpha = 1 (its o and l are 0).
   // Visible NaN / +inf scores flag their row (Scratch::bad).
-  const VF neg_inf = hn::Set(df, -INFINITY), lo = hn::Set(df, -200.0f), zero = hn::Zero(df);
+  const VF neg_inf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
   const VF pos_inf = hn::Set(df, INFINITY), one = hn::Set(df, 1.0f);
   for (int64_t rb = 0; rb < rows_pad; rb += N) {
     const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
