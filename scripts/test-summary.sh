@@ -51,9 +51,11 @@ counts() {
   local step=$1 log=$2 line passed failed skipped errors
   case $step in
     ctest)
-      line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
+      # "100% tests passed out of N" when none failed; "P% tests passed, F tests failed out of N".
+      line=$(grep -E '^[0-9]+% tests passed(, [0-9]+ tests? failed)? out of [0-9]+' "$log" | tail -1)
       [[ -z $line ]] && return
-      failed=$(sed -E 's/.* ([0-9]+) tests? failed out of .*/\1/' <<<"$line")
+      failed=0
+      if [[ $line == *failed* ]]; then failed=$(sed -E 's/.* ([0-9]+) tests? failed out of .*/\1/' <<<"$line"); fi
       local total
       total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
       echo "$((total - failed)) passed, $failed failed"
