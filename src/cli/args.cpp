@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/edit_distance.hpp"
 #include "rotary/error.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
@@ -115,25 +116,10 @@ void Args::finish() const {
 }
 
 std::optional<std::string> nearest(std::string_view word, const std::vector<std::string>& candidates) {
-  // Levenshtein distance, one row at a time.
-  const auto distance = [](std::string_view a, std::string_view b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diagonal = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        const size_t above = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diagonal = above;
-      }
-    }
-    return row[b.size()];
-  };
   std::optional<std::string> best;
   size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const std::string& candidate : candidates) {
-    const size_t d = distance(word, candidate);
+    const size_t d = detail::edit_distance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;

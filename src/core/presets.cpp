@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "edit_distance.hpp"
 #include "preset_record.hpp"
 #include "rotary/error.hpp"
 
@@ -83,20 +84,7 @@ NameParts parts_of(std::string_view given, IsFamily is_family) {
   return parts;
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {  // Levenshtein, one row at a time
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
+using detail::edit_distance;
 
 // How a candidate's version relates to the one asked for: 2 the same, 1 one extends the other
 // ("3" and "3.1", "3.1" and "3"), 0 none asked for, -1 a different version ("3" and "2"), which
