@@ -81,15 +81,6 @@ std::string utc_now() {
   return buffer;
 }
 
-// The docs as a file:// URL when this build's source tree still holds them (a build-tree or
-// locally installed command); an installed copy without them names the pages as text.
-std::string docs_url() {
-  std::error_code error;
-  const std::filesystem::path docs(ROTARY_SOURCE_DOCS_DIR);
-  if (!std::filesystem::is_regular_file(docs / "analysis.md", error)) return "";
-  return "file://" + docs.generic_string() + "/";
-}
-
 }  // namespace
 
 int run_report(Args& args) {
@@ -159,7 +150,8 @@ int run_report(Args& args) {
   options.generator = std::string("rotary ") + ROTARY_VERSION;
   options.created = utc_now();
   options.command_line = command_line(args);
-  options.docs_url = docs_url();
+  // options.docs_url stays empty: the report names the docs by their repository path, as text
+  // (a file:// link into this machine's source tree breaks once the page is moved or shared).
   const std::string html = analysis::render_report(models, options);
   if (is_stdout(output)) {
     args.out() << html;
