@@ -151,17 +151,11 @@ Explained explain_spec(const RopeSpec& spec, const std::string& layer_type, std:
   e.layer_type = layer_type;
   e.spec = &spec;
   e.declared = spec.max_position_embeddings;
-  // The pretraining context: the scheme's original length where it has one; for linear
-  // interpolation without one, max_position_embeddings / factor (the positions it maps onto);
-  // otherwise max_position_embeddings (2048 when the config gives none).
+  // The pretraining context (analysis.hpp default_trained_context, which check and report use too):
+  // the scheme's original length where it has one; for linear interpolation without one,
+  // max_position_embeddings / factor; otherwise max_position_embeddings (2048 when none).
+  e.trained = analysis::default_trained_context(spec);
   const ScalingType type = spec.scaling.type;
-  e.trained = e.declared > 0 ? e.declared : 2048;
-  if (type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3 ||
-      spec.scaling.original_max_position_embeddings > 0) {
-    e.trained = spec.original_context();
-  } else if (type == ScalingType::Linear && e.declared > 0) {
-    e.trained = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(e.declared) / *spec.scaling.factor));
-  }
   e.configured = e.declared > 0 ? analysis::default_target_context(spec) : e.trained;
   e.target = context_arg.value_or(e.configured);
   e.target_given = context_arg.has_value();
