@@ -9,6 +9,7 @@
 // keys (chunks merged at the end).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "rotary/tensor.hpp"
 #include "src/attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
+#include "tests/support/attention_bound.hpp"
 #include "tests/support/cpu_scope.hpp"
 
 namespace rotary {
@@ -64,15 +66,25 @@ struct Call {
 };
 
 // Per element: NaN where the reference is NaN, the same infinity where it is infinite, and
-// within `tolerance` elsewhere (inputs in [0.1, 1]: outputs too; the storage rounding dominates).
-// Returns the number of disagreeing elements; the first is described in `first`.
-int64_t compare(const Tensor& fast, const Tensor& ref, double tolerance, std::string& first) {
+// elsewhere within the fast path's error bound (docs/attention.md, "Error analysis";
+// tests/support/attention_bound.hpp) with the call-wide maxima of the finite inputs: |q|, |k|,
+// |v| <= 1 (Rng values and the few set by hand), no ALiBi, n <= k_seq keys; plus the output's
+// rounding to its storage type (the reference here is float64, unrounded). Returns the number of
+// disagreeing elements; the first is described in `first`.
+int64_t compare(const Tensor& fast, const Tensor& ref, const Call& c, std::string& first) {
+  const double scale = c.dq > 0 ? 1.0 / std::sqrt(static_cast<double>(c.dq)) : 1.0;
+  const double max_a = scale * static_cast<double>(c.dq);  // scale * d * max|q| * max|k|
+  const double arithmetic = test::attention_arithmetic_bound(c.dtype, c.dq, false, max_a, 0.0, c.k_seq, 1.0);
   int64_t failures = 0;
   for (int64_t s = 0; s < ref.axes.seq; ++s)
     for (int64_t h = 0; h < ref.axes.heads; ++h)
       for (int64_t e = 0; e < ref.axes.dim; ++e) {
         const double f = fast.at(0, s, h, e), r = ref.at(0, s, h, e);
-        const bool ok = std::isnan(r) ? std::isnan(f) : std::isinf(r) ? f == r : std::isfinite(f) && std::abs(f - r) <= tolerance;
+        const double larger = std::max(std::abs(f), std::abs(r));
+        const double storage = c.dtype == DType::F32 ? test::kUnitRoundoff32 * larger : test::storage_ulp(c.dtype, larger);
+        const bool ok = std::isnan(r)   ? std::isnan(f)
+                        : std::isinf(r) ? f == r
+                                        : std::isfinite(f) && std::abs(f - r) <= arithmetic + storage;
         if (!ok && failures++ == 0) {
           first = "query " + std::to_string(s) + " head " + std::to_string(h) + " element " + std::to_string(e) +
                   ": fast " + std::to_string(f) + ", reference " + std::to_string(r);
@@ -80,8 +92,6 @@ int64_t compare(const Tensor& fast, const Tensor& ref, double tolerance, std::st
       }
   return failures;
 }
-
-double tolerance_of(DType dtype) { return dtype == DType::F32 ? 1e-5 : dtype == DType::BF16 ? 1.6e-2 : 2e-3; }
 
 // Counts the NaN elements of a tensor (to show a case is not vacuous).
 int64_t nan_count(const Tensor& t) {
@@ -137,7 +147,7 @@ TEST(AttentionSpecialValues, InfiniteQueryIsNanNotZeros) {
         auto [fast, ref] = c.run();
         ASSERT_EQ(nan_count(ref), c.q_seq * 16);  // head 1's rows, all of them
         std::string first;
-        EXPECT_EQ(compare(fast, ref, tolerance_of(dtype), first), 0) << first;
+        EXPECT_EQ(compare(fast, ref, c, first), 0) << first;
       }
     }
   }
@@ -169,7 +179,7 @@ TEST(AttentionSpecialValues, MinusInfinityScoresDropTheirKeysAndAnAllMinusInfini
         auto [fast, ref] = c.run();
         ASSERT_EQ(nan_count(ref), c.q_seq * 2 * 16);  // heads 2 and 3 (kv head 1) only
         std::string first;
-        EXPECT_EQ(compare(fast, ref, tolerance_of(dtype), first), 0) << first;
+        EXPECT_EQ(compare(fast, ref, c, first), 0) << first;
       }
     }
   }
@@ -202,7 +212,7 @@ TEST(AttentionSpecialValues, RandomNonFiniteInputsMatchTheReferencePattern) {
         for (int64_t h = 0; h < ref.axes.heads; ++h)
           for (int64_t e = 0; e < ref.axes.dim; ++e) inf_elements_seen += std::isinf(ref.at(0, s, h, e)) ? 1 : 0;
       std::string first;
-      ASSERT_EQ(compare(fast, ref, tolerance_of(dtype), first), 0) << first;
+      ASSERT_EQ(compare(fast, ref, c, first), 0) << first;
     }
     EXPECT_GT(nan_rows_seen, 5) << target;  // the trials exercise NaN outputs
     EXPECT_GT(inf_elements_seen, 0) << target;  // and infinite ones (inf in v)
@@ -222,7 +232,7 @@ TEST(AttentionSpecialValues, ZeroHeadDimsEqualTheReference) {
           Call c(dtype, form.q_seq, form.k_seq, 4, 2, 0, 8, 7);
           auto [fast, ref] = c.run();
           std::string first;
-          EXPECT_EQ(compare(fast, ref, tolerance_of(dtype), first), 0) << first;
+          EXPECT_EQ(compare(fast, ref, c, first), 0) << first;
           EXPECT_NE(ref.at(0, 0, 0, 0), 0.0);  // a real mean, not the no-key zeros
         }
         {
@@ -259,7 +269,7 @@ TEST(AttentionSpecialValues, ZeroHeadDimsWithNullDataOnEveryPath) {
         Tensor ref = make(DType::F64, Layout::BSHD, 1, c.q_seq, 4, 8);
         reference::attention(q_ref, k_ref, v64.view, ref.view, c.options);  // reads no q or k element either
         std::string first;
-        EXPECT_EQ(compare(fast, ref, tolerance_of(dtype), first), 0) << first;
+        EXPECT_EQ(compare(fast, ref, c, first), 0) << first;
 
         Call d(dtype, form.q_seq, form.k_seq, 4, 2, 8, 0, 10);
         TensorView v = d.v.view, out = make(dtype, Layout::BSHD, 1, d.q_seq, 4, 0).view;
