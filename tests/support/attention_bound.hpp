@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "rotary/tensor.hpp"
 
@@ -25,10 +26,13 @@ namespace rotary::test {
 inline constexpr double kUnitRoundoff32 = 0x1p-24;
 
 // One unit in the last place of `value` in bfloat16 / float16 (p = 7 / 10 stored bits), at
-// least the format's smallest subnormal.
+// least the format's smallest subnormal. A non-finite value has no last place: NaN for it (a
+// comparison against NaN fails, so a caller cannot pass a non-finite element by accident; std::ilogb
+// of NaN or infinity is INT_MIN or INT_MAX, which the subtraction below would overflow).
 inline double storage_ulp(DType dtype, double value) {
   const int p = dtype == DType::BF16 ? 7 : 10;
   const double min_ulp = dtype == DType::BF16 ? 0x1p-133 : 0x1p-24;
+  if (!std::isfinite(value)) return std::numeric_limits<double>::quiet_NaN();
   if (value == 0) return min_ulp;
   return std::max(std::ldexp(1.0, std::ilogb(value) - p), min_ulp);
 }
