@@ -739,10 +739,14 @@ Diagnosis diagnose(const DiagnoseSamples& samples, const DiagnoseOptions& option
                                      " rad over the sampled positions: its partner and inv_freq are uncertain, and "
                                      "slower pairs may look like pass-through dims; add a larger position"));
   }
+  // Only while some pair is unidentified: when the slope search pinned every pair to one inv_freq
+  // (the other steps told the aliases apart), a large first step left nothing uncertain.
   const double first_step = static_cast<double>(*std::next(distinct.begin()) - *distinct.begin());
-  if (fastest * first_step > 2.5) {  // within ~0.6 rad of pi: noise could alias it
+  // An unidentified pair may be the fastest; RoPE's fastest pair has inv_freq theta^0 = 1.
+  const double fastest_possible = std::max(fastest, 1.0);
+  if (!all_identified && fastest_possible * first_step > 2.5) {  // within ~0.6 rad of pi: noise could alias it
     d.notes.push_back(detail::concat("the first position step, ", first_step, ", turns the fastest pair by ",
-                                     fastest * first_step,
+                                     fastest >= 1.0 ? "" : "up to ", fastest_possible * first_step,
                                      " rad: at pi or more its inv_freq aliases (theta and theta + 2 pi / step fit "
                                      "alike); add positions 1 apart"));
   }

@@ -2,7 +2,7 @@
 // .npy samples of it, and how it differs from a model (analysis::diagnose / compare_to_spec,
 // include/rotary/diagnose.hpp). Exit codes: 0 no target or no mismatch, 1 mismatches (a result,
 // not an error: the findings are still printed), 2 errors as every command, "y is not a rotation
-// of x" included.
+// of x" included, 3 no mismatch but properties the samples cannot tell were not compared.
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -48,7 +48,8 @@ const char* const kDiagnoseHelp =
     "                   layer_type (null without layer types), matches, mismatches [{aspect,\n"
     "                   implementation, model, message}]\n"
     "\n"
-    "Exit status: 0 no target or no mismatch, 1 mismatches, 2 an error (y not a rotation of x too).\n";
+    "Exit status: 0 no target or no mismatch, 1 mismatches, 2 an error (y not a rotation of x too),\n"
+    "3 no mismatch in what the samples show but something not compared (a \"not compared:\" line).\n";
 
 namespace {
 
@@ -170,7 +171,9 @@ int run_diagnose(Args& args) {
   const analysis::Diagnosis d = analysis::diagnose({x.values, y.values, positions, head_dim}, options);
   std::vector<analysis::Mismatch> mismatches;
   if (target) mismatches = analysis::compare_to_spec(d, *target);
-  const int exit_code = mismatches.empty() ? 0 : 1;
+  // 3, not 0, when a target was given and the samples left something uncompared: a script that
+  // gates on the exit status must not read "no mismatch in what these samples show" as a pass.
+  const int exit_code = !mismatches.empty() ? 1 : (target && !d.cannot_tell.empty()) ? 3 : 0;
   const std::string storage = x.epsilon >= y.epsilon ? x.dtype : y.dtype;  // the coarser of the two
 
   if (as_json) {

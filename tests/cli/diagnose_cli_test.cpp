@@ -247,6 +247,36 @@ TEST(DiagnoseCli, RandomPositionsNameNoFalseMismatch) {
   EXPECT_THAT(text.out, HasSubstr("not compared: theta"));
 }
 
+// A correct implementation sampled at aliased positions (0, 4, 8, ...): nothing differs in what
+// the samples show, but theta was not compared, so the exit status is 3, not a pass (0). With
+// positions that pin everything down the same implementation exits 0.
+TEST(DiagnoseCli, ExitsThreeWhenSomethingWasNotCompared) {
+  ScratchDir dir("rotary_diagnose_uncompared");
+  const std::vector<int64_t> aliased = {0, 4, 8, 12, 16, 20, 24, 28};
+  std::vector<double> x, y;
+  synthesize(preset("llama-3.1-8b").spec, 1, {}, x, y, aliased);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(aliased));
+  const std::string command = "diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " +
+                              (dir / "p.npy") + " --preset llama-3.1-8b";
+  const test::CliResult r = run(command);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("): no mismatch in what these samples show\n  not compared: theta"));
+  EXPECT_EQ(run(command + " --json").exit_code, 3);
+  // Without a target nothing is compared, and the findings alone exit 0.
+  EXPECT_EQ(run("diagnose --x " + (dir / "x.npy") + " --y " + (dir / "y.npy") + " --positions " + (dir / "p.npy"))
+                .exit_code,
+            0);
+  synthesize(preset("llama-3.1-8b").spec, 1, {}, x, y);
+  npy::write(dir / "x.npy", float64_array(x, {8, 128}));
+  npy::write(dir / "y.npy", float64_array(y, {8, 128}));
+  npy::write(dir / "p.npy", int64_array(kPositions));
+  const test::CliResult clean = run(command);
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_THAT(clean.out, HasSubstr("): no mismatch\n"));
+}
+
 TEST(DiagnoseCli, NamesSwappedCosAndSin) {
   ScratchDir dir("rotary_diagnose_swap");
   std::vector<double> x, y;

@@ -95,6 +95,10 @@ def test_notes_say_what_the_samples_leave_uncertain():
     few = np.array([0, 4, 9, 30])
     result = rotary.diagnose(x[:4], _rotate_at(spec, x[:4], few), few)
     assert any("turns by only" in note for note in result["notes"])
+    # Steps 4 and 5 tell every pair's aliases apart: no note about the first step's size.
+    assert not any("the first position step" in note for note in result["notes"])
+    aliased = np.array([0, 4, 8, 32])  # every step a multiple of 4: the fastest pair aliases
+    result = rotary.diagnose(x[:4], _rotate_at(spec, x[:4], aliased), aliased)
     assert any("the first position step, 4" in note for note in result["notes"])
 
 
