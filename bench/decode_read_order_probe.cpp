@@ -1,7 +1,7 @@
 // bench/decode_read_order_probe.cpp: how fast one core reads a decode's K and V rows in the order
 // the decode kernels load them, with and without software prefetch, and with the prefetches in
-// bursts or paced (the question behind src/attention/prefetch.hpp; docs/performance.md, "Decode:
-// paced prefetch"). No rotary code: the loops below copy the kernels' access pattern only.
+// bursts or paced (the question behind src/attention/prefetch.hpp; docs/results/performance/
+// 2026-11-25-decode-paced-prefetch.md). No rotary code: the loops below copy the kernels' access pattern only.
 //
 // Pattern (float32, head_dim 128: a row is 512 bytes, 8 lines): tiles of 64 keys; per tile the
 // K tile (scores: four rows side by side, 64 bytes of each at a time) then the V tile (p.v: the
@@ -24,8 +24,8 @@
 //                what the cores can read together, against rotary bench's copy floor on as many
 //                threads
 //   4k|huge      the buffers on 4 KiB pages or advised for transparent huge pages (madvise) before
-//                their first touch (4k: the figures in docs/performance.md, "Decode: paced
-//                prefetch"; huge: rotary bench's buffers since 2026-11-26)
+//                their first touch (4k: the figures in
+//                docs/results/performance/2026-11-25-decode-paced-prefetch.md; huge: rotary bench's buffers since 2026-11-26)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

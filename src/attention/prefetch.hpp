@@ -9,7 +9,7 @@
 // kernels used to prefetch a tile ahead in bursts (32 lines per four keys); a burst fills the
 // core's miss buffers at once and the loads behind it wait, and the same loop read 26-28 GB/s.
 // One prefetch per line consumed, in address order, a tile ahead, read 38 GB/s with arithmetic
-// in between (docs/performance.md, "Decode: paced prefetch"). This cursor does that: it walks the
+// in between (docs/results/performance/2026-11-25-decode-paced-prefetch.md). This cursor does that: it walks the
 // rows in address order, and each time the consuming loop reports how far it has read, prefetches
 // the lines up to the same place `ahead` rows later; never more than a few lines per call, so a
 // cursor that starts behind catches up at twice the loop's rate instead of bursting.

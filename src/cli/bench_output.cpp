@@ -60,7 +60,7 @@ void judge_noise(Row& row, double other_cpu_percent) {
 }
 
 std::string legend_lines() {
-  // Why a ratio can pass 1 (docs/performance.md, "Applying RoPE", "The run (AMD EPYC)"): the floors
+  // Why a ratio can pass 1 (docs/results/performance/2026-11-25-apply-kernels-epyc-avx2.md): the floors
   // are streams measured in the run, not limits of the hardware, and the out-of-place kernel,
   // which reads q and k and writes other buffers (four streams at once), has run faster than the
   // one copy timed beside it (1.02-1.15 in a run with slow memory). Both sides count bytes the same
