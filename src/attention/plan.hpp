@@ -78,7 +78,7 @@ inline KeyRange visible_keys(const Plan& plan, int64_t position, int64_t first_k
 //   kLongChunkKeys   a longer visible range is cut into chunks of at most this many keys. 1024
 //                    (it was 4096): a batch of 8 float32 sequences decoding over 4,096 keys in
 //                    one call (64 items, so none was cut for threads) took 9.7-10.4 ms on one
-//                    thread (medians), 8.2 ms cut at 1,024 (AMD EPYC VM, 2026-11-26); one sequence
+//                    thread (medians), 8.2 ms cut at 1,024 (the EPYC AVX-512 machine); one sequence
 //                    over 32,768 keys measured the same either way (docs/performance.md).
 //   kMinChunkKeys    no chunk shorter: below it the merge and the item's set-up cost more than
 //                    the extra parallelism gives.

@@ -4,7 +4,7 @@
 // Why: a decode step reads every cached K and V row once and does about four FMAs per 64-byte line,
 // so it runs at the rate the core keeps lines in flight. Its loads do not come in address order
 // (the scores read four K rows side by side, p.v reads each V row in two halves), an order the
-// hardware prefetchers follow poorly: on the AMD EPYC VM (Zen 5, AVX-512; 2026-11-25) a loop of
+// hardware prefetchers follow poorly: on the AMD EPYC VM (Zen 5, AVX-512) a loop of
 // that order with no software prefetch read 16-20 GB/s where a plain sequential read reads 42. The
 // kernels used to prefetch a tile ahead in bursts (32 lines per four keys); a burst fills the
 // core's miss buffers at once and the loads behind it wait, and the same loop read 26-28 GB/s.

@@ -7,7 +7,7 @@
 // Why: with transparent huge pages in "madvise" mode (a common default, and this project's AMD EPYC
 // VMs), memory stays on 4 KiB pages unless asked. A kernel that streams a large buffer then pays a
 // TLB miss every 4 KiB, the hardware prefetchers stop at every page boundary, and the first writes
-// fault 4 KiB at a time. Measured on the AMD EPYC VM (2026-11-25/26): KvCache::attend over 32,768
+// fault 4 KiB at a time. Measured on the EPYC AVX-512 machine: KvCache::attend over 32,768
 // cached tokens, float32, 9.18-9.36 -> 7.82-8.01 ms; a fresh 64 MiB torch output 76-80 -> 12 ms of
 // page faults; rotary bench's attn_decode_32k float32 8.6-9.7 -> 7.7-8.1 ms (docs/performance.md).
 // It is advice: where THP is off, or the call fails, nothing changes but speed.

@@ -74,10 +74,10 @@ void convert_bf16_hardware_unfixed(const float* in, uint16_t* out, int64_t count
 
 // The order in which the kernels visit a token's heads: the heads split into `groups` contiguous
 // groups, visited as heads 0, H/g, 2H/g, ..., 1, H/g + 1, ... Heads are independent, so the order
-// changes no result, only which memory pages are in flight together. On the Intel machine of
-// 2026-11-23, groups a 4 KiB page apart let memory serve 4 streams at once and were up to 20%
+// changes no result, only which memory pages are in flight together. On the Intel machine without
+// BF16, groups a 4 KiB page apart let memory serve 4 streams at once and were up to 20%
 // faster (a copy in that order ran at 29 GB/s against 21-26 in head order); on the AMD EPYC
-// machine of 2026-11-24, the same order was 40% slower than head order (a 4-page copy ran at
+// AVX2 machine, the same order was 40% slower than head order (a 4-page copy ran at
 // 40-46 GB/s against 64-68 sequentially). docs/performance.md. `max_groups` comes from
 // max_head_groups(); `last_head_bytes` is the byte offset of the last head from the first (the
 // checks bounded it below 2^63).

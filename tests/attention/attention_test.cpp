@@ -328,7 +328,7 @@ TEST(AttentionArgs, AbsurdShapesAreRefusedWithTheAttentionPrefix) {
               ThrowsMessage<Error>(HasSubstr("attention: v.shape[2] must be >= 0 (got -3)")));
 }
 
-// Found by fuzz/attention_args_fuzz.cpp with a random seed on 2026-11-26 (fuzz_crashes/
+// Found by fuzz/attention_args_fuzz.cpp with a random seed (fuzz_crashes/
 // attention_args/empty_batch_times_seq_overflows): q with no heads, batch 3 and 2^62 tokens per
 // sequence has no elements, so its element count passed, and the plan's first token of sequence 2
 // (2 x 2^62) overflowed int64 (UBSan). An empty view's token count and reach must fit too.

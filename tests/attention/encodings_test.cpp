@@ -1,7 +1,7 @@
 // tests/attention/encodings_test.cpp: the position encodings inside attention (attention.hpp,
 // "Other position encodings"; encodings.hpp): ALiBi's slopes against the paper's, the reference on
 // a hand-worked ALiBi case, the absolute table against adding it by hand, the argument checks (and
-// that nothing is written when they throw), and the demonstrations of issue 18, each able to fail:
+// that nothing is written when they throw), and the demonstrations of what each encoding does, each able to fail:
 //   - without positions (NoPE, no mask) attention is permutation-equivariant;
 //   - with RoPE the output depends on position differences only: shifting every q and k position
 //     by T leaves it unchanged within the table's rounding, while sinusoidal and learned absolute

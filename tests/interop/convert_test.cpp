@@ -533,7 +533,7 @@ TEST(ConvertWeights, AnInputRewrittenWhileReadIsRefusedAndNothingIsWritten) {
 
 // The peak memory of a conversion is its pieces and its largest q / k tensor, not the file: a
 // 192 MiB checkpoint converts in a child process whose peak resident set grows by less than
-// 64 MiB (reading the file whole, as convert_weights did before 2026-11-26, grew it by 192).
+// 64 MiB (reading the file whole, as an earlier convert_weights did, grew it by 192).
 TEST(ConvertWeights, MemoryDoesNotGrowWithTheFile) {
   const TempDir dir;
   const CheckpointGeometry g = llama_geometry(4, 2, 8, 8);

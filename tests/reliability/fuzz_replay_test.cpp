@@ -84,7 +84,7 @@ TEST(FuzzReplay, CliCorpus) {
 //   fuzz_crashes/attention_args/q_seq_int64_max: a shape whose element count overflows int64
 //     was refused with "tensor q: ..." instead of "attention: ..."
 //     (AttentionArgs.AbsurdShapesAreRefusedWithTheAttentionPrefix).
-//   fuzz_crashes/attention_args/empty_batch_times_seq_overflows (a random-seed run, 2026-11-26):
+//   fuzz_crashes/attention_args/empty_batch_times_seq_overflows (a random-seed run):
 //     q with no heads, batch 3 and 2^62 tokens a sequence passed the checks (no elements) and the
 //     plan's b x seq overflowed int64 (UBSan; AttentionArgs.EmptyViewsWhoseTokensOrOffsetsOverflow
 //     AreRefused).
@@ -243,7 +243,7 @@ TEST(FuzzRegression, HugeHeadDimIsAnErrorWithoutOverflow) {
   }
 }
 
-// fuzz_crashes/apply_args/one_head_with_stride_2_pow_62 (CI's brief apply_args run, 2026-11-25):
+// fuzz_crashes/apply_args/one_head_with_stride_2_pow_62 (CI's brief apply_args run):
 // a tensor with one head may have any head stride (it is never stepped, so the checks do not
 // bound it), and the kernels multiplied that stride by the element size to get a byte stride:
 // 2^62 x 2 overflows int64 (UBSan). They now take a byte stride only with more than one head.

@@ -18,8 +18,8 @@
 //   FourPages     whole 16 KiB blocks, each step one 64-byte line from each of four consecutive
 //                 pages, as glibc's memcpy copies buffers above its non-temporal threshold
 //                 (large_memcpy_4x: four pages in flight keep more DRAM rows open). On the Intel
-//                 machine of 2026-11-22/23 the four-page copy was the faster (25-29 GB/s with 1
-//                 thread against 20-27); on the AMD EPYC machine of 2026-11-24 the sequential
+//                 machine without BF16 the four-page copy was the faster (25-29 GB/s with 1
+//                 thread against 20-27); on the AMD EPYC AVX2 machine the sequential
 //                 one (64-68 GB/s against 40-46).
 // `rotary bench` times both and takes the faster as the floor (floors.hpp).
 //
@@ -29,7 +29,7 @@
 //                 stores; bytes = its size (each byte read once). It runs on rotary's worker pool
 //                 (set_num_threads, cpu::parallel_rows), as attention does, so it pays no thread
 //                 start that the decode does not.
-// One core reads less than the copy moves (AMD EPYC VM, 2026-11-26, one thread: read 39-44 GB/s,
+// One core reads less than the copy moves (the EPYC AVX-512 machine, one thread: read 39-44 GB/s,
 // copy 54-59 GB/s counting its bytes read + written), so a read-only kernel's ratio to the copy
 // floor cannot reach 1 on one thread; `rotary bench` gives decode rows both ratios.
 //
