@@ -47,7 +47,8 @@ __all__ = ["frequencies", "angles", "similarity", "decay", "scaling", "extrapola
            "experiment_accuracy", "experiment_scaling", "experiment_loss_by_position", "experiment_attention"]
 
 
-# The report's colours (src/analysis/report.cpp: regime_color and the extrapolation chart);
+# The report's colours (regime_color in src/analysis/report_chart.cpp, the extrapolation chart in
+# src/analysis/report.cpp);
 # tests/python/test_viz.py reads them back from a rendered report and compares.
 REGIME_COLORS = {"unscaled": "#7f7f7f", "extrapolated": "#0072b2", "interpolated": "#d55e00",
                  "blended": "#009e73", "rescaled": "#cc79a7", "unrotated": "#000000"}

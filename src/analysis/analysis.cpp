@@ -15,6 +15,10 @@
 //
 // Everything is evaluated in double in pair space (analysis.hpp header comment); rows come from
 // a Rotation so that tests can inject broken ones.
+//
+// This file holds the rotations and the checks 1 to 3 (norm, relative position, long-term
+// decay); the per-pair analyses (4 to 6) are in per_pair.cpp, the convention-mismatch detector
+// (8) in convention.cpp and run_checks (9) in checks.cpp.
 #include "rotary/analysis.hpp"
 
 #include <algorithm>
@@ -28,19 +32,22 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/tensor.hpp"
+#include "src/analysis/rotation_only.hpp"
 
-namespace rotary::analysis {
+namespace rotary::detail {
 
-namespace {
-
-constexpr double kTwoPi = 2.0 * std::numbers::pi;
-
-// The spec the rotation checks use: xPos is a per-position scale of q and k, not a rotation.
 RopeSpec rotation_only(const RopeSpec& spec) {
   RopeSpec copy = spec;
   copy.xpos.reset();
   return copy;
 }
+
+}  // namespace rotary::detail
+
+namespace rotary::analysis {
+namespace {
+
+using detail::rotation_only;
 
 // Positions log-uniform in [0, max_position]: every scale from 1 to 2^31 gets the same weight,
 // so large positions (where float32 angles fail) are as common as small ones.
@@ -297,24 +304,6 @@ LongTermDecay decay_curves(std::span<const double> inv_freq, const Rotation& rot
   return out;
 }
 
-// 2x2 singular values of [[a, b], [c, d]] in closed form: with P = |(a + d, b - c)| and
-// Q = |(a - d, b + c)|, sigma_max = (P + Q) / 2 and sigma_min = |P - Q| / 2. For a scaled
-// rotation Q = 0 exactly in the formula, so the matched case shows only the rows' own error.
-std::pair<double, double> singular_values(double a, double b, double c, double d) {
-  const double p = std::hypot(a + d, b - c);
-  const double q = std::hypot(a - d, b + c);
-  return {(p + q) / 2.0, std::abs(p - q) / 2.0};
-}
-
-std::string describe_number(double value) { return detail::shortest(value); }
-
-// 4 significant digits, for explanations.
-std::string format_short(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.4g", value);
-  return buffer;
-}
-
 }  // namespace
 
 // ---- rotations -----------------------------------------------------------------------------------
@@ -546,300 +535,6 @@ LongTermDecay long_term_decay(const RopeSpec& spec, int64_t max_distance, int64_
   options.max_distance = max_distance;
   options.num_samples = samples;
   return long_term_decay(spec, options);
-}
-
-// ---- 4. rotations over a context ---------------------------------------------------------------------
-
-std::vector<PairRotation> pair_rotations(const RopeSpec& spec, int64_t context) {
-  if (context < 1) throw Error(detail::concat("pair_rotations: context must be >= 1 (got ", context, ")"));
-  const Frequencies freqs = frequencies(spec, context);
-  std::vector<PairRotation> out(freqs.inv_freq.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].pair = static_cast<int64_t>(i);
-    out[i].inv_freq = freqs.inv_freq[i];
-    out[i].wavelength_tokens = freqs.pairs[i].wavelength_tokens;
-    out[i].rotations = static_cast<double>(context - 1) * freqs.inv_freq[i] / kTwoPi;
-    out[i].regime = freqs.pairs[i].regime;
-  }
-  return out;
-}
-
-// ---- 5. extrapolation --------------------------------------------------------------------------------
-
-Extrapolation extrapolation(const RopeSpec& spec, int64_t trained_context, int64_t target_context) {
-  const Frequencies freqs = frequencies(spec, target_context > 0 ? target_context : 0);
-  Extrapolation out;
-  out.pairs = context_coverage(spec, freqs, trained_context, target_context);  // checks both contexts
-  out.trained_context = trained_context;
-  out.target_context = target_context;
-  out.num_pairs = static_cast<int64_t>(out.pairs.size());
-  for (size_t i = 0; i < out.pairs.size(); ++i) {
-    const PairCoverage& c = out.pairs[i];
-    if (c.rotations_trained >= 1.0) ++out.num_full_turn_in_training;
-    if (freqs.pairs[i].regime != PairRegime::Unrotated && c.rotations_target < 1.0) ++out.num_below_one_turn_at_target;
-    if (!c.out_of_distribution) continue;
-    ++out.num_out_of_distribution;
-    if (c.overshoot > out.largest_overshoot || out.largest_overshoot_pair < 0) {
-      out.largest_overshoot = std::max(out.largest_overshoot, c.overshoot);
-      out.largest_overshoot_pair = static_cast<int64_t>(i);
-    }
-  }
-  return out;
-}
-
-// ---- 6. scheme scaling -------------------------------------------------------------------------------
-
-SchemeScaling scheme_scaling(const RopeSpec& spec, int64_t seq_len) {
-  const Frequencies freqs = frequencies(spec, seq_len);
-  const std::vector<double> reference = default_inv_freq(spec);
-  SchemeScaling out;
-  out.type = spec.scaling.type;
-  out.seq_len = freqs.seq_len;
-  out.effective_factor = freqs.effective_factor;
-  out.attention_scaling = freqs.attention_scaling;
-  out.attention_scaling_source = freqs.attention_scaling_source;
-  out.longrope_factor_set = freqs.longrope_factor_set;
-  out.pairs.resize(freqs.inv_freq.size());
-  for (size_t i = 0; i < out.pairs.size(); ++i) {
-    PairScaling& p = out.pairs[i];
-    p.pair = static_cast<int64_t>(i);
-    p.default_inv_freq = reference[i];
-    p.inv_freq = freqs.inv_freq[i];
-    p.factor_applied = freqs.pairs[i].factor_applied;
-    p.default_wavelength_tokens =
-        reference[i] > 0.0 ? kTwoPi / reference[i] : std::numeric_limits<double>::infinity();
-    p.wavelength_tokens = freqs.pairs[i].wavelength_tokens;
-    p.regime = freqs.pairs[i].regime;
-    p.blend = freqs.pairs[i].blend;
-  }
-  return out;
-}
-
-// ---- 8. convention mismatch --------------------------------------------------------------------------
-
-std::string_view to_string(DetectedConvention convention) {
-  switch (convention) {
-    case DetectedConvention::NeoX: return "neox";
-    case DetectedConvention::GPTJ: return "gptj";
-    case DetectedConvention::Ambiguous: return "ambiguous";
-    case DetectedConvention::Unknown: return "unknown";
-  }
-  return "?";
-}
-
-DetectedConvention detect_convention(std::span<const double> cos_row, std::span<const double> sin_row,
-                                     double tolerance) {
-  const size_t n = cos_row.size();
-  if (n == 0 || n % 2 != 0 || sin_row.size() != n) return DetectedConvention::Unknown;
-  auto equal = [tolerance](double x, double y) { return std::abs(x - y) <= tolerance; };
-  bool neox = true, gptj = true;
-  for (size_t j = 0; j < n / 2; ++j) {
-    // NeoX cat(v, v): element j and j + n/2 hold pair j.
-    neox = neox && equal(cos_row[j], cos_row[j + n / 2]) && equal(sin_row[j], sin_row[j + n / 2]);
-    // GPT-J repeat-interleave: elements 2j and 2j + 1 hold pair j.
-    gptj = gptj && equal(cos_row[2 * j], cos_row[2 * j + 1]) && equal(sin_row[2 * j], sin_row[2 * j + 1]);
-  }
-  if (neox && gptj) return DetectedConvention::Ambiguous;
-  if (neox) return DetectedConvention::NeoX;
-  if (gptj) return DetectedConvention::GPTJ;
-  return DetectedConvention::Unknown;
-}
-
-DetectedConvention detect_convention(std::span<const float> cos_row, std::span<const float> sin_row,
-                                     double tolerance) {
-  const std::vector<double> c(cos_row.begin(), cos_row.end());
-  const std::vector<double> s(sin_row.begin(), sin_row.end());
-  return detect_convention(std::span<const double>(c), std::span<const double>(s), tolerance);
-}
-
-std::vector<double> expand_row_f64(std::span<const double> pair_values, Style layout) {
-  const size_t half = pair_values.size();
-  std::vector<double> out(2 * half);
-  for (size_t i = 0; i < half; ++i) {
-    if (layout == Style::NeoX) {
-      out[i] = out[i + half] = pair_values[i];
-    } else {
-      out[2 * i] = out[2 * i + 1] = pair_values[i];
-    }
-  }
-  return out;
-}
-
-double expanded_rotation_norm_deviation(std::span<const double> cos_row, std::span<const double> sin_row,
-                                        Style pairing, double attention_scaling) {
-  const size_t n = cos_row.size();
-  if (n == 0 || n % 2 != 0) {
-    throw Error(detail::concat("expanded_rotation_norm_deviation: cos_row must have an even, non-zero length (got ", n,
-                               ")"));
-  }
-  if (sin_row.size() != n) {
-    throw Error(detail::concat("expanded_rotation_norm_deviation: sin_row must have the length of cos_row ", n,
-                               " (got ", sin_row.size(), ")"));
-  }
-  if (!(attention_scaling > 0.0) || !std::isfinite(attention_scaling)) {
-    throw Error(detail::concat("expanded_rotation_norm_deviation: attention_scaling must be a finite number > 0 (got ",
-                               attention_scaling, ")"));
-  }
-  double worst = 0.0;
-  for (size_t j = 0; j < n / 2; ++j) {
-    // The applied pair (u, v): out[u] = x[u] C[u] - x[v] S[u], out[v] = x[v] C[v] + x[u] S[v]
-    // (HF: x * cos + rotate(x) * sin, rotate(x)[u] = -x[v], rotate(x)[v] = x[u]).
-    const size_t u = pairing == Style::NeoX ? j : 2 * j;
-    const size_t v = pairing == Style::NeoX ? j + n / 2 : 2 * j + 1;
-    const auto [sigma_max, sigma_min] = singular_values(cos_row[u], -sin_row[u], sin_row[v], cos_row[v]);
-    worst = std::max({worst, std::abs(sigma_max / attention_scaling - 1.0),
-                      std::abs(sigma_min / attention_scaling - 1.0)});
-  }
-  return worst;
-}
-
-ConventionMismatch convention_mismatch(const RopeSpec& spec, const ConventionOptions& options) {
-  TableOptions table_options;
-  table_options.storage = Storage::OnTheFly;
-  table_options.seq_len = options.seq_len;
-  const CosSinTable table(rotation_only(spec), table_options);
-  const int64_t max_position = options.max_position > 0 ? options.max_position : default_trained_context(spec);
-  if (max_position > table.max_position()) {
-    throw Error(detail::concat("convention_mismatch: max_position must be <= ", table.max_position(), " (got ",
-                               max_position, ")"));
-  }
-  if (options.probe_position < 0 || options.probe_position > table.max_position()) {
-    throw Error(detail::concat("convention_mismatch: probe_position must be in [0, ", table.max_position(), "] (got ",
-                               options.probe_position, ")"));
-  }
-  const auto num_pairs = static_cast<size_t>(table.num_pairs());
-  const double m = table.attention_scaling();
-
-  ConventionMismatch out;
-  out.spec_style = spec.style;
-  std::vector<double> cos_pairs(num_pairs), sin_pairs(num_pairs);
-  for (double r : log_distance_grid(max_position, options.points_per_octave)) {
-    table.row_f64(static_cast<int64_t>(r), cos_pairs.data(), sin_pairs.data());
-    double deviation[2][2];  // [layout][pairing], 0 = NeoX, 1 = GPT-J
-    for (int layout = 0; layout < 2; ++layout) {
-      const Style layout_style = layout == 0 ? Style::NeoX : Style::GPTJ;
-      const std::vector<double> c = expand_row_f64(cos_pairs, layout_style);
-      const std::vector<double> s = expand_row_f64(sin_pairs, layout_style);
-      for (int pairing = 0; pairing < 2; ++pairing) {
-        deviation[layout][pairing] =
-            expanded_rotation_norm_deviation(c, s, pairing == 0 ? Style::NeoX : Style::GPTJ, m);
-      }
-    }
-    const int own = spec.style == Style::NeoX ? 0 : 1;
-    out.matched_deviation = std::max(out.matched_deviation, deviation[own][own]);
-    out.neox_layout_gptj_pairing_deviation = std::max(out.neox_layout_gptj_pairing_deviation, deviation[0][1]);
-    out.gptj_layout_neox_pairing_deviation = std::max(out.gptj_layout_neox_pairing_deviation, deviation[1][0]);
-    out.mismatch_by_position.push_back({r, deviation[own][own == 0 ? 1 : 0]});
-  }
-
-  // The detector reads the library's own float32 layout (expand_row), as a user's dump would be.
-  std::vector<float> cos_f32(num_pairs), sin_f32(num_pairs);
-  table.row(options.probe_position, cos_f32.data(), sin_f32.data());
-  for (const Style layout : {Style::NeoX, Style::GPTJ}) {
-    const std::vector<float> c = expand_row(cos_f32.data(), table.num_pairs(), layout);
-    const std::vector<float> s = expand_row(sin_f32.data(), table.num_pairs(), layout);
-    const DetectedConvention detected = detect_convention(std::span<const float>(c), std::span<const float>(s));
-    (layout == Style::NeoX ? out.detected_from_neox_layout : out.detected_from_gptj_layout) = detected;
-  }
-  return out;
-}
-
-// ---- 9. every check ----------------------------------------------------------------------------------
-
-bool CheckReport::all_passed() const {
-  return std::all_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.passed; });
-}
-
-double check_margin(const CheckResult& check) {
-  if (check.bound == Bound::AtMost) {
-    return check.measured > 0.0 ? check.threshold / check.measured : std::numeric_limits<double>::infinity();
-  }
-  return check.threshold > 0.0 ? check.measured / check.threshold : std::numeric_limits<double>::infinity();
-}
-
-CheckReport run_checks(const RopeSpec& spec, int64_t context) {
-  validate(spec);
-  CheckReport report;
-  report.spec_name = spec.name;
-  report.trained_context = default_trained_context(spec);
-  report.context = context > 0 ? context : default_target_context(spec);
-  if (report.context < 1 || report.context > kMaxPosition) {
-    throw Error(detail::concat("run_checks: context must be in [1, ", kMaxPosition, "] (got ", report.context, ")"));
-  }
-  report.decay_distance = std::max(report.context, kDecayMinDistance);
-  const int64_t seq_len = report.context;
-  const RopeSpec checked = rotation_only(spec);
-  const std::string xpos_note =
-      spec.xpos ? " xPos (a deliberate scale of q by zeta^e and k by zeta^-e) is left out: the check is of the "
-                  "rotation."
-                : "";
-
-  NormOptions norm_options;
-  norm_options.seq_len = seq_len;
-  const NormPreservation norm = norm_preservation(checked, norm_options);
-  report.checks.push_back(
-      {"norm_preserved_f64", norm.max_deviation_f64 <= norm.threshold_f64, norm.max_deviation_f64, norm.threshold_f64,
-       Bound::AtMost,
-       detail::concat("max | |R_p q| / (m |q|) - 1 | over ", norm.num_samples,
-                      " random q at positions log-uniform in [0, 2^31 - 1] (worst at p = ", norm.worst_position_f64,
-                      "), float64 rotation of the exact table rows; m = attention scaling. Rounding alone gives "
-                      "<= ~1e-13.",
-                      xpos_note)});
-  report.checks.push_back(
-      {"norm_preserved_f32_kernel", norm.max_deviation_f32 <= norm.threshold_f32, norm.max_deviation_f32,
-       norm.threshold_f32, Bound::AtMost,
-       detail::concat("the same ratio for rotary::apply (float32 SIMD kernel, target ", current_cpu_target(),
-                      ") on ", norm.num_samples, " float32 heads in ", to_string(spec.style),
-                      " layout; the threshold is the kernel's derived error bound (8e-7 of a pair's norm), rounded "
-                      "up.")});
-
-  InvarianceOptions invariance_options;
-  invariance_options.seq_len = seq_len;
-  const RelativeInvariance invariance = relative_invariance(checked, invariance_options);
-  report.checks.push_back(
-      {"relative_position_invariance", invariance.passed(), invariance.max_deviation, invariance.threshold,
-       Bound::AtMost,
-       detail::concat("max |<R_m q, R_n k> - <R_(m+t) q, R_(n+t) k>| / (m^2 |q| |k|) over ", invariance.num_samples,
-                      " random (q, k, m, n, t) with positions up to 2^31 - 1 (worst m = ", invariance.worst_m,
-                      ", n = ", invariance.worst_n, ", t = ", invariance.worst_t,
-                      "): the score depends on n - m only (RoFormer section 3).")});
-
-  DecayOptions decay_options;
-  decay_options.max_distance = report.decay_distance;
-  decay_options.seq_len = seq_len;
-  const LongTermDecay decay = long_term_decay(checked, decay_options);
-  report.checks.push_back(
-      {"long_term_decay_bound", decay.passed(), decay.decay_ratio, decay.threshold, Bound::AtLeast,
-       detail::concat("RoFormer's relative bound (1/(d/2)) sum_j |S_j(r)| (section 3, long-term decay) is ",
-                      describe_number(decay.bound_at_zero), " at r = 0; its mean over r = 1..16 is ",
-                      format_short(decay.near_mean), " and over r in [", report.decay_distance / 2, ", ",
-                      report.decay_distance, "] ", format_short(decay.far_mean),
-                      "; the measured value is their ratio. Geometric frequencies keep the slow pairs in phase at "
-                      "small r and let them drift apart at large r; without slow pairs (or with only slow pairs) "
-                      "the ratio stays near 1.")});
-
-  ConventionOptions convention_options;
-  convention_options.max_position = report.context;
-  convention_options.seq_len = seq_len;
-  const ConventionMismatch convention = convention_mismatch(checked, convention_options);
-  const DetectedConvention detected =
-      spec.style == Style::NeoX ? convention.detected_from_neox_layout : convention.detected_from_gptj_layout;
-  const bool detected_ok = (detected == DetectedConvention::NeoX && spec.style == Style::NeoX) ||
-                           (detected == DetectedConvention::GPTJ && spec.style == Style::GPTJ) ||
-                           (detected == DetectedConvention::Ambiguous && spec.num_pairs() == 1);
-  const double other_deviation = spec.style == Style::NeoX ? convention.neox_layout_gptj_pairing_deviation
-                                                           : convention.gptj_layout_neox_pairing_deviation;
-  report.checks.push_back(
-      {"pairing_convention", detected_ok && convention.matched_deviation <= kNormThresholdF64,
-       convention.matched_deviation, kNormThresholdF64, Bound::AtMost,
-       detail::concat("the expanded (Hugging Face layout) row applied with its own ", to_string(spec.style),
-                      " pairing is a rotation (max norm change over all vectors, positions up to ", report.context,
-                      "), and the detector reads the layout as ", to_string(detected),
-                      ". Applied with the other pairing the same rows change norms by up to ",
-                      format_short(other_deviation), " (not a rotation).")});
-
-  report.extrapolation = extrapolation(spec, report.trained_context, report.context);
-  return report;
 }
 
 }  // namespace rotary::analysis
