@@ -29,12 +29,12 @@ set(ROTARY_LAYER_USES_bandwidth core cpu bandwidth hwy)
 set(ROTARY_LAYER_USES_analysis core cpu analysis)
 set(ROTARY_LAYER_USES_golden core cpu golden)
 # Attention's kernels are Highway kernels beside the rotation's, sharing its internal loads,
-# stores and thread pool (src/cpu/kernels.hpp, rotate_kernels-inl.h).
+# stores and thread pool (src/cpu/kernels.hpp, dtype_io-inl.h).
 set(ROTARY_LAYER_USES_attention core cpu attention hwy)
-# Interop: rotary and other implementations' files and conventions (issue 20): checkpoint
+# Interop: rotary and other implementations' files and conventions: checkpoint
 # conversion between pairing conventions on safetensors files, which needs core only (configs,
 # core/json.hpp, the atomic file writer); it sits beside analysis and attention, above cpu, so that
-# the engine-table exports of the same issue can build tables with cpu.
+# the engine-table exports can build tables with cpu.
 set(ROTARY_LAYER_USES_interop core cpu interop)
 # cli uses attention: `rotary attention` runs prefill and decode (the KV cache, the other
 # encodings) against the float64 reference (src/cli/attention_command.cpp), and `rotary bench`

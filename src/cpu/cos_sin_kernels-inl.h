@@ -1,8 +1,8 @@
 // src/cpu/cos_sin_kernels-inl.h: the Highway kernel of apply_cos_sin's Rounding::LikeTorch
 // (cos_sin_kernels.hpp says what it computes). Included once per Highway target by
 // cos_sin_kernels.cpp (foreach_target, the usual -inl.h guard below); the loads, stores and
-// 16-bit conversions are rotate_kernels-inl.h's, so both kernels give the same bits for the same
-// float32 values on every target.
+// 16-bit conversions are dtype_io-inl.h's, as the rotation's (rotate_kernels-inl.h), so both
+// kernels give the same bits for the same float32 values on every target.
 //
 // Exactness against eager torch (the Python tests compare bit for bit; tests/cpu against an
 // op-by-op emulation on every target):
@@ -25,7 +25,7 @@
 
 #include "hwy/highway.h"
 #include "src/cpu/cos_sin_kernels.hpp"
-#include "src/cpu/rotate_kernels-inl.h"
+#include "src/cpu/dtype_io-inl.h"
 #include "src/cpu/storage.hpp"
 
 HWY_BEFORE_NAMESPACE();

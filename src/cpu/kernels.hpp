@@ -96,7 +96,7 @@ inline int64_t head_groups(int64_t num_heads, int64_t last_head_bytes, int64_t m
 int64_t max_head_groups();
 void set_max_head_groups(int64_t n);
 
-// For tests: the kernels' float32 -> bf16 rounding of two vectors at once (rotate_kernels-inl.h,
+// For tests: the kernels' float32 -> bf16 rounding of two vectors at once (dtype_io-inl.h,
 // RoundJoinBf16) over arrays with the current target: out[i] holds bf16(even[i]) in its low 16
 // bits and bf16(odd[i]) in its high 16 bits. Exact (nearest even) for every input but NaNs with
 // non-zero low 16 bits, which the kernels never produce; with AVX3_BF16, float_to_bf16's bits for

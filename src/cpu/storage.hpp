@@ -1,7 +1,7 @@
 // src/cpu/storage.hpp: scalar loads and stores of tensor elements by storage dtype (internal to
 // rotary_cpu). The one place the scalar paths (apply.cpp's gathered tensors, apply_cos_sin.cpp,
 // reference.cpp) turn f32 / bf16 / f16 / f64 storage into arithmetic values and back; the
-// Highway kernels keep their own vector loads and stores (rotate_kernels-inl.h).
+// Highway kernels keep their own vector loads and stores (dtype_io-inl.h).
 //
 // The rules are tensor.hpp's: widening is exact (every f32, bf16 and f16 value is a double, and
 // every bf16 and f16 value a float); narrowing rounds once, to nearest even, from the value

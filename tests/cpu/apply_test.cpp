@@ -495,7 +495,7 @@ TEST(ApplyCpu, NanAndInfStayInTheirLanes) {
   }
 }
 
-// The bf16 kernels round without a NaN test (rotate_kernels-inl.h, F32ToBf16High): correct only
+// The bf16 kernels round without a NaN test (dtype_io-inl.h, F32ToBf16High): correct only
 // because every NaN they meet has zero low 16 bits. Here NaNs with the largest payloads (0x7FFF,
 // 0xFFFF: a carry from the rounding would flip the sign or clear the exponent), signalling NaNs
 // and infinities go through both styles, NeoX's split path included on every target (64 pairs,
@@ -541,7 +541,7 @@ TEST(ApplyCpu, Bf16NanPayloadsAndOverflow) {
   }
 }
 
-// The kernels' bf16 rounding of two vectors at once (rotate_kernels-inl.h, RoundJoinBf16: the
+// The kernels' bf16 rounding of two vectors at once (dtype_io-inl.h, RoundJoinBf16: the
 // rounding decision made in 16-bit lanes) against the scalar float_to_bf16, on every target, over
 // a dense sample of float32 bit patterns: every low half (0x0000-0xFFFF, which decides the
 // rounding: ties at 0x8000, the largest low half 0xFFFF) under 64 kept halves (both signs, odd and
@@ -759,7 +759,7 @@ void check_bf16_hardware_conversion(bool every_pattern) {
 }
 
 TEST(ApplyCpu, Bf16HardwareConversionMatchesFloatToBf16) { check_bf16_hardware_conversion(false); }
-// All 2^32 patterns: about 15 s of CPU on the AMD EPYC of 2026-11-25 (4 min of wall time in a
+// All 2^32 patterns: about 15 s of CPU on an AMD EPYC (4 min of wall time in a
 // ctest run on the loaded machine), so run by hand (--gtest_also_run_disabled_tests) after a
 // change to the conversion, as tensor_test's all-floats tests are.
 TEST(ApplyCpu, DISABLED_Bf16HardwareConversionMatchesFloatToBf16ForEveryFloat32) {
@@ -1053,7 +1053,7 @@ TEST(ApplyCpu, GrowthPastMaxBytesThrowsBeforeWritingAnything) {
 }
 
 // A single head may have any head stride (it is never stepped), e.g. 2^62 elements, whose byte
-// count overflows int64: the kernels must not multiply it (a fuzzer finding, 2026-11-25,
+// count overflows int64: the kernels must not multiply it (a fuzzer finding,
 // tests/reliability/fuzz_crashes/apply_args/one_head_with_stride_2_pow_62; UBSan flags the
 // overflow in `make sanitize`).
 TEST(ApplyCpu, OneHeadMayHaveAnyHeadStride) {
