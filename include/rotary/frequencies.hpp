@@ -1,9 +1,10 @@
 // include/rotary/frequencies.hpp: inv_freq and attention scaling for one RopeSpec, in float64.
 //
-// Every formula is in src/core/frequencies.cpp next to its source, and in docs/formulas.md with
-// a worked example. Values are evaluated in extended precision (x86-64 long double) and rounded
-// once to double, so inv_freq is within 1 double ulp of the exact value of the formula applied
-// to the config's numbers (tested against tests/golden exact_f64).
+// Every formula is in src/core/frequencies.cpp or its scheme's file in src/core/scaling/, next
+// to its source, and in docs/formulas.md with a worked example. Values are evaluated in extended
+// precision (x86-64 long double) and rounded once to double, so inv_freq is within 1 double ulp
+// of the exact value of the formula applied to the config's numbers (tested against tests/golden
+// exact_f64).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 //
 // A RopeSpec is plain data: build it by hand, from a Hugging Face config.json (hf_config.hpp) or
 // from a preset (presets.hpp). validate() names every impossible combination. The formulas that
-// turn a spec into frequencies live in frequencies.hpp / src/core/frequencies.cpp, and each
+// turn a spec into frequencies live in frequencies.hpp / src/core/scaling/ (one file per scheme), and each
 // scheme's parameters are documented there and in docs/formulas.md.
 #pragma once
 

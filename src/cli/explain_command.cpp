@@ -19,6 +19,7 @@
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "core/json.hpp"
+#include "core/scaling/registry.hpp"
 
 namespace rotary::cli {
 
@@ -51,51 +52,9 @@ const char* const kExplainHelp =
 
 namespace {
 
+// The scheme and its parameters: the scheme's own line (src/core/scaling/, its row's describe).
 std::string describe_scheme(const RopeSpec& spec, const Frequencies& freqs) {
-  const Scaling& s = spec.scaling;
-  std::ostringstream out;
-  out << to_string(s.type);
-  auto num = [](double v) { return detail::shortest(v); };
-  switch (s.type) {
-    case ScalingType::Default:
-      out << " (RoFormer: theta_i = base^(-2i/d))";
-      break;
-    case ScalingType::Linear:
-      out << ": position interpolation, every frequency divided by " << num(*s.factor);
-      break;
-    case ScalingType::Dynamic:
-      out << " NTK: factor " << num(*s.factor) << "; the base grows once sequences pass "
-          << spec.max_position_embeddings << " tokens (here " << num(freqs.effective_theta_base) << " at seq_len "
-          << freqs.seq_len << ")";
-      break;
-    case ScalingType::NtkAlpha:
-      out << ": static NTK-aware base change, alpha " << num(s.ntk_alpha) << ", base " << num(spec.theta_base)
-          << " -> " << num(freqs.effective_theta_base);
-      break;
-    case ScalingType::Yarn: {
-      const YarnCorrectionRange range = yarn_correction_range(spec);
-      out << ": factor " << num(freqs.effective_factor) << ", original context " << spec.original_context()
-          << ", beta_fast " << num(s.beta_fast) << ", beta_slow " << num(s.beta_slow) << ", ramp over pairs ["
-          << num(range.low) << ", " << num(range.high) << "]" << (s.truncate ? "" : " (truncate false)");
-      break;
-    }
-    case ScalingType::LongRope:
-      out << ": per-pair factor lists, " << to_string(freqs.longrope_factor_set) << " set in use (long when seq_len > "
-          << spec.original_context() << "), factor " << num(freqs.effective_factor);
-      break;
-    case ScalingType::Llama3:
-      out << ": factor " << num(*s.factor) << ", low_freq_factor " << num(s.low_freq_factor) << ", high_freq_factor "
-          << num(s.high_freq_factor) << ", original context " << spec.original_context()
-          << " (wavelengths below " << num(static_cast<double>(spec.original_context()) / s.high_freq_factor)
-          << " tokens kept, above " << num(static_cast<double>(spec.original_context()) / s.low_freq_factor)
-          << " divided by " << num(*s.factor) << ")";
-      break;
-    case ScalingType::Proportional:
-      out << ": frequencies over the full head_dim " << spec.head_dim << ", partial_rotary_factor "
-          << num(spec.partial_rotary_factor) << " of the pairs rotate, the rest have frequency 0";
-      break;
-  }
-  return out.str();
+  return scaling::scheme(spec.scaling.type).describe(spec, freqs);
 }
 
 std::string pair_dims(const RopeSpec& spec, size_t i) {

@@ -33,6 +33,8 @@
 
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary {
 
@@ -355,30 +357,13 @@ ExportedArray export_table(const RopeSpec& spec, const ExportOptions& options) {
 }
 
 int64_t vllm_cache_rows(const RopeSpec& spec) {
-  const int64_t declared = spec.max_position_embeddings;
-  const auto times = [](int64_t rows, double factor) {
-    // torch.arange(float n) has ceil(n) elements.
-    const double n = std::ceil(static_cast<double>(rows) * factor);
-    return n > static_cast<double>(kMaxPosition) + 1.0 ? kMaxPosition + 2 : static_cast<int64_t>(n);
-  };
   if (spec.axes == PositionAxes::MRope) {
     // mrope.py: cache_max_position_num = max_position_embeddings * 4 (video positions run past it).
-    return declared > 0 ? times(declared, 4.0) : 0;
+    const int64_t declared = spec.max_position_embeddings;
+    return declared > 0 ? scaling::vllm_rows_times(declared, 4.0) : 0;
   }
-  switch (spec.scaling.type) {
-    case ScalingType::Linear:
-    case ScalingType::Dynamic:
-      return declared > 0 ? times(declared, spec.resolved_factor()) : 0;
-    case ScalingType::Yarn:
-      return spec.original_context() > 0 ? times(spec.original_context(), spec.resolved_factor()) : 0;
-    case ScalingType::LongRope:
-      return declared > 0 && spec.original_context() > 0 ? spec.original_context() + declared : 0;
-    case ScalingType::Default:
-    case ScalingType::NtkAlpha:
-    case ScalingType::Llama3:
-    case ScalingType::Proportional: break;
-  }
-  return declared;
+  // Each scheme's rows: its row's vllm_cache_rows (src/core/scaling/).
+  return scaling::scheme(spec.scaling.type).vllm_cache_rows(spec);
 }
 
 }  // namespace rotary

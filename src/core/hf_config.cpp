@@ -16,6 +16,8 @@
 
 #include "rotary/error.hpp"
 #include "json.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
 
 namespace rotary {
 
@@ -51,40 +53,19 @@ const FamilyDefaults* family_defaults(std::string_view model_type) {
   return nullptr;
 }
 
-// A JSON value and the path a user would use to find it in the file ("rope_scaling.factor").
-struct Field {
-  const json::Value* value = nullptr;
-  std::string path;
+using scaling::Field;
+using scaling::HfFieldReader;
 
-  explicit operator bool() const { return value != nullptr; }
-  bool present_non_null() const { return value != nullptr && !value->is_null(); }
-};
-
-class ConfigReader {
+// The messages and typed reads (fail_at, warn, note, member, number_at_least, ...) are
+// HfFieldReader's (src/core/scaling/hf_reader.hpp), shared with the scheme files.
+class ConfigReader : public HfFieldReader {
  public:
   ConfigReader(const json::Value& root, std::string_view source, std::vector<std::string> warnings)
-      : root_(root), source_(source), warnings_(std::move(warnings)) {}
+      : HfFieldReader(source, std::move(warnings)), root_(root) {}
 
   HfRopeConfig read();
 
  private:
-  // ---- messages -----------------------------------------------------------------------------
-  template <typename... Parts>
-  [[noreturn]] void fail_at(const json::Value* where, Parts&&... parts) const {
-    std::string prefix(source_);
-    if (where != nullptr && where->location().line > 0) prefix += ":" + std::to_string(where->location().line);
-    throw ConfigError(detail::concat(prefix, ": ", std::forward<Parts>(parts)...));
-  }
-  template <typename... Parts>
-  void warn(Parts&&... parts) {
-    warnings_.push_back(detail::concat(source_, ": ", std::forward<Parts>(parts)...));
-  }
-  // For what transformers warns about in a config that is correct as published (HfRopeConfig::notes).
-  template <typename... Parts>
-  void note(Parts&&... parts) {
-    notes_.push_back(detail::concat(source_, ": ", std::forward<Parts>(parts)...));
-  }
-
   // ---- lookups ------------------------------------------------------------------------------
   // A top-level field; multimodal configs (Qwen2.5-VL, Qwen3-VL, Gemma 3) keep the language
   // model's fields under text_config, so that is searched when the top level lacks the key.
@@ -97,64 +78,16 @@ class ConfigReader {
     }
     return {};
   }
-  static Field member(const Field& object, std::string_view key) {
-    if (!object.present_non_null() || !object.value->is_object()) return {};
-    const json::Value* v = object.value->find(key);
-    if (v == nullptr) return {};
-    return {v, object.path + "." + std::string(key)};
-  }
-
-  // ---- typed reads (each names the field and the value on failure) ---------------------------
-  double number(const Field& f, std::string_view expectation = "a number") const {
-    if (!f.value->is_number()) fail_at(f.value, f.path, " must be ", expectation, " (got ", f.value->describe(), ")");
-    return f.value->as_double();
-  }
-  double finite_number(const Field& f, std::string_view expectation = "a finite number") const {
-    const double v = number(f, expectation);
-    if (!std::isfinite(v)) fail_at(f.value, f.path, " must be ", expectation, " (got ", v, ")");
-    return v;
-  }
-  double number_at_least(const Field& f, double minimum, bool inclusive) const {
-    const std::string expectation =
-        detail::concat("a finite number ", inclusive ? ">= " : "> ", minimum);
-    const double v = finite_number(f, expectation);
-    if (inclusive ? v < minimum : v <= minimum) fail_at(f.value, f.path, " must be ", expectation, " (got ", v, ")");
-    return v;
-  }
-  int64_t positive_integer(const Field& f) const {
-    const double v = finite_number(f, "a positive integer");
-    if (f.value->is_integer()) {
-      const int64_t i = f.value->as_int64();
-      if (i <= 0) fail_at(f.value, f.path, " must be a positive integer (got ", i, ")");
-      return i;
-    }
-    // 4096.0 is accepted: Python writes ints that passed through float that way.
-    if (v <= 0 || v != std::floor(v) || v > 9.0e15) {
-      fail_at(f.value, f.path, " must be a positive integer (got ", f.value->describe(), ")");
-    }
-    return static_cast<int64_t>(v);
-  }
-  bool boolean(const Field& f) const {
-    if (!f.value->is_bool()) fail_at(f.value, f.path, " must be true or false (got ", f.value->describe(), ")");
-    return f.value->as_bool();
-  }
-  std::string string(const Field& f) const {
-    if (!f.value->is_string()) fail_at(f.value, f.path, " must be a string (got ", f.value->describe(), ")");
-    return f.value->as_string();
-  }
 
   // ---- the parts of the config --------------------------------------------------------------
   void read_geometry();
   RopeSpec read_rope_parameters(const Field& params, bool per_layer_type, std::string_view layer_type = {});
-  void read_scaling(const Field& params, const std::string& rope_type, bool per_layer_type, RopeSpec& spec);
+  void read_scaling(const Field& params, const scaling::ScalingScheme& named, bool per_layer_type, RopeSpec& spec);
   void read_mrope(const Field& params, RopeSpec& spec);
-  void check_unknown_keys(const Field& params, const std::string& rope_type);
+  void check_unknown_keys(const Field& params, const scaling::ScalingScheme& scheme);
 
   const json::Value& root_;
   const json::Value* text_config_ = nullptr;
-  std::string source_;
-  std::vector<std::string> warnings_;
-  std::vector<std::string> notes_;
 
   // Geometry shared by every layer type.
   std::string model_type_;
@@ -249,44 +182,28 @@ void ConfigReader::read_geometry() {
   }
 }
 
-// Keys each rope_type reads (HF _validate_*_rope_parameters: required + optional).
-struct TypeKeys {
-  std::vector<std::string_view> required;
-  std::vector<std::string_view> optional;
-};
-
-TypeKeys keys_for(const std::string& rope_type) {
-  if (rope_type == "default") return {{}, {}};
-  if (rope_type == "linear") return {{"factor"}, {}};
-  if (rope_type == "dynamic") return {{"factor"}, {"alpha"}};
-  if (rope_type == "ntk_alpha") return {{"alpha"}, {"factor"}};
-  if (rope_type == "yarn") {
-    return {{"factor"},
-            {"original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
-             "mscale_all_dim", "truncate"}};
+// The names read_rope_parameters accepts, for its message: each scheme's name (and alias), and
+// "mrope", which Qwen2VLConfig rewrites to "default".
+std::string known_rope_types() {
+  std::string names;
+  for (const scaling::ScalingScheme& row : scaling::schemes()) {
+    names += std::string(row.name) + (row.alias.empty() ? "" : " (or " + std::string(row.alias) + ")") + ", ";
   }
-  if (rope_type == "longrope") {
-    return {{"short_factor", "long_factor"}, {"original_max_position_embeddings", "attention_factor", "factor"}};
-  }
-  if (rope_type == "llama3") {
-    return {{"factor", "low_freq_factor", "high_freq_factor"}, {"original_max_position_embeddings"}};
-  }
-  if (rope_type == "proportional") return {{}, {"factor"}};
-  return {{}, {}};
+  return names + "mrope";
 }
 
-void ConfigReader::check_unknown_keys(const Field& params, const std::string& rope_type) {
-  const TypeKeys keys = keys_for(rope_type);
+// Keys the scheme reads: its row's required and optional keys (HF _validate_*_rope_parameters).
+void ConfigReader::check_unknown_keys(const Field& params, const scaling::ScalingScheme& scheme) {
   std::set<std::string_view> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor",
                                       "mrope_section", "mrope_interleaved"};
-  known.insert(keys.required.begin(), keys.required.end());
-  known.insert(keys.optional.begin(), keys.optional.end());
+  known.insert(scheme.required_keys.begin(), scheme.required_keys.end());
+  known.insert(scheme.optional_keys.begin(), scheme.optional_keys.end());
   std::string unknown;
   for (const auto& [key, value] : params.value->as_object()) {
     if (known.count(key) == 0) unknown += (unknown.empty() ? "" : ", ") + key;
   }
   if (!unknown.empty()) {
-    warn("unrecognized keys in ", params.path, " for rope_type '", rope_type, "': ", unknown,
+    warn("unrecognized keys in ", params.path, " for rope_type '", scheme.name, "': ", unknown,
          " (ignored; transformers warns about them too)");
   }
 }
@@ -318,34 +235,37 @@ void ConfigReader::read_mrope(const Field& params, RopeSpec& spec) {
   if (interleaved.present_non_null() && boolean(interleaved)) spec.mrope.assignment = MRopeAssignment::Interleaved;
 }
 
-void ConfigReader::read_scaling(const Field& params, const std::string& rope_type, bool per_layer_type,
+// The keys every scheme shares (factor, original_max_position_embeddings), then the scheme's
+// own through its row's read_hf_config (src/core/scaling/).
+void ConfigReader::read_scaling(const Field& params, const scaling::ScalingScheme& named, bool per_layer_type,
                                 RopeSpec& spec) {
   Scaling& s = spec.scaling;
-  const std::string type_text = "rope_type '" + rope_type + "'";
+  const std::string type_text = "rope_type '" + std::string(named.name) + "'";
   // vLLM reads {"rope_type": "dynamic", "alpha": a} (Hunyuan) as static NTK-alpha scaling, which
   // needs no factor.
-  const std::string keys_type =
-      rope_type == "dynamic" && member(params, "alpha").present_non_null() ? "ntk_alpha" : rope_type;
+  const scaling::ScalingScheme& scheme = named.type == ScalingType::Dynamic && member(params, "alpha").present_non_null()
+                                             ? scaling::scheme(ScalingType::NtkAlpha)
+                                             : named;
 
   // Required keys (HF _check_received_keys raises KeyError for these).
-  for (std::string_view key : keys_for(keys_type).required) {
+  for (std::string_view key : scheme.required_keys) {
     if (!member(params, key)) {
       fail_at(params.value, params.path, ".", key, " is missing: ", type_text, " requires it",
               " (transformers raises KeyError: Missing required keys)");
     }
   }
-  check_unknown_keys(params, keys_type);
+  check_unknown_keys(params, scheme);
 
   // factor: >= 1 (HF warns "must be a float >= 1" and computes anyway; rotary rejects it).
   if (Field f = member(params, "factor"); f.present_non_null()) {
     s.factor = number_at_least(f, 1.0, true);
-  } else if (f && (rope_type == "linear" || rope_type == "dynamic" || rope_type == "llama3")) {
+  } else if (f && named.requires_factor) {
     fail_at(f.value, f.path, " must be a finite number >= 1 (got null)");
   }
 
   // original_max_position_embeddings (HF standardize_rope_params): for llama3/yarn/longrope a
   // top-level value (Phi-3) wins, else the dict's, else max_position_embeddings.
-  if (rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope") {
+  if (named.reads_original_context) {
     Field in_dict = member(params, "original_max_position_embeddings");
     int64_t dict_value = in_dict.present_non_null() ? positive_integer(in_dict) : 0;
     // HF standardize_rope_params gives the top-level value priority only for a single rope
@@ -368,138 +288,10 @@ void ConfigReader::read_scaling(const Field& params, const std::string& rope_typ
     }
   }
 
-  if (rope_type == "linear") {
-    s.type = ScalingType::Linear;
-  } else if (rope_type == "dynamic" || rope_type == "ntk_alpha") {
-    Field alpha = member(params, "alpha");
-    if (alpha.present_non_null()) {
-      // vLLM reads {"rope_type": "dynamic", "alpha": a} (Hunyuan) as static NTK-alpha scaling.
-      s.type = ScalingType::NtkAlpha;
-      s.ntk_alpha = number_at_least(alpha, 0.0, false);
-    } else if (rope_type == "ntk_alpha") {
-      fail_at(alpha.value ? alpha.value : params.value, params.path, ".alpha must be a finite number > 0 (got ",
-              alpha.value ? alpha.value->describe() : std::string("none"), ")");
-    } else {
-      s.type = ScalingType::Dynamic;
-      if (max_position_embeddings_ <= 0) {
-        fail_at(params.value, "max_position_embeddings is missing: dynamic NTK scaling grows the base past it");
-      }
-    }
-  } else if (rope_type == "yarn") {
-    s.type = ScalingType::Yarn;
-    // HF: beta_fast = get("beta_fast") or 32; beta_slow = get("beta_slow") or 1. A 0 or null
-    // therefore means the default.
-    auto beta = [&](std::string_view key, double fallback) {
-      Field f = member(params, key);
-      if (!f.present_non_null()) return fallback;
-      const double v = finite_number(f, "a finite number > 0");
-      if (v == 0.0) {
-        warn(f.path, " = 0 is treated as unset (", fallback, "), as transformers does");
-        return fallback;
-      }
-      if (v < 0.0) fail_at(f.value, f.path, " must be a finite number > 0 (got ", v, ")");
-      return v;
-    };
-    s.beta_fast = beta("beta_fast", 32.0);
-    s.beta_slow = beta("beta_slow", 1.0);
-    if (s.beta_fast < s.beta_slow) {
-      Field f = member(params, "beta_fast");
-      fail_at(f.value ? f.value : params.value, params.path, ".beta_fast must be >= beta_slow ", s.beta_slow,
-              " (got ", s.beta_fast, "; transformers only warns and inverts the ramp)");
-    }
-    if (Field f = member(params, "mscale"); f.present_non_null()) s.mscale = finite_number(f);
-    if (Field f = member(params, "mscale_all_dim"); f.present_non_null()) s.mscale_all_dim = finite_number(f);
-    if (Field f = member(params, "attention_factor"); f.present_non_null()) {
-      s.attention_factor = number_at_least(f, 0.0, false);
-    }
-    if (Field f = member(params, "truncate"); f.present_non_null()) s.truncate = boolean(f);
-    if (!s.factor) {
-      if (max_position_embeddings_ <= 0) {
-        fail_at(params.value, params.path, ".factor is null and max_position_embeddings is missing: YaRN needs one");
-      }
-      warn(params.path, ".factor is null; using max_position_embeddings / original_max_position_embeddings = ",
-           static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
-           " as transformers does");
-    } else if (max_position_embeddings_ > 0) {
-      // HF _validate_yarn_rope_parameters warns when factor != Lmax / L0 (unless that ratio is 1).
-      // Lmax past L0 x factor, the context YaRN extends to, is a fault; Lmax below it is Qwen's own
-      // recipe (factor 4 over 32768, max_position_embeddings left at 40960), correct: a note.
-      const double implicit = static_cast<double>(max_position_embeddings_) /
-                              static_cast<double>(s.original_max_position_embeddings);
-      if (implicit != *s.factor && implicit != 1.0) {
-        const auto say = [&](auto&&... parts) {
-          if (implicit > *s.factor) {
-            warn(std::forward<decltype(parts)>(parts)...);
-          } else {
-            note(std::forward<decltype(parts)>(parts)...);
-          }
-        };
-        say("the explicit YaRN factor ", *s.factor, " does not match max_position_embeddings / ",
-            "original_max_position_embeddings = ", implicit, "; the explicit factor is used, as transformers does",
-            implicit > *s.factor ? "" : " (transformers warns; the scaling reaches past max_position_embeddings)");
-      }
-    }
-  } else if (rope_type == "longrope") {
-    s.type = ScalingType::LongRope;
-    const auto expected = static_cast<size_t>(spec.rotary_dim / 2);
-    auto read_list = [&](std::string_view key) {
-      Field f = member(params, key);
-      if (!f.value->is_array()) fail_at(f.value, f.path, " must be a list of numbers (got ", f.value->describe(), ")");
-      const auto& items = f.value->as_array();
-      if (items.size() != expected) {
-        fail_at(f.value, f.path, " must have rotary_dim/2 = ", expected, " elements (got ", items.size(), ")");
-      }
-      std::vector<double> values;
-      values.reserve(items.size());
-      for (size_t i = 0; i < items.size(); ++i) {
-        values.push_back(number_at_least(Field{&items[i], f.path + "[" + std::to_string(i) + "]"}, 0.0, false));
-      }
-      return values;
-    };
-    s.short_factor = read_list("short_factor");
-    s.long_factor = read_list("long_factor");
-    if (Field f = member(params, "attention_factor"); f.present_non_null()) {
-      s.attention_factor = number_at_least(f, 0.0, false);
-    }
-    if (!s.factor) {
-      if (max_position_embeddings_ <= 0) {
-        fail_at(params.value, params.path, ".factor and max_position_embeddings are both missing: LongRoPE's ",
-                "attention scaling needs one");
-      }
-      // HF's Phi-3 note: the factor is derived from max_position_embeddings / original. With a
-      // top-level original_max_position_embeddings that is Phi-3's published layout, correct as
-      // it is (transformers still asks for a factor): a note; otherwise a warning.
-      const auto say = [&](auto&&... parts) {
-        if (top_original_max_.present_non_null()) {
-          note(std::forward<decltype(parts)>(parts)...);
-        } else {
-          warn(std::forward<decltype(parts)>(parts)...);
-        }
-      };
-      say(params.path, " has no factor; LongRoPE's attention scaling uses max_position_embeddings / ",
-          "original_max_position_embeddings = ",
-          static_cast<double>(max_position_embeddings_) / static_cast<double>(s.original_max_position_embeddings),
-          " (transformers recommends setting factor)");
-    }
-  } else if (rope_type == "llama3") {
-    s.type = ScalingType::Llama3;
-    s.low_freq_factor = number_at_least(member(params, "low_freq_factor"), 0.0, false);
-    Field high = member(params, "high_freq_factor");
-    s.high_freq_factor = number_at_least(high, 0.0, false);
-    if (s.high_freq_factor <= s.low_freq_factor) {
-      fail_at(high.value, high.path, " must be > low_freq_factor ", s.low_freq_factor, " (got ",
-              s.high_freq_factor, "; transformers only warns)");
-    }
-    if (max_position_embeddings_ > 0 && s.original_max_position_embeddings >= max_position_embeddings_) {
-      warn(params.path, ".original_max_position_embeddings ", s.original_max_position_embeddings,
-           " should be less than max_position_embeddings ", max_position_embeddings_,
-           " (transformers warns: the scaling then extends nothing)");
-    }
-  } else if (rope_type == "proportional") {
-    s.type = ScalingType::Proportional;
-  } else {
-    s.type = ScalingType::Default;
-  }
+  s.type = scheme.type;
+  scaling::HfScalingReader reader{*this, params, type_text, max_position_embeddings_,
+                                  top_original_max_.present_non_null(), per_layer_type};
+  scheme.read_hf_config(reader, spec);
 }
 
 RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_type, std::string_view layer_type) {
@@ -529,13 +321,11 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
     rope_type = string(alias_field);
     type_field = alias_field;
   }
-  if (rope_type == "su") rope_type = "longrope";  // Phi-3's first name for LongRoPE
   if (rope_type == "mrope") rope_type = "default";  // Qwen2VLConfig rewrites "mrope" to "default"
-  static const std::set<std::string> kKnown = {"default", "linear", "dynamic", "ntk_alpha", "yarn",
-                                              "longrope", "llama3", "proportional"};
-  if (kKnown.count(rope_type) == 0) {
-    fail_at(type_field.value, type_field.path, " must be one of default, linear, dynamic, ntk_alpha, yarn, ",
-            "longrope (or su), llama3, proportional, mrope (got \"", rope_type, "\")");
+  // A scheme's name or alias ("su", Phi-3's first name for LongRoPE): src/core/scaling/registry.cpp.
+  const scaling::ScalingScheme* scheme = scaling::find_scheme(rope_type);
+  if (scheme == nullptr) {
+    fail_at(type_field.value, type_field.path, " must be one of ", known_rope_types(), " (got \"", rope_type, "\")");
   }
 
   // rope_theta: the dict's, else the top-level rope_theta, else GPT-NeoX's rotary_emb_base,
@@ -558,7 +348,7 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
   Field partial = top("partial_rotary_factor");
   if (!partial.present_non_null()) partial = top("rotary_pct");
   if (!partial.present_non_null()) partial = member(params, "partial_rotary_factor");
-  const bool proportional = rope_type == "proportional";
+  const bool proportional = scheme->rotates_whole_head;
   if (partial.present_non_null()) {
     const double value = finite_number(partial, proportional ? "a number in [0, 1]" : "a number in (0, 1]");
     if (value > 1.0 || value < 0.0 || (!proportional && value == 0.0)) {
@@ -593,15 +383,8 @@ RopeSpec ConfigReader::read_rope_parameters(const Field& params, bool per_layer_
             "; head_dim ", head_dim, ", partial_rotary_factor ", spec.partial_rotary_factor, ")");
   }
 
-  read_scaling(params, rope_type, per_layer_type, spec);
+  read_scaling(params, *scheme, per_layer_type, spec);
   read_mrope(params, spec);
-
-  // HF reads YaRN's truncate from the top-level rope_parameters even for per-layer-type configs
-  // (so a per-layer "truncate": false is ignored there). rotary honours the per-layer value.
-  if (per_layer_type && spec.scaling.type == ScalingType::Yarn && !spec.scaling.truncate) {
-    warn(params.path, ".truncate = false is honoured by rotary; transformers reads truncate from the top level of ",
-         "rope_parameters and would use true for this layer type");
-  }
 
   validate(spec);  // backstop: the reads above name fields; this checks the assembled spec
   return spec;

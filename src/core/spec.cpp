@@ -1,53 +1,30 @@
 // src/core/spec.cpp: RopeSpec validation and the names of its enums.
 #include "rotary/spec.hpp"
 
-#include <cfloat>
 #include <cmath>
 #include <numeric>
 #include <string>
 
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary {
 
 namespace {
 
+using scaling::SpecCheck;
+
 // Largest head_dim accepted: far above any real model (DeepSeek's 192, Gemma's 512), small
 // enough that every size derived from it fits comfortably in memory and in int64 arithmetic.
 constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
-
-class SpecChecker {
- public:
-  explicit SpecChecker(const RopeSpec& spec)
-      : where_(spec.name.empty() ? std::string("RopeSpec") : "RopeSpec " + spec.name) {}
-
-  template <typename... Parts>
-  [[noreturn]] void fail(Parts&&... parts) const {
-    throw ConfigError(detail::concat(where_, ": ", std::forward<Parts>(parts)...));
-  }
-
-  void finite_positive(std::string_view field, double value) const {
-    if (!std::isfinite(value) || value <= 0.0) fail(field, " must be a finite number > 0 (got ", value, ")");
-  }
-
- private:
-  std::string where_;
-};
-
-bool needs_factor(ScalingType type) {
-  return type == ScalingType::Linear || type == ScalingType::Dynamic || type == ScalingType::Llama3;
-}
-
-bool uses_original_context(ScalingType type) {
-  return type == ScalingType::Yarn || type == ScalingType::LongRope || type == ScalingType::Llama3;
-}
 
 }  // namespace
 
 double RopeSpec::resolved_factor() const {
   if (scaling.factor) return *scaling.factor;
-  if (scaling.type == ScalingType::Yarn || scaling.type == ScalingType::LongRope) {
+  if (scaling::scheme(scaling.type).derives_factor_from_context) {
     // HF: "if factor is None: factor = config.max_position_embeddings / original_max_position_embeddings"
     return static_cast<double>(max_position_embeddings) / static_cast<double>(original_context());
   }
@@ -60,9 +37,10 @@ int64_t RopeSpec::original_context() const {
 }
 
 void validate(const RopeSpec& spec) {
-  const SpecChecker check(spec);
+  const SpecCheck check(spec);
   const Scaling& s = spec.scaling;
-  const bool proportional = s.type == ScalingType::Proportional;
+  const scaling::ScalingScheme& scheme = scaling::scheme(s.type);
+  const bool proportional = scheme.rotates_whole_head;
 
   if (spec.head_dim < 2 || spec.head_dim > kMaxHeadDim) {
     check.fail("head_dim must be in [2, ", kMaxHeadDim, "] (got ", spec.head_dim, ")");
@@ -106,117 +84,24 @@ void validate(const RopeSpec& spec) {
     if (!std::isfinite(*s.factor) || *s.factor < 1.0) {
       check.fail("factor must be a finite number >= 1 for ", type_name, " (got ", *s.factor, ")");
     }
-  } else if (needs_factor(s.type)) {
+  } else if (scheme.requires_factor) {
     check.fail("factor is required for ", type_name, " scaling (got none)");
   }
   if (s.original_max_position_embeddings < 0) {
     check.fail("original_max_position_embeddings must be >= 0 (got ",
                s.original_max_position_embeddings, ")");
   }
-  if (uses_original_context(s.type) && spec.original_context() <= 0) {
+  if (scheme.reads_original_context && spec.original_context() <= 0) {
     check.fail("original_max_position_embeddings (or max_position_embeddings) must be > 0 for ",
                type_name, " (got ", spec.original_context(), ")");
   }
-  if ((s.type == ScalingType::Yarn || s.type == ScalingType::LongRope) && !s.factor.has_value() &&
-      spec.max_position_embeddings <= 0) {
+  if (scheme.derives_factor_from_context && !s.factor.has_value() && spec.max_position_embeddings <= 0) {
     check.fail("max_position_embeddings must be > 0 when ", type_name,
                " derives its factor from it (got ", spec.max_position_embeddings, ")");
   }
 
-  switch (s.type) {
-    case ScalingType::Default:
-    case ScalingType::Linear:
-      break;
-    case ScalingType::Dynamic:
-      if (spec.max_position_embeddings <= 0) {
-        check.fail("max_position_embeddings must be > 0 for dynamic scaling (got ",
-                   spec.max_position_embeddings, ")");
-      }
-      [[fallthrough]];
-    case ScalingType::NtkAlpha:
-      // The NTK base change raises to d / (d - 2).
-      if (spec.rotary_dim <= 2) {
-        check.fail("rotary_dim must be > 2 for ", type_name, " (its base exponent is d/(d-2)) (got ",
-                   spec.rotary_dim, ")");
-      }
-      if (s.type == ScalingType::NtkAlpha) check.finite_positive("alpha", s.ntk_alpha);
-      break;
-    case ScalingType::Yarn:
-      check.finite_positive("beta_fast", s.beta_fast);
-      check.finite_positive("beta_slow", s.beta_slow);
-      if (s.beta_fast < s.beta_slow) {
-        check.fail("beta_fast must be >= beta_slow ", s.beta_slow, " (got ", s.beta_fast, ")");
-      }
-      if (s.mscale && !std::isfinite(*s.mscale)) check.fail("mscale must be finite (got ", *s.mscale, ")");
-      if (s.mscale_all_dim && !std::isfinite(*s.mscale_all_dim)) {
-        check.fail("mscale_all_dim must be finite (got ", *s.mscale_all_dim, ")");
-      }
-      break;
-    case ScalingType::LongRope: {
-      const auto expected = static_cast<size_t>(spec.rotary_dim / 2);
-      for (const auto* list : {&s.short_factor, &s.long_factor}) {
-        const char* field = list == &s.short_factor ? "short_factor" : "long_factor";
-        if (list->size() != expected) {
-          check.fail(field, " must have rotary_dim/2 = ", expected, " elements (got ", list->size(), ")");
-        }
-        for (size_t i = 0; i < list->size(); ++i) {
-          if (!std::isfinite((*list)[i]) || (*list)[i] <= 0.0) {
-            check.fail(field, "[", i, "] must be a finite number > 0 (got ", (*list)[i], ")");
-          }
-        }
-      }
-      break;
-    }
-    case ScalingType::Llama3:
-      check.finite_positive("low_freq_factor", s.low_freq_factor);
-      check.finite_positive("high_freq_factor", s.high_freq_factor);
-      if (s.low_freq_factor >= s.high_freq_factor) {
-        check.fail("low_freq_factor must be < high_freq_factor ", s.high_freq_factor, " (got ",
-                   s.low_freq_factor, ")");
-      }
-      break;
-    case ScalingType::Proportional:
-      break;
-  }
-  if (s.attention_factor.has_value() &&
-      (s.type == ScalingType::Yarn || s.type == ScalingType::LongRope)) {
-    check.finite_positive("attention_factor", *s.attention_factor);
-  }
-  // The attention scaling multiplies every float32 cos / sin entry, so it must be a normal
-  // float32: past FLT_MAX the table is infinite, below FLT_MIN it is zero or subnormal (a config
-  // with mscale 1e306 gave a table of inf: found by the one-hour hf_config fuzz run). Formulas as
-  // in frequencies() (docs/formulas.md, mscale).
-  const auto float32_scaling = [&](double value, auto&&... what) {
-    if (!(value >= FLT_MIN && value <= FLT_MAX)) {
-      check.fail(what..., " must give an attention scaling in float32's normal range [", FLT_MIN, ", ", FLT_MAX,
-                 "] (it multiplies the float32 cos/sin) (got ", value, ")");
-    }
-  };
-  if (s.type == ScalingType::Yarn || s.type == ScalingType::LongRope) {
-    const double factor = spec.resolved_factor();
-    if (s.attention_factor) {
-      float32_scaling(*s.attention_factor, "attention_factor");
-    } else if (s.type == ScalingType::Yarn && s.mscale && s.mscale_all_dim && *s.mscale != 0.0 &&
-               *s.mscale_all_dim != 0.0) {
-      // Each term is the YaRN temperature factor sqrt(1/t) = 0.1 k ln s + 1: positive.
-      const double numerator = yarn_mscale(factor, *s.mscale);
-      const double denominator = yarn_mscale(factor, *s.mscale_all_dim);
-      if (!(numerator > 0.0)) {
-        check.fail("mscale must make 0.1*mscale*ln(factor)+1 > 0 (factor ", factor, ") (got mscale ", *s.mscale,
-                   ": ", numerator, ")");
-      }
-      if (!(denominator > 0.0)) {
-        check.fail("mscale_all_dim must make 0.1*mscale_all_dim*ln(factor)+1 > 0 (factor ", factor,
-                   ") (got mscale_all_dim ", *s.mscale_all_dim, ": ", denominator, ")");
-      }
-      float32_scaling(numerator / denominator, "mscale ", *s.mscale, " and mscale_all_dim ", *s.mscale_all_dim);
-    } else if (s.type == ScalingType::LongRope && factor > 1.0 && spec.original_context() <= 1) {
-      // sqrt(1 + ln s / ln L0): ln 1 = 0 (HF raises ZeroDivisionError).
-      check.fail("original_max_position_embeddings must be > 1 for LongRoPE's attention scaling "
-                 "sqrt(1 + ln(factor)/ln(original_max_position_embeddings)) (got ",
-                 spec.original_context(), ")");
-    }
-  }
+  // The fields only this scheme reads, and its attention scaling (src/core/scaling/).
+  scheme.check(spec, check);
 
   if (spec.xpos) check.finite_positive("xpos.scale_base", spec.xpos->scale_base);
 
@@ -241,7 +126,7 @@ void validate(const RopeSpec& spec) {
         check.fail("rotary_dim must be a multiple of 4 for 2-D vision RoPE (half the pairs per axis) (got ",
                    spec.rotary_dim, ")");
       }
-      if (s.type != ScalingType::Default && s.type != ScalingType::Linear) {
+      if (!scheme.supports_vision2d) {
         check.fail("2-D vision RoPE supports default and linear scaling only (got ", type_name, ")");
       }
       break;
@@ -257,15 +142,8 @@ std::string_view to_string(Style style) {
 }
 
 std::string_view to_string(ScalingType type) {
-  switch (type) {
-    case ScalingType::Default: return "default";
-    case ScalingType::Linear: return "linear";
-    case ScalingType::Dynamic: return "dynamic";
-    case ScalingType::NtkAlpha: return "ntk_alpha";
-    case ScalingType::Yarn: return "yarn";
-    case ScalingType::LongRope: return "longrope";
-    case ScalingType::Llama3: return "llama3";
-    case ScalingType::Proportional: return "proportional";
+  for (const scaling::ScalingScheme& row : scaling::schemes()) {
+    if (row.type == type) return row.name;
   }
   return "?";
 }
@@ -294,12 +172,8 @@ std::optional<Style> parse_style(std::string_view name) {
 }
 
 std::optional<ScalingType> parse_scaling_type(std::string_view name) {
-  for (ScalingType type : {ScalingType::Default, ScalingType::Linear, ScalingType::Dynamic,
-                           ScalingType::NtkAlpha, ScalingType::Yarn, ScalingType::LongRope,
-                           ScalingType::Llama3, ScalingType::Proportional}) {
-    if (name == to_string(type)) return type;
-  }
-  if (name == "su") return ScalingType::LongRope;  // Phi-3's first name for LongRoPE
+  // The names and aliases ("su", Phi-3's first name for LongRoPE) of src/core/scaling/registry.cpp.
+  if (const scaling::ScalingScheme* row = scaling::find_scheme(name)) return row->type;
   return std::nullopt;
 }
 

@@ -36,6 +36,7 @@
 #include "huge_pages.hpp"
 #include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
+#include "core/scaling/registry.hpp"
 
 namespace rotary {
 
@@ -360,13 +361,6 @@ struct CosSinTable::EngineNumerics {
 
 namespace {
 
-// ggml's ggml_rope_yarn_corr_dim / ggml_rope_yarn_corr_dims (ggml.c), float32 as there.
-float ggml_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-  return static_cast<float>(n_dims) *
-         std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * static_cast<float>(std::numbers::pi))) /
-         (2 * std::log(base));
-}
-
 // ggml's rope_yarn_ramp and rope_yarn (ops.cpp): one pair's cos and sin, as ggml-cpu is built for
 // x86-64 with FMA (GGML_FMA, -mfma): GCC contracts the blend a*b + c*d into fma(a, b, c*d) and
 // 1 + 0.1*log(..) into fma(0.1, log(..), 1), so those two are fused here too (checked bit for bit
@@ -385,33 +379,6 @@ void ggml_rope_yarn(float theta_extrap, float freq_scale, const float corr_dims[
   }
   *cos_theta = std::cos(theta) * mscale;
   *sin_theta = std::sin(theta) * mscale;
-}
-
-// Llama 3's rope_freqs as llama.cpp's converter writes them (conversion/llama.py
-// generate_extra_tensors): float32 default frequencies, the bands and the smooth factor in Python
-// float64, each factor stored as float32.
-std::vector<float> llama3_gguf_factors(const RopeSpec& spec) {
-  RopeSpec unscaled = spec;
-  unscaled.scaling = Scaling{};
-  const std::vector<float> freqs = detail::hf_inv_freq_f32(unscaled, 0);
-  const Scaling& s = spec.scaling;
-  const double factor = *s.factor;
-  const double old_context = static_cast<double>(spec.original_context());
-  const double low_wavelength = old_context / s.low_freq_factor;
-  const double high_wavelength = old_context / s.high_freq_factor;
-  std::vector<float> factors;
-  for (const float freq : freqs) {
-    const double wavelength = 2 * std::numbers::pi / static_cast<double>(freq);
-    if (wavelength < high_wavelength) {
-      factors.push_back(1.0f);
-    } else if (wavelength > low_wavelength) {
-      factors.push_back(static_cast<float>(factor));
-    } else {
-      const double smooth = (old_context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-      factors.push_back(static_cast<float>(1 / ((1 - smooth) / factor + smooth)));
-    }
-  }
-  return factors;
 }
 
 [[noreturn]] void refuse_scheme(const RopeSpec& spec, Precision precision, std::string_view what) {
@@ -515,46 +482,20 @@ void CosSinTable::init_ggml() {
   const float base = static_cast<float>(spec.theta_base);
   const int n_dims = static_cast<int>(spec.rotary_dim);
   n->theta_scale = std::pow(base, -2.0f / static_cast<float>(n_dims));
-  switch (s.type) {
-    case ScalingType::Default: break;
-    case ScalingType::Linear: n->freq_scale = 1.0f / static_cast<float>(*s.factor); break;
-    case ScalingType::Llama3: n->freq_factors = llama3_gguf_factors(spec); break;
-    case ScalingType::LongRope: {
-      // llama_model::get_rope_factors: long past n_ctx_orig_yarn; the converter's attn factor.
-      const bool use_long = options_.seq_len > spec.original_context();
-      for (const double f : use_long ? s.long_factor : s.short_factor) n->freq_factors.push_back(static_cast<float>(f));
-      const double scale = static_cast<double>(spec.max_position_embeddings) / static_cast<double>(spec.original_context());
-      n->attn_factor =
-          scale > 1.0 ? static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(spec.original_context()))))
-                      : 1.0f;
-      break;
-    }
-    case ScalingType::Yarn: {
-      if (s.mscale && s.mscale_all_dim && *s.mscale != 0 && *s.mscale_all_dim != 0) {
-        refuse_scheme(spec, Precision::Ggml, "YaRN with mscale and mscale_all_dim (llama.cpp's DeepSeek path) is not modelled");
-      }
-      n->freq_scale = 1.0f / static_cast<float>(spec.resolved_factor());
-      n->ext_factor = 1.0f;
-      const int n_ctx_orig = static_cast<int>(spec.original_context());
-      const float start = std::floor(ggml_corr_dim(n_dims, n_ctx_orig, static_cast<float>(s.beta_fast), base));
-      const float end = std::ceil(ggml_corr_dim(n_dims, n_ctx_orig, static_cast<float>(s.beta_slow), base));
-      n->corr_dims[0] = std::max(0.0f, start);
-      n->corr_dims[1] = std::min(static_cast<float>(n_dims - 1), end);
-      // llama_context: yarn_attn_factor = get_mscale(factor, 1), then divided by the mscale that
-      // rope_yarn multiplies in again (an explicit attention_factor is not read there).
-      const float factor = 1.0f / n->freq_scale;
-      const float get_mscale = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * std::log(factor) + 1.0f;
-      n->attn_factor = get_mscale;
-      n->attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
-      n->attn_factor *= 1.0f;  // hparams.rope_attn_factor (not written for YaRN)
-      break;
-    }
-    case ScalingType::Dynamic: refuse_scheme(spec, Precision::Ggml, "llama.cpp has no dynamic NTK scaling");
-    case ScalingType::NtkAlpha: refuse_scheme(spec, Precision::Ggml, "rope_type ntk_alpha has no llama.cpp form here");
-    case ScalingType::Proportional: refuse_scheme(spec, Precision::Ggml, "rope_type proportional is not modelled");
+  // The scheme's llama.cpp form (its row's ggml_rope, src/core/scaling/).
+  const scaling::ScalingScheme& scheme = scaling::scheme(s.type);
+  scaling::GgmlRope rope;
+  if (const std::string refusal = scheme.ggml_rope(spec, options_.seq_len, rope); !refusal.empty()) {
+    refuse_scheme(spec, Precision::Ggml, refusal);
   }
+  n->freq_scale = rope.freq_scale;
+  n->ext_factor = rope.ext_factor;
+  n->attn_factor = rope.attn_factor;
+  n->corr_dims[0] = rope.corr_dims[0];
+  n->corr_dims[1] = rope.corr_dims[1];
+  n->freq_factors = std::move(rope.freq_factors);
   if (!options_.ggml_freq_factors.empty()) {
-    if (s.type != ScalingType::Llama3 && s.type != ScalingType::LongRope) {
+    if (!scheme.ggml_reads_freq_factors) {
       throw Error(detail::concat("CosSinTable: ggml_freq_factors is for rope_type llama3 or longrope (spec ", spec.name,
                                  " has rope_type ", to_string(s.type), ")"));
     }
@@ -897,124 +838,10 @@ std::vector<float> expand_row(const float* pair_values, int64_t num_pairs, Style
 
 // ---- Hugging Face's float32 inv_freq chains ---------------------------------------------------
 
-namespace {
-
-float f32(double v) { return static_cast<float>(v); }
-// torch's float32 pow, correctly rounded (torch itself is within 1 ulp of this).
-float powf_rounded(float base, float exponent) {
-  return f32(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
-}
-// `torch.arange(0, dim, 2, dtype=int64).float() / dim`: fl32(fl32(2i) / fl32(dim)).
-float hf_exponent(int64_t pair, int64_t dim) { return static_cast<float>(2 * pair) / static_cast<float>(dim); }
-
-}  // namespace
-
+// Each scheme's chain is its row's hf_inv_freq_f32 (src/core/scaling/).
 std::vector<float> detail::hf_inv_freq_f32(const RopeSpec& spec, int64_t seq_len) {
   validate(spec);
-  const int64_t dim = spec.rotary_dim;
-  const int64_t num_pairs = dim / 2;
-  const Scaling& s = spec.scaling;
-  std::vector<float> inv(static_cast<size_t>(num_pairs));
-  // Default chain: 1.0 / (base ** exponent), every step float32. 2-D vision restarts the
-  // index for the column half (Qwen2-VL VisionRotaryEmbedding over head_dim / 2).
-  auto default_chain = [&](float base_f32) {
-    const bool vision = spec.axes == PositionAxes::Vision2D;
-    const int64_t per_axis = vision ? num_pairs / 2 : num_pairs;
-    const int64_t exponent_dim = vision ? dim / 2 : dim;
-    for (int64_t i = 0; i < num_pairs; ++i) {
-      inv[i] = 1.0f / powf_rounded(base_f32, hf_exponent(i % per_axis, exponent_dim));
-    }
-  };
-  const float base = f32(spec.theta_base);
-  switch (s.type) {
-    case ScalingType::Default:
-      default_chain(base);
-      break;
-    case ScalingType::NtkAlpha:
-      // Not an HF rope_type: vLLM's form, the new base in float64, then the default chain.
-      default_chain(f32(spec.theta_base * std::pow(s.ntk_alpha, static_cast<double>(dim) / static_cast<double>(dim - 2))));
-      break;
-    case ScalingType::Linear:
-      // _compute_linear_scaling_rope_parameters: default chain, then inv_freq /= factor.
-      default_chain(base);
-      for (float& v : inv) v /= f32(*s.factor);
-      break;
-    case ScalingType::Dynamic: {
-      const int64_t lmax = spec.max_position_embeddings;
-      if (seq_len <= lmax) {
-        // Construction (or reset): base * 1 ** (d/(d-2)) in Python float64 = base.
-        default_chain(base);
-      } else {
-        // Growth path: seq_len is a 0-dim int64 tensor, so the new base is float32 arithmetic:
-        // base * ((factor * seq_len / max) - (factor - 1)) ** (dim / (dim - 2)).
-        const float factor = f32(*s.factor);
-        float growth = factor * static_cast<float>(seq_len);
-        growth = growth / static_cast<float>(lmax);
-        growth = growth - f32(*s.factor - 1.0);
-        // The exponent stays a Python float: torch raises the float32 value to the double exponent
-        // and rounds (measured on the golden dynamic case: a float32 exponent is 2 ulps off).
-        const float new_base =
-            base * f32(std::pow(static_cast<double>(growth), static_cast<double>(dim) / static_cast<double>(dim - 2)));
-        default_chain(new_base);
-      }
-      break;
-    }
-    case ScalingType::Yarn: {
-      // _compute_yarn_parameters: correction range in Python float64, the rest float32.
-      const double factor = frequencies(spec, seq_len).effective_factor;
-      const YarnCorrectionRange range = yarn_correction_range(spec);
-      double low = range.low;
-      double high = range.high;
-      if (low == high) high += 0.001;
-      for (int64_t i = 0; i < num_pairs; ++i) {
-        const float pos_freq = powf_rounded(base, hf_exponent(i, dim));
-        const float extrapolation = 1.0f / pos_freq;
-        const float interpolation = 1.0f / (f32(factor) * pos_freq);
-        float ramp = (static_cast<float>(i) - f32(low)) / f32(high - low);
-        ramp = std::clamp(ramp, 0.0f, 1.0f);
-        const float extrapolation_factor = 1.0f - ramp;
-        inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
-      }
-      break;
-    }
-    case ScalingType::LongRope: {
-      const bool use_long = seq_len > spec.original_context();
-      const std::vector<double>& factors = use_long ? s.long_factor : s.short_factor;
-      for (int64_t i = 0; i < num_pairs; ++i) {
-        inv[i] = 1.0f / (f32(factors[i]) * powf_rounded(base, hf_exponent(i, dim)));
-      }
-      break;
-    }
-    case ScalingType::Llama3: {
-      default_chain(base);
-      const float factor = f32(*s.factor);
-      const double original = static_cast<double>(spec.original_context());
-      const float low_wavelength = f32(original / s.low_freq_factor);
-      const float high_wavelength = f32(original / s.high_freq_factor);
-      const float two_pi = f32(2 * std::numbers::pi);
-      for (float& v : inv) {
-        const float wavelength = two_pi / v;
-        const float scaled = wavelength > low_wavelength ? v / factor : v;
-        const float smooth = (f32(original) / wavelength - f32(s.low_freq_factor)) /
-                             f32(s.high_freq_factor - s.low_freq_factor);
-        const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
-        const bool medium = !(wavelength < high_wavelength) && !(wavelength > low_wavelength);
-        v = medium ? smoothed : scaled;
-      }
-      break;
-    }
-    case ScalingType::Proportional: {
-      const auto rotated =
-          static_cast<int64_t>(std::floor(spec.partial_rotary_factor * static_cast<double>(spec.head_dim) / 2.0));
-      for (int64_t i = 0; i < num_pairs; ++i) {
-        inv[i] = i < rotated ? 1.0f / powf_rounded(base, hf_exponent(i, spec.head_dim)) : 0.0f;
-      }
-      const float factor = f32(s.factor.value_or(1.0));
-      for (float& v : inv) v /= factor;
-      break;
-    }
-  }
-  return inv;
+  return scaling::scheme(spec.scaling.type).hf_inv_freq_f32(spec, seq_len);
 }
 
 // ---- RopeCache -------------------------------------------------------------------------------
