@@ -38,7 +38,7 @@ import torch
 
 import rotary
 import rotary.torch as rt
-from rotary import _rotary, _torch_hf
+from rotary import _rotary, _torch_cos_sin
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
 from torch_rope_bench import cpu_description  # noqa: E402  (the peer script's: model and flags)
@@ -93,9 +93,9 @@ def run(threads, dtype_name, repetitions, tokens, compile_hf):
         sin = sin_cached[positions].to(dtype).unsqueeze(2)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
-    views = [(_torch_hf._view(x, "q", "bshd"), _torch_hf._view(out, "q_out", "bshd")) for x, out in
+    views = [(_torch_cos_sin._view(x, "q", "bshd"), _torch_cos_sin._view(out, "q_out", "bshd")) for x, out in
              ((q, q_dst), (k, k_dst))]
-    cos_view, sin_view = _torch_hf._cos_sin_view(cos_g, "cos", 2), _torch_hf._cos_sin_view(sin_g, "sin", 2)
+    cos_view, sin_view = _torch_cos_sin._cos_sin_view(cos_g, "cos", 2), _torch_cos_sin._cos_sin_view(sin_g, "sin", 2)
 
     def drop_in_kernel_out():
         for x_view, out_view in views:

@@ -10,7 +10,7 @@ machine). Prints the CPU model and the load average.
 Usage: .venv/bin/python bench/torch_dropin_decode.py [--dtype float32|bfloat16|float16]"""
 import argparse, os, platform, statistics, time
 import torch, rotary, rotary.torch as rt
-import rotary._torch_hf as th
+import rotary._torch_cos_sin as th
 from transformers.models.llama import modeling_llama as ml
 
 parser = argparse.ArgumentParser()

@@ -26,17 +26,14 @@ arithmetic bit for bit; precision="exact" gives correctly rounded cos/sin and on
 output. Sources: transformers modeling_rope_utils.py (ROPE_INIT_FUNCTIONS, dynamic_rope_update)
 and modeling_llama.py (LlamaRotaryEmbedding, apply_rotary_pos_emb, rotate_half).
 """
-from ._torch_hf import (
-    RotaryEmbedding,
+from ._torch_cos_sin import (
     apply_multimodal_rotary_pos_emb,
     apply_rotary_pos_emb,
     apply_rotary_pos_emb_interleave,
-    hf_inv_freq,
-    patch_model,
-    patched,
     rotate_half,
-    unpatch_model,
 )
+from ._hf_rotary_embedding import RotaryEmbedding, hf_inv_freq
+from ._hf_patch import patch_model, patched, unpatch_model
 from ._torch_ops import apply_rotary
 from ._torch_attention import attention, register_attention, rotary_attention_forward
 from ._torch_fused import fuse_rope, rotary_fused_attention_forward, unfuse_rope

@@ -10,7 +10,7 @@ import pytest
 import torch  # required: a missing dependency fails, never skips
 import transformers  # required: a missing dependency fails, never skips
 import rotary.torch as rt  # noqa: E402
-from rotary import _torch_hf  # noqa: E402
+from rotary import _hf_apply_variants  # noqa: E402
 from hf_harness import one_torch_thread  # noqa: E402,F401
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -148,9 +148,9 @@ def test_patch_model_picks_the_variant_of_each_transformers_function(family):
     module, name, description = VARIANTS[family]
     modeling, original = transformers_function(module, name)
     specs = variant_specs(family)
-    picked, function = _torch_hf._pick_function("Model", modeling, name, original, specs, "like_torch")
+    picked, function = _hf_apply_variants._pick_function("Model", modeling, name, original, specs, "like_torch")
     assert picked == description
-    probes = _torch_hf._function_probes(name, tuple(inspect.signature(original).parameters), specs)
+    probes = _hf_apply_variants._function_probes(name, tuple(inspect.signature(original).parameters), specs)
     answered = 0
     for what, args, kwargs in probes:
         try:
@@ -174,8 +174,8 @@ def test_a_function_no_variant_reproduces_is_refused():
     with pytest.raises(rotary.RotaryError, match=r"cannot serve GlmModel exactly: "
                                                  r"transformers.models.glm.modeling_glm.apply_rotary_pos_emb computes "
                                                  r"what no rotary variant reproduces bit for bit"):
-        _torch_hf._pick_function("GlmModel", modeling, "apply_rotary_pos_emb", original,
-                                 [spec_of(transformers.LlamaConfig)], "like_torch")
+        _hf_apply_variants._pick_function("GlmModel", modeling, "apply_rotary_pos_emb", original,
+                                          [spec_of(transformers.LlamaConfig)], "like_torch")
 
 
 def test_promotion_under_torch_compile():

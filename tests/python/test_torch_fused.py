@@ -70,7 +70,7 @@ def close(got, want, where=None):
 @pytest.fixture
 def fused_calls(monkeypatch):
     """Counts the fused kernel's row passes: a model that silently ran unfused must fail."""
-    import rotary._torch_fused as module
+    import rotary._torch_fused_backend as module
 
     return counted_calls(monkeypatch, module, "_fused_rows")
 
@@ -153,7 +153,7 @@ def test_custom_position_ids_are_refused_and_would_be_wrong(monkeypatch):
     """Positions that are not slot + a constant cannot be derived for the cached keys: refused,
     naming position_ids and the values. With the check removed the answer is wrong (not merely
     refused), so the refusal guards a real error."""
-    import rotary._torch_fused as module
+    import rotary._torch_fused_backend as module
 
     sdpa, fused = fused_pair("llama")
     ids = prompt(batch=1)
@@ -227,7 +227,7 @@ def test_a_wrong_spec_mapping_is_caught_by_the_cos_sin_check(monkeypatch):
     with another theta (precision 'exact': the table computes its own frequencies) is refused
     before anything is computed. Without the check the logits are wrong by far more than the
     tolerance."""
-    import rotary._torch_fused as module
+    import rotary._torch_fused_backend as module
 
     original = rotary.Spec.from_hf_config
     monkeypatch.setattr(rotary.Spec, "from_hf_config",
@@ -413,7 +413,7 @@ def test_an_attention_function_swapped_under_the_fused_name_is_refused(monkeypat
     """If "rotary_fused" no longer names rotary's backend, the model attends over un-rotated q and
     k with another function: the forward hook sees that rotary's backend never ran and refuses the
     output. Without that check the logits are silently wrong."""
-    import rotary._torch_fused as module
+    import rotary._torch_fused_backend as module
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

@@ -169,7 +169,7 @@ def experiment_section(results: dict, svgs: dict) -> str:
 def html_page(results: dict, svgs: dict) -> str:
     """rotary's report of the trained RoPE spec with the experiment's section first."""
     from .. import _rotary
-    from .length_generalization import Config, rope_spec
+    from .config import Config, rope_spec
 
     known = {k: v for k, v in results["config"].items() if k in Config.__dataclass_fields__}
     config = Config(**known)
