@@ -1,6 +1,6 @@
 // src/core/scaling/registry.cpp: the one list of scaling schemes.
 //
-// A new scheme: its file in this folder (docs/adding-a-scaling-scheme.md), its declaration and
+// A new scheme: its file in this folder (docs/design.md, "Adding a scaling scheme"), its declaration and
 // its row below, in ScalingType order.
 #include "registry.hpp"
 
