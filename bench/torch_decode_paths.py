@@ -1,5 +1,5 @@
 """Decode-step cost of rotary.torch.apply_rotary through its three paths, interleaved in one process:
-  binding  the eager call in one binding call (module.cpp, torch_apply_eager): what users get now;
+  binding  the eager call in one binding call (bind_torch_eager.cpp, torch_apply_eager): what users get now;
   python   the full Python path's eager branch (checks and descriptors in Python, then the kernel);
   op       the custom op (the full path with its eager branch switched off).
 16 sequences x 1 token, Llama-3-8B heads (32 q, 8 kv, head_dim 128), one thread; medians of 7

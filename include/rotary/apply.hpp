@@ -99,12 +99,16 @@ int position_streams(const RopeSpec& spec);  // 1, 3 (M-RoPE) or 2 (vision)
 // past the table's max_position(), cu_seqlens shape and monotonicity, and that the table serves
 // the call's seq_len (ApplyOptions::seq_len). q and k may differ in head
 // count and head_dim; all four views share q's layout; an output may alias only its own input,
-// exactly (q_out == q, k_out == k); spec.xpos requires PositionAxes::Single. Nothing is written
-// when it throws. Kernels may assume a checked call.
+// exactly (q_out == q, k_out == k); spec.xpos requires PositionAxes::Single; every view given is
+// on q's device ("k is on cuda:0 but q is on cpu"). Tensor data is never read, so the checks hold
+// for views of any device (docs/backends.md). Nothing is written when it throws. Kernels may
+// assume a checked call.
 void check_apply_arguments(const TensorView& q, const TensorView& k, const TensorView& q_out,
                            const TensorView& k_out, const Positions& positions, const CosSinTable& table,
                            const ApplyOptions& options);
 
+// Checks, then runs on the backend of q's device: this build has the CPU's alone, and a view on
+// another device is a rotary::Error naming it (docs/backends.md).
 // The fast CPU implementation: Highway SIMD (runtime dispatch to the best compiled target)
 // and a small thread pool, f32 math with one correctly rounded store. Same contract and checks
 // as reference::apply; within the tolerances of docs/numerics.md of it, and bitwise identical

@@ -162,11 +162,14 @@ double attention_scale(const RopeSpec& spec, int64_t qk_head_dim);
 // the table, rotary_offset + rotary_dim past the head dim, a spec the fused path does not serve;
 // with ALiBi: a slope count other than q heads, non-finite or too large slopes, ALiBi with RoPE
 // or an absolute table; with absolute: a table size other than rows * dim, dim other than the
-// head dim, position counts, positions outside [0, rows). Nothing is written when it throws.
+// head dim, position counts, positions outside [0, rows); a view on another device than q's ("v is
+// on cuda:0 but q is on cpu"; no data is read, so the checks hold for any device:
+// docs/backends.md). Nothing is written when it throws.
 void check_attention_arguments(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                                const AttentionOptions& options, const AttentionRope* rope = nullptr);
 
-// The fast CPU path: blocked online softmax in float32, Highway SIMD (runtime dispatch; the
+// Checks, then runs on the backend of q's device (the CPU's alone in this build; another device is
+// a rotary::Error naming it). The fast CPU path: blocked online softmax in float32, Highway SIMD (runtime dispatch; the
 // target force_cpu_target() chose), threads over (sequence, kv head, query block) on the pool of
 // set_num_threads(). Results do not depend on the thread count.
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

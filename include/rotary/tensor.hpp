@@ -32,12 +32,28 @@ std::string_view to_string(Layout layout);  // "bshd", "bhsd", "sbhd", "thd"
 std::optional<Layout> parse_layout(std::string_view name);
 int layout_rank(Layout layout);  // 4, or 3 for THD
 
+// Where a view's memory lives. The argument checks read only shapes, strides and dtypes, so they
+// hold for any device; apply() and attention() then hand the call to the backend registered for
+// the device (docs/backends.md). This build has a backend for CPU only: the CUDA path is the
+// Python package's (rotary.torch), which runs the same checks on views that name CUDA.
+enum class DeviceKind { CPU, CUDA };
+
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int index = 0;  // which device of the kind (cuda:1); 0 for the CPU
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+std::string_view to_string(DeviceKind kind);  // "cpu", "cuda"
+std::string to_string(Device device);          // "cpu", "cuda:0" (PyTorch's spelling)
+
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::F32;
   Layout layout = Layout::BSHD;
   std::array<int64_t, 4> shape{};         // in the layout's axis order; THD uses the first 3
   std::array<int64_t, 4> stride_elems{};  // idem; may be any value >= 0 on input axes
+  Device device{};                        // last, so that aggregate initializers stay valid
 };
 
 // A C-contiguous view of `shape` (in the layout's order).

@@ -1,4 +1,4 @@
-# Types of the compiled module rotary._rotary (src/python/module.cpp) as far as the public API
+# Types of the compiled module rotary._rotary (src/python/) as far as the public API
 # re-exports it; the rest is internal to the package.
 from typing import Any, Optional
 

@@ -327,7 +327,7 @@ class Spec:
 
     # ---- copies -------------------------------------------------------------------------------
     # A Spec is immutable: a copy is the same object (a model holding one, deep-copied, shares it).
-    # Pickling rebuilds it from its native spec's fields (RopeSpec's pickle, src/python/module.cpp)
+    # Pickling rebuilds it from its native spec's fields (RopeSpec's pickle, src/python/bind_spec.cpp)
     # with a handle of its own.
     def __copy__(self) -> "Spec":
         return self

@@ -37,6 +37,7 @@ from ._attention import (
     table_descriptor,
 )
 from ._rotary import RotaryError
+from ._backends import check_on_cpu, register_backend, select_backend
 from ._table import PRECISIONS, check_source
 from ._torch_ops import _DTYPES, eager_tensors
 from ._views import check_layout, int_arg, ints_descriptor
@@ -55,17 +56,14 @@ def _host(tensor: Optional[torch.Tensor]) -> Optional[np.ndarray]:
     return None if tensor is None else tensor.detach().to("cpu").numpy()
 
 
-def _check_cpu(tensors) -> None:
-    for name, tensor in tensors:
-        if tensor is not None and tensor.device.type != "cpu":
-            raise RotaryError(f"{name} must be a CPU tensor: rotary's attention runs on the CPU (got {name} on "
-                              f"{tensor.device})")
+def _run(q, k, v, out, *args) -> None:  # the backend of q's device writes out (_backends.py); args: as below
+    select_backend(q, "reference" if args[17] == "reference" else None, op="attention").attention(q, k, v, out, *args)
 
 
-def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
-         alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout, rotary_offset,
-         seq_len, implementation, kv_starts=None) -> None:
-    """Checks the call (Python buffers here, the rest in C++) and writes out."""
+def _attention_native(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions,
+                      alibi_slopes, absolute, source, precision, scale, causal, window, query_offset, layout,
+                      rotary_offset, seq_len, implementation, kv_starts=None) -> None:
+    """The CPU backend: checks the call (Python buffers here, the rest in C++) and writes out."""
     spec_or_table = _handles.lookup(source) if source else None
     prepared = prepare(tuple(q.shape), tuple(k.shape), layout, query_offset=query_offset,
                        query_offsets=_host(query_offsets), kv_lengths=_host(kv_lengths),
@@ -83,6 +81,10 @@ def _run(q, k, v, out, query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_
                       "reference" if f64 or implementation == "reference" else "kernels",
                       floats_descriptor(prepared.alibi_slopes), table_descriptor(prepared.absolute),
                       ints_descriptor(prepared.kv_starts))
+
+
+register_backend("native", {"cpu"}, attention=_attention_native, default_for=("cpu",))
+register_backend("reference", {"cpu"}, attention=_attention_native)  # chosen by, and runs, implementation="reference"
 
 
 # ---- the custom op ----------------------------------------------------------------------------------
@@ -385,7 +387,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
             raise RotaryError(f"absolute must be a float32 torch.Tensor [rows, head_dim] (got {what})")
     encodings = (("alibi_slopes", alibi_slopes), ("absolute", absolute))
     if q.device.type != "meta":
-        _check_cpu((("q", q), ("k", k), ("v", v)) + ints + encodings)
+        select_backend(q, "reference" if implementation == "reference" else None, op="attention")  # its named error
+        check_on_cpu((("q", q), ("k", k), ("v", v)) + ints + encodings)
     source = ""
     if spec_or_table is not None:
         source = check_source(spec_or_table)._handle
@@ -403,7 +406,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                               f"{out.dtype})")
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, absolute)):
             raise RotaryError("out= does not record gradients (got q, k, v or absolute with requires_grad=True)")
-        _check_cpu((("out", out),))
+        check_on_cpu((("out", out),))
         _run(q, k, v, out, *args)
         torch.autograd.graph.increment_version(out)
         return out

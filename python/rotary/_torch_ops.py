@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import _handles, _rotary
+from ._backends import backends, register_backend, select_backend
 from ._apply import check_direction, prepare_positions, source_spec
 from ._rotary import RotaryError
 from ._spec import Spec
@@ -36,7 +37,10 @@ def _view(tensor: Optional[torch.Tensor], name: str, layout: str):
     dtype = _DTYPES.get(tensor.dtype)
     if dtype is None:
         raise RotaryError(f"{name} dtype must be float32, bfloat16, float16 or float64 (got {tensor.dtype})")
-    return (tensor.data_ptr(), dtype, layout, tuple(tensor.shape), tuple(tensor.stride()))
+    described = (tensor.data_ptr(), dtype, layout, tuple(tensor.shape), tuple(tensor.stride()))
+    # The device crosses for CUDA, which C++ knows (docs/backends.md): its checks then compare devices, and
+    # a kernel call on it is refused. Other types cross as cpu: only the checks, which read no data, see them.
+    return described + (str(tensor.device),) if tensor.device.type == "cuda" else described
 
 
 def _kernel_ok(*tensors: Optional[torch.Tensor]) -> bool:
@@ -80,22 +84,67 @@ def _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precisi
     return _Call(styled, native, per_token, seq_offsets, cu, batch, seq, args)
 
 
-def _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
-         rotary_offset, xpos_length) -> None:
-    """Rotates q, k into q_out, k_out (which may be q, k): the kernel for CPU tensors, else torch."""
-    if q.device.type == "meta":
-        return  # shapes only: the outputs are already the right empty tensors
+def _run(q, k, q_out, k_out, *args) -> None:
+    """Rotates q, k into q_out, k_out (which may be q, k) with the backend of q's device
+    (_backends.py: native on the CPU, shapes only on meta, pure torch elsewhere)."""
+    select_backend(q, op="apply").apply(q, k, q_out, k_out, *args)
+
+
+# ---- the backends of apply (_backends.py): each takes _run's arguments --------------------------
+def _apply_native(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                  direction, rotary_offset, xpos_length) -> None:
+    """The CPU kernels (float64: the float64 reference), checked and run in one binding call."""
+    if not _kernel_ok(q, k, q_out, k_out):  # an output on another device (a direct op call): torch copies across
+        _apply_pure_torch(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len,
+                          layout, direction, rotary_offset, xpos_length)
+        return
     call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
                     direction, rotary_offset, xpos_length)
-    if _kernel_ok(q, k, q_out, k_out):
-        f64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
-        _rotary.apply(*call.args, "reference" if f64 else "kernels")
-        return
+    f64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
+    _rotary.apply(*call.args, "reference" if f64 else "kernels")
+
+
+def _apply_reference(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                     direction, rotary_offset, xpos_length) -> None:
+    """The float64 reference on the CPU (backend "reference"), checked and run in one binding call."""
+    call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                    direction, rotary_offset, xpos_length)
+    _rotary.apply(*call.args, "reference")
+
+
+def _apply_shapes(q, k, q_out, k_out, *args) -> None:
+    """meta tensors: shapes only; the outputs are already the right empty tensors."""
+
+
+def _apply_pure_torch(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                      direction, rotary_offset, xpos_length) -> None:
+    """Any device holding values: the C++ checks, then _apply_torch."""
+    call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                    direction, rotary_offset, xpos_length)
     _rotary.apply(*call.args, "checks")
     rq, rk = _apply_torch(q, k, call, layout, direction, rotary_offset, xpos_length)
     q_out.copy_(rq)
     if k is not None:
         k_out.copy_(rk)
+
+
+def _apply_triton(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                  direction, rotary_offset, xpos_length) -> None:
+    """backend "triton" (by name only; registered on its first use): the C++ checks, then one launch."""
+    from . import _triton_rope
+    call = _prepare(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout,
+                    direction, rotary_offset, xpos_length)
+    _rotary.apply(*call.args, "checks")
+    _triton_rope.check_call(q, k, call.spec)
+    views = [None if t is None else _to_bshd(t, layout) for t in (q, k, q_out, k_out)]
+    _triton_rope.launch(*views, call.native, call.spec.style, _token_positions(call, layout, 1)[0], direction,
+                        rotary_offset)
+
+
+register_backend("native", {"cpu"}, apply=_apply_native, default_for=("cpu",))
+register_backend("reference", {"cpu"}, apply=_apply_reference)
+register_backend("shapes", {"meta"}, apply=_apply_shapes, default_for=("meta",))
+register_backend("torch", None, apply=_apply_pure_torch, default_for=("*",))
 
 
 # ---- the custom ops -------------------------------------------------------------------------------
@@ -224,7 +273,8 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     inplace=True rotates q and k in place; out=(q_out, k_out) writes into preallocated tensors of
     q's and k's shapes and dtypes (both without autograd; fresh outputs cost page faults that can
     exceed the kernel's own time, docs/python-performance.md). backend: "auto" (the kernel for CPU tensors,
-    pure torch elsewhere) or "torch" (always pure torch). Every backend checks the same things.
+    pure torch elsewhere), "torch" (always pure torch) or "triton" (one Triton kernel launch: CUDA
+    tensors, or CPU ones under TRITON_INTERPRET=1; docs/gpu.md). Every backend checks the same things.
     """
     if backend == "auto" and offsets is None and cu_seqlens is None and not _is_compiling() \
             and _current_dispatch_mode() is None:
@@ -277,8 +327,8 @@ def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, l
     check_source(spec_or_table)
     check_layout(layout)
     check_direction(direction)
-    if backend not in ("auto", "torch"):
-        raise RotaryError(f"backend must be 'auto' or 'torch' (got {backend!r})")
+    if backend not in ("auto", "torch", "triton"):
+        raise RotaryError(f"backend must be 'auto', 'torch' or 'triton' (got {backend!r})")
     if precision is not None and precision not in PRECISIONS:
         raise RotaryError(f"precision must be 'exact' or 'hf' (got {precision!r})")
     if style is not None and style not in STYLES:
@@ -328,6 +378,12 @@ def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, l
             if k_out is not None:
                 _increment_version(k_out)
         return q_out, k_out
+    if backend == "triton":  # python/rotary/_triton_rope.py, loaded on first use (triton on its first launch)
+        from . import _triton_rope
+        if "triton" not in backends():
+            register_backend("triton", _triton_rope.DEVICE_TYPES, apply=_apply_triton)
+        return _triton_rope.apply_rotary(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len,
+                                         layout, direction, rotary_offset, xpos_length, inplace, out)
     if backend == "torch":
         return _apply_rotary_torch_backend(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len,
                                            layout, direction, rotary_offset, xpos_length, inplace, out)

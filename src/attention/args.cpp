@@ -15,7 +15,10 @@
 //   - the scale is finite and > 0 in float32 too (the fast path's q' = fl32(scale) q);
 //   - with rope: every position is in the table, which serves the call's seq_len;
 //   - with ALiBi: one finite slope per q head, |slope| * distance <= 2^100; no other encoding;
-//   - with an absolute table: rows * dim values, dim = head dim, every position in [0, rows).
+//   - with an absolute table: rows * dim values, dim = head dim, every position in [0, rows);
+//   - q, k, v, out are on one device (a known kind, index >= 0, 0 for the cpu), which picks the
+//     backend (src/attention/backends.hpp). Nothing here reads tensor data, so the checks hold
+//     for views of any device; positions, lengths, offsets, slopes and tables are host arrays.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -26,6 +29,7 @@
 
 #include "rotary/error.hpp"
 #include "src/attention/plan.hpp"
+#include "src/cpu/backends.hpp"
 
 namespace rotary {
 namespace {
@@ -244,10 +248,19 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     if (value < 0 || value > 3) fail(detail::concat(name, ".layout must be bshd, bhsd, sbhd or thd (got ", value, ")"));
   };
   known_layout(q, "q");
+  const auto known_device = [&](const TensorView& view, std::string_view name) {
+    const std::string problem = backends::device_problem(view.device);
+    if (!problem.empty()) fail(detail::concat(name, ".device ", problem));
+  };
+  known_device(q, "q");
   const std::array<std::pair<const TensorView*, std::string_view>, 3> others{{{&k, "k"}, {&v, "v"}, {&out, "out"}}};
   for (const auto& [view, name] : others) {
     known_dtype(*view, name);
     known_layout(*view, name);
+    known_device(*view, name);
+    if (view->device != q.device) {
+      fail(detail::concat(name, " is on ", to_string(view->device), " but q is on ", to_string(q.device)));
+    }
     if (view->dtype != q.dtype) fail(detail::concat(name, ".dtype must equal q's, ", to_string(q.dtype), " (got ", to_string(view->dtype), ")"));
     if (view->layout != q.layout) fail(detail::concat(name, ".layout must equal q's, ", to_string(q.layout), " (got ", to_string(view->layout), ")"));
   }

@@ -10,6 +10,7 @@
 
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
+#include "src/attention/backends.hpp"
 #include "src/attention/kernels.hpp"
 #include "src/attention/plan.hpp"
 #include "src/cpu/kernels.hpp"
@@ -171,9 +172,9 @@ std::vector<const float*> absolute_rows(const AttentionAbsolute& absolute, std::
   return rows;
 }
 
-void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-         const AttentionOptions& options, const AttentionRope* rope) {
-  const Plan plan = make_plan(q, k, v, out, options, rope, /*allow_f64=*/false);
+// The CPU backend's attention: a checked call (its plan).
+void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, const Plan& plan,
+         const AttentionRope* rope) {
   cpu::apply_target_from_environment();
   const Items cut = make_items(plan);
   if (cut.items.empty()) return;
@@ -214,17 +215,37 @@ void run(const TensorView& q, const TensorView& k, const TensorView& v, const Te
   merge_chunks(plan, cut, call);
 }
 
+// The checks (device-neutral; make_plan made every view share q's device), then the backend of
+// q's device.
+void check_and_dispatch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const AttentionOptions& options, const AttentionRope* rope) {
+  const Plan plan = make_plan(q, k, v, out, options, rope, /*allow_f64=*/false);
+  backends::backend_for(backends::attention_backends(), q.device, "attention", "q").attention(q, k, v, out, plan, rope);
+}
+
 }  // namespace
 }  // namespace attention_internal
 
+namespace backends {
+
+// The attention backends this build has (src/attention/backends.hpp).
+const std::array<AttentionBackend, 1>& attention_backends() {
+  static constexpr std::array<AttentionBackend, 1> kBackends{{
+      {"cpu", DeviceKind::CPU, &attention_internal::run},
+  }};
+  return kBackends;
+}
+
+}  // namespace backends
+
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttentionOptions& options) {
-  attention_internal::run(q, k, v, out, options, nullptr);
+  attention_internal::check_and_dispatch(q, k, v, out, options, nullptr);
 }
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttentionRope& rope, const AttentionOptions& options) {
-  attention_internal::run(q, k, v, out, options, &rope);
+  attention_internal::check_and_dispatch(q, k, v, out, options, &rope);
 }
 
 }  // namespace rotary

@@ -30,9 +30,9 @@ namespace {
 // advised for transparent huge pages (src/core/huge_pages.hpp): a decode
 // reads every cached row once per step, and with 4 KiB pages each 4 KiB of K or V is a TLB miss
 // and a page the hardware prefetchers stop at. Measured on the AMD EPYC VM (THP in "madvise"
-// mode, 2026-11-25, one thread): a decode step of Llama-3-8B heads through KvCache::attend over
+// mode, one thread): a decode step of Llama-3-8B heads through KvCache::attend over
 // 32,768 cached tokens, float32 9.18-9.36 -> 7.82-8.01 ms, bfloat16 5.32-5.84 -> 5.08-5.70 ms
-// (docs/performance.md, "Decode: paced prefetch").
+// (docs/results/performance/2026-11-25-decode-paced-prefetch.md, "Huge pages for the KV cache").
 // `block` is empty (a new cache's): reserve allocates without touching the pages.
 void allocate_blocks(std::vector<double>& block, size_t count) {
   block.reserve(count);
@@ -81,6 +81,10 @@ TensorView batch_slice(const TensorView& view, int64_t b) {
 const char* name_of(DType dtype) { return to_string(dtype).data(); }
 
 void check_layout(const TensorView& view, const char* where, const char* name) {
+  // The cache is host memory and copies k and v itself: another device is refused before a read.
+  if (view.device.kind != DeviceKind::CPU) {
+    throw Error(concat(where, ": ", name, " is on ", to_string(view.device), "; the cache holds host memory (cpu only)"));
+  }
   const int layout = static_cast<int>(view.layout);
   if (layout < 0 || layout > static_cast<int>(Layout::THD)) {
     throw Error(concat(where, ": ", name, " layout must be bshd, bhsd or sbhd (got ", layout, ")"));

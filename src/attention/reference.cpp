@@ -16,6 +16,7 @@
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
 #include "src/attention/plan.hpp"
+#include "src/cpu/backends.hpp"
 #include "src/cpu/storage.hpp"
 
 namespace rotary::reference {
@@ -55,6 +56,7 @@ void add_absolute(double* row, const AttentionAbsolute& absolute, int64_t positi
 void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
          const AttentionOptions& options, const AttentionRope* rope) {
   const Plan plan = attention_internal::make_plan(q, k, v, out, options, rope, /*allow_f64=*/true);
+  backends::require_cpu(q.device, "attention (reference)", "q");  // make_plan made k, v, out share it
   const AttentionAbsolute* absolute = plan.absolute;
   if (plan.num_q_heads == 0) return;  // no output heads (kv heads may still be given)
   const int64_t dq = plan.qk_dim, dv = plan.v_dim;

@@ -65,6 +65,20 @@ std::optional<Layout> parse_layout(std::string_view name) {
 
 int layout_rank(Layout layout) { return layout == Layout::THD ? 3 : 4; }
 
+std::string_view to_string(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::CPU: return "cpu";
+    case DeviceKind::CUDA: return "cuda";
+  }
+  return "unknown";
+}
+
+// PyTorch's spelling (str(torch.device)): the CPU has no index, a GPU always has one.
+std::string to_string(Device device) {
+  if (device.kind == DeviceKind::CPU) return "cpu";
+  return std::string(to_string(device.kind)) + ":" + std::to_string(device.index);
+}
+
 // Strides are suffix products. They are computed in unsigned (wrapping) arithmetic so that an
 // absurd shape gives meaningless strides rather than undefined behaviour; element_count() is
 // the check that rejects such shapes, at the entry point that receives them.

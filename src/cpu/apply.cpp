@@ -19,6 +19,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/backends.hpp"
 #include "src/cpu/kernels.hpp"
 #include "src/cpu/row_source.hpp"
 #include "src/cpu/storage.hpp"
@@ -156,9 +157,31 @@ void rotate_token_heads(std::span<const TensorCall> calls, cpu::TokenCoordinates
 
 }  // namespace
 
+namespace backends {
+
+// The rotation backends this build has (src/cpu/backends.hpp). A GPU backend compiled into the
+// library would be one more entry here, with its kind.
+const std::array<RotateBackend, 1>& rotate_backends() {
+  static constexpr std::array<RotateBackend, 1> kBackends{{
+      {"cpu", DeviceKind::CPU, &cpu::apply_checked, &cpu::apply_cos_sin_checked},
+  }};
+  return kBackends;
+}
+
+}  // namespace backends
+
+// The checks (device-neutral) then the backend of q's device, which the checks made every view's.
 void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
            const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
   check_apply_arguments(q, k, q_out, k_out, positions, table, options);
+  backends::backend_for(backends::rotate_backends(), q.device, "apply", "q")
+      .apply(q, k, q_out, k_out, positions, table, options);
+}
+
+namespace cpu {
+
+void apply_checked(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
+                   const Positions& positions, const CosSinTable& table, const ApplyOptions& options) {
   cpu::apply_target_from_environment();
 
   const bool has_k = k.data != nullptr;
@@ -216,4 +239,5 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   cpu::parallel_rows(tokens, elements, rotate_range);
 }
 
+}  // namespace cpu
 }  // namespace rotary

@@ -22,7 +22,8 @@
 //     q_out and k_out touch no common byte;
 //   - k is absent (data == nullptr and shape all 0) exactly when k_out is: then q alone is rotated;
 //   - every position a token will read is in [0, table.max_position()], and THD cu_seqlens
-//     describe the token axis.
+//     describe the token axis;
+//   - every present view is on q's device, a known one; no tensor data is read (docs/backends.md).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/backends.hpp"
 
 namespace rotary {
 
@@ -174,6 +176,7 @@ CheckedView check_view(const char* name, const TensorView& view, bool may_be_abs
   checked.view = &view;
   if (may_be_absent && is_absent(view)) return checked;
   checked.present = true;
+  if (const std::string bad = backends::device_problem(view.device); !bad.empty()) fail(name, " device ", bad);
 
   if (!valid_dtype(view.dtype)) {
     fail(name, " dtype must be float32, bfloat16, float16 or float64 (got enum value ", static_cast<int>(view.dtype),
@@ -236,6 +239,12 @@ CheckedView check_view(const char* name, const TensorView& view, bool may_be_abs
     checked.span_bytes = bytes;
   }
   return checked;
+}
+
+// One device per call, q's (x's for apply_cos_sin): "k is on cuda:0 but q is on cpu". Absent k has none.
+void check_same_device(const CheckedView& q, const CheckedView& view) {
+  if (!view.present || view.view->device == q.view->device) return;
+  fail(view.name, " is on ", to_string(view.view->device), " but ", q.name, " is on ", to_string(q.view->device));
 }
 
 // Output views: no two elements at one address, so that every element is written once.
@@ -589,6 +598,7 @@ void check_apply_arguments(const TensorView& q, const TensorView& k, const Tenso
          " is: pass both, or neither (data == nullptr, shape all 0) to rotate q only (got ",
          ck.present ? "k_out" : "k", " empty)");
   }
+  for (const CheckedView* view : {&ck, &cq_out, &ck_out}) check_same_device(cq, *view);
 
   // The views together.
   check_same_layout_and_shape(cq, ck, false);
@@ -652,6 +662,7 @@ void check_cos_sin_arguments(const TensorView& x, const TensorView& out, const T
   const CheckedView cout = check_view(out_name.c_str(), out, false);
   const CheckedView ccos = check_view("cos", cos, false);
   const CheckedView csin = check_view("sin", sin, false);
+  for (const CheckedView* view : {&cout, &ccos, &csin}) check_same_device(cx, *view);
   check_same_layout_and_shape(cx, cout, true);
   for (const CheckedView* table : {&ccos, &csin}) {
     const TensorView& view = *table->view;

@@ -8,7 +8,7 @@
 //
 // Rounding::LikeTorch (bit-identical to eager PyTorch) over tensors in cos/sin's own storage type
 // with unit stride along the head runs the Highway kernel of cos_sin_kernels-inl.h (the
-// Hugging Face drop-in's path, issue 21); everything else (Once, float64, mixed dtypes, strided
+// Hugging Face drop-in's path); everything else (Once, float64, mixed dtypes, strided
 // heads) runs plain loops that the compiler vectorizes (float32 math for LikeTorch, float64 for
 // Once). Both are threaded over (batch, token) rows on apply()'s pool.
 //
@@ -27,6 +27,7 @@
 
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/backends.hpp"
 #include "src/cpu/cos_sin_kernels.hpp"
 #include "src/cpu/kernels.hpp"
 #include "src/cpu/storage.hpp"
@@ -304,7 +305,17 @@ void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView&
                                static_cast<int>(rounding), ")"));
   }
   check_cos_sin_arguments(x, out, cos, sin, name);
+  backends::backend_for(backends::rotate_backends(), x.device, "apply", name).apply_cos_sin(x, out, cos, sin, options);
+}
 
+namespace cpu {
+
+// The CPU backend's apply_cos_sin (src/cpu/backends.hpp): a checked call.
+void apply_cos_sin_checked(const TensorView& x, const TensorView& out, const TensorView& cos, const TensorView& sin,
+                           const CosSinOptions& options) {
+  const Style style = options.style;
+  const Direction direction = options.direction;
+  const Rounding rounding = options.rounding;
   const NamedAxes in = named_axes(x);
   if (in.batch == 0 || in.seq == 0 || in.heads == 0 || in.dim == 0) return;
   RowPlan plan;
@@ -328,4 +339,5 @@ void apply_cos_sin(const TensorView& x, const TensorView& out, const TensorView&
   }
 }
 
+}  // namespace cpu
 }  // namespace rotary

@@ -38,6 +38,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "src/cpu/backends.hpp"
 #include "src/cpu/storage.hpp"
 
 namespace rotary::reference {
@@ -96,6 +97,7 @@ void rotate_head(const TensorView& in, int64_t in_base, int64_t in_stride, const
 void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
            const Positions& positions, const CosSinTable& table, const ApplyOptions& options, TableValues values) {
   check_apply_arguments(q, k, q_out, k_out, positions, table, options);
+  backends::require_cpu(q.device, "apply (reference)", "q");  // the checks made the other views share it
 
   const RopeSpec& spec = table.spec();
   const int streams = position_streams(spec);

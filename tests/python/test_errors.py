@@ -92,7 +92,7 @@ TORCH_CASES = {
     "shape mismatch": (lambda q, k: rt.apply_rotary(q, k_t((1, 3, 1, 128)), None, SPEC, layout="bshd"), "k seq must equal q's seq 4 (got 3"),
     "head_dim": (lambda q, k: rt.apply_rotary(q[..., :64], k, None, SPEC, layout="bshd"), "q head_dim must be >= options.rotary_offset + rotary_dim = 0 + 128 (got 64)"),
     "device mismatch": (lambda q, k: rt.apply_rotary(q, k.to("meta"), None, SPEC, layout="bshd"), "q and k must be on one device (got q on cpu, k on meta)"),
-    "bad backend": (lambda q, k: rt.apply_rotary(q, k, None, SPEC, backend="cuda", layout="bshd"), "backend must be 'auto' or 'torch' (got 'cuda')"),
+    "bad backend": (lambda q, k: rt.apply_rotary(q, k, None, SPEC, backend="cuda", layout="bshd"), "backend must be 'auto', 'torch' or 'triton' (got 'cuda')"),
     "pos emb unsqueeze_dim": (lambda q, k: rt.apply_rotary_pos_emb(q, k, q[0, :, 0], q[0, :, 0], unsqueeze_dim=3), "unsqueeze_dim must be 1"),
     "pos emb rounding": (lambda q, k: rt.apply_rotary_pos_emb(q, k, q[0, :, 0], q[0, :, 0], rounding="fast"), "rounding must be 'like_torch' or 'once' (got 'fast')"),
     "pos emb cos shape": (lambda q, k: rt.apply_rotary_pos_emb(q, q, torch.ones(1, 3, 8), torch.ones(1, 3, 8)), "cos shape[1] must be q's seq 2 (got shape"),

@@ -1,4 +1,4 @@
-"""Pickling and copying rotary's specs and tables: a RopeSpec pickles by its fields (module.cpp,
+"""Pickling and copying rotary's specs and tables: a RopeSpec pickles by its fields (bind_spec.cpp,
 RopeSpec's py::pickle), a Spec by its native spec and layer specs; Specs and Tables are immutable,
 so copy.copy and copy.deepcopy return the object itself (a deep-copied model shares them)."""
 import copy

@@ -298,7 +298,7 @@ def test_eager_fast_path_gives_the_custom_ops_bits():
     assert not torch.equal(eager[0], q)  # it rotated
 
 
-# ---- the eager call in one binding call (module.cpp, torch_apply_eager) -----------------------------
+# ---- the eager call in one binding call (bind_torch_eager.cpp, torch_apply_eager) -------------------
 def _through_op(fn):
     """fn() with a dispatch mode that changes nothing: apply_rotary then takes its custom op."""
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -1,0 +1,224 @@
+"""rotary.torch's backend="triton": RoPE for q and k in one Triton kernel launch (docs/gpu.md).
+
+The call is checked before anything here runs: apply_rotary's Python checks, then the C++ checks
+(_rotary.apply with implementation "checks", in _torch_ops._apply_triton, the function this
+backend registers in _backends.py). What this module adds is the device rule, the cos/sin rows
+on the device, the kernel and its custom ops (autograd: the backward is the same kernel with the
+direction reversed, as rotary::apply_rotary's).
+
+The kernel reads q, k, q_out and k_out through their strides (any layout, any view), gathers
+each token's cos/sin row from rotary's own float32 table (the rows the C++ kernels read, with
+attention_scaling already in them: _table.native_rows), and computes x*cos - y*sin, y*cos + x*sin
+in float32 for float32, bfloat16 and float16 storage (backward: sin negated, the rotation by
+-angle). Elements outside the rotated block are copied (out of place) or left (in place).
+
+triton is imported on the first launch only: importing rotary, rotary.torch or this module never
+loads it. On the CPU the kernel runs only under Triton's interpreter (TRITON_INTERPRET=1, read
+when the kernel is first built), which is how the tests run it without a GPU.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ._backends import select_backend
+from ._rotary import RotaryError
+from ._table import native_rows
+
+DEVICE_TYPES = ("cuda", "cpu")  # the CPU under TRITON_INTERPRET=1 only (check_device)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# The device copy of a table's rows [0, n) is kept while it stays under this size; a call whose
+# positions need more gets the rows of its own distinct positions instead (a stored table's far
+# positions, such as 2^31 - 1, would otherwise cost gigabytes of device memory).
+_CACHED_TABLE_BYTES = 256 << 20
+_FIRST_ROWS = 256  # a table's first device copy: the C++ table's page of rows
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_device(q: torch.Tensor) -> None:
+    """The triton backend runs on CUDA, and on the CPU only under Triton's interpreter."""
+    if q.device.type == "cuda" or (q.device.type == "cpu" and interpreting()):
+        return
+    if q.device.type == "cpu":
+        raise RotaryError("backend 'triton' runs on cpu tensors only under Triton's interpreter: set "
+                          "TRITON_INTERPRET=1 before the first triton call (got q on cpu without it); "
+                          "backend 'auto' runs rotary's CPU kernels")
+    raise RotaryError(f"backend 'triton' runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) "
+                      f"(got q on {q.device})")
+
+
+def check_call(q, k, spec) -> None:
+    """What the kernel does not compute (yet), refused by name before the launch."""
+    for name, tensor in (("q", q), ("k", k)):
+        if tensor is not None and tensor.dtype not in _DTYPES:
+            raise RotaryError(f"backend 'triton' takes float32, bfloat16 or float16 tensors (got {name} of dtype "
+                              f"{tensor.dtype}); backend 'auto' runs float64 through the float64 reference")
+    if spec.position_streams != 1:
+        raise RotaryError(f"backend 'triton' rotates by one position per token (got spec {spec.name!r} with "
+                          f"{spec.position_streams} position streams); use backend 'auto' or 'torch'")
+    if spec.xpos_scale_base is not None:
+        raise RotaryError(f"backend 'triton' has no xPos scaling (got spec {spec.name!r} with xpos_scale_base "
+                          f"{spec.xpos_scale_base}); use backend 'auto' or 'torch'")
+
+
+# ---- cos/sin rows on the device -------------------------------------------------------------------
+# native table -> {device: (cos, sin)}, rows [0, n) as float32 [n, num_pairs] tensors. Weak in the
+# table: a dropped table (a grown dynamic-NTK one) frees its device copy with it.
+_DEVICE_ROWS = weakref.WeakKeyDictionary()
+_DEVICE_ROWS_LOCK = threading.Lock()
+
+
+def device_rows(native, positions: np.ndarray, device: torch.device):
+    """(cos, sin, row per token): the table rows on `device` and the row each token reads."""
+    needed = int(positions.max()) + 1 if positions.size else 1
+    pairs = native.num_pairs
+    with _DEVICE_ROWS_LOCK:
+        per_device = _DEVICE_ROWS.get(native)
+        if per_device is None:
+            per_device = _DEVICE_ROWS.setdefault(native, {})
+        have = per_device.get(device)
+        if have is None or have[0].shape[0] < needed:
+            # Grown geometrically (so a decode loop copies O(log n) times), never past the table's
+            # last position, whose rows past it do not exist (a fixed table).
+            size = max(needed, _FIRST_ROWS, 0 if have is None else 2 * have[0].shape[0])
+            size = min(size, native.max_position + 1)
+            if size * pairs * 8 > _CACHED_TABLE_BYTES:
+                distinct, row = np.unique(positions, return_inverse=True)
+                cos, sin = native_rows(native, distinct.astype(np.int64), seq_len=native.seq_len)
+                return (torch.from_numpy(cos).to(device), torch.from_numpy(sin).to(device),
+                        torch.from_numpy(row.reshape(-1).astype(np.int64)).to(device))
+            cos, sin = native_rows(native, np.arange(size, dtype=np.int64), seq_len=native.seq_len)
+            have = (torch.from_numpy(cos).to(device), torch.from_numpy(sin).to(device))
+            per_device[device] = have
+    return have[0], have[1], torch.from_numpy(np.array(positions, dtype=np.int64).reshape(-1)).to(device)
+
+
+# ---- the kernel -------------------------------------------------------------------------------------
+def _kernel():
+    """The jitted kernel (python/rotary/_triton_rope_kernel.py, which imports triton)."""
+    from . import _triton_rope_kernel
+    if _triton_rope_kernel.INTERPRETED != interpreting():
+        # triton.jit picks the interpreter when the kernel is defined: that import's mode holds.
+        raise RotaryError(f"TRITON_INTERPRET must keep the value it had when the triton kernel was first used "
+                          f"(got {os.environ.get('TRITON_INTERPRET', 'unset')!r} now, the kernel was built "
+                          f"{'with' if _triton_rope_kernel.INTERPRETED else 'without'} the interpreter)")
+    return _triton_rope_kernel.rope_kernel
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def launch(q, k, q_out, k_out, native, style: str, positions: np.ndarray, direction: str, rotary_offset: int) -> None:
+    """One launch over q's and k's heads. q, k, q_out, k_out: [batch, seq, heads, head_dim] views
+    (any strides; k, k_out may be None); positions: int64 [batch, seq] (checked by the caller)."""
+    batch, seq, heads_q, dim_q = q.shape
+    heads_k, dim_k = (0, dim_q) if k is None else (k.shape[2], k.shape[3])
+    tokens = batch * seq
+    if tokens == 0 or heads_q + heads_k == 0:
+        return
+    cos, sin, rows = device_rows(native, positions, q.device)
+    k, k_out = (q, q_out) if k is None else (k, k_out)  # unread when heads_k is 0
+    pairs = native.num_pairs
+    copy_rest = q_out.data_ptr() != q.data_ptr() and 2 * pairs < max(dim_q, dim_k)
+    _kernel()[(tokens, heads_q + heads_k)](
+        q, k, q_out, k_out, rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
+        seq, heads_q, dim_q, dim_k, rotary_offset, pairs, NEOX=style == "neox", BACKWARD=direction == "backward",
+        COPY_REST=copy_rest, BLOCK_P=_next_power_of_two(pairs), BLOCK_D=_next_power_of_two(max(dim_q, dim_k)))
+
+
+# ---- the custom ops (as rotary::apply_rotary's in _torch_ops.py) -------------------------------------
+def _run(q, k, q_out, k_out, *args) -> None:
+    check_device(q)
+    select_backend(q, "triton", op="apply").apply(q, k, q_out, k_out, *args)
+
+
+@torch.library.custom_op("rotary::apply_rotary_triton", mutates_args=())
+def _triton_op(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor],
+               offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str, precision: str,
+               style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
+               xpos_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = None if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
+    return q_out, (q.new_empty(0) if k_out is None else k_out)
+
+
+@_triton_op.register_fake
+def _(q, k, *args):
+    return q.new_empty(q.shape), (q.new_empty(0) if k is None else k.new_empty(k.shape))
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[2:5])  # positions, offsets, cu_seqlens
+    args = list(inputs[5:])
+    args[5] = "backward" if args[5] == "forward" else "forward"  # direction
+    ctx.args = tuple(args)
+    ctx.shapes = (inputs[0], inputs[1])
+
+
+def _backward(ctx, grad_q, grad_k):
+    # The rotation is linear: the gradient is the transposed rotation (by -angle) of the gradient,
+    # at the same positions and with the same table, by the same kernel.
+    q, k = ctx.shapes
+    grad_q = torch.zeros_like(q) if grad_q is None else grad_q
+    if k is not None and grad_k is None:
+        grad_k = torch.zeros_like(k)
+    gq, gk = _triton_op(grad_q, None if k is None else grad_k, *ctx.saved_tensors, *ctx.args)
+    return (gq, None if k is None else gk) + (None,) * 11
+
+
+_triton_op.register_autograd(_backward, setup_context=_setup)
+
+
+@torch.library.custom_op("rotary::apply_rotary_triton_", mutates_args=("q", "k"))
+def _triton_inplace_op(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor],
+                       offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], source: str,
+                       precision: str, style: str, seq_len: int, layout: str, direction: str, rotary_offset: int,
+                       xpos_length: int) -> None:
+    _run(q, k, q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
+
+
+@_triton_inplace_op.register_fake
+def _(*args):
+    return None
+
+
+@torch.library.custom_op("rotary::apply_rotary_triton_out", mutates_args=("q_out", "k_out"))
+def _triton_out_op(q: torch.Tensor, k: Optional[torch.Tensor], q_out: torch.Tensor, k_out: Optional[torch.Tensor],
+                   positions: Optional[torch.Tensor], offsets: Optional[torch.Tensor],
+                   cu_seqlens: Optional[torch.Tensor], source: str, precision: str, style: str, seq_len: int,
+                   layout: str, direction: str, rotary_offset: int, xpos_length: int) -> None:
+    _run(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+         rotary_offset, xpos_length)
+
+
+@_triton_out_op.register_fake
+def _(*args):
+    return None
+
+
+def apply_rotary(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction,
+                 rotary_offset, xpos_length, inplace, out):
+    """apply_rotary(backend="triton") after its Python checks: the op for the output mode."""
+    check_device(q)
+    rest = (positions, offsets, cu_seqlens, source, precision, style, seq_len, layout, direction, rotary_offset,
+            xpos_length)
+    if out is not None:
+        _triton_out_op(q, k, out[0], out[1], *rest)
+        return out[0], out[1]
+    if inplace:
+        _triton_inplace_op(q, k, *rest)
+        return q, k
+    q_out, k_out = _triton_op(q, k, *rest)
+    return q_out, (None if k is None else k_out)
