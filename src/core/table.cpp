@@ -1,4 +1,6 @@
 // src/core/table.cpp: CosSinTable (exact and Hugging Face-compatible) and RopeCache.
+// A Stored table's pages are kept by table_stored.cpp, the llama.cpp/ggml and vLLM numerics set
+// by table_engines.cpp (what they share: table_internal.hpp).
 //
 // Exact rows, and why they are both exact and fast (docs/numerics.md, "Exact cos/sin tables"):
 //   1. inv_freq_i is evaluated in binary128 (detail::inv_freq_extended; ~1e-34 relative).
@@ -33,10 +35,9 @@
 #include <numbers>
 
 #include "extended.hpp"
-#include "huge_pages.hpp"
-#include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
 #include "core/scaling/registry.hpp"
+#include "table_internal.hpp"
 
 namespace rotary {
 
@@ -44,29 +45,10 @@ namespace {
 
 using detail::Extended;
 
-constexpr int kDigitBits = 8;
 constexpr int64_t kDigitBase = int64_t{1} << kDigitBits;  // 256
 constexpr int kLevels = 4;                                // 256^4 = 2^32 > kMaxPosition
 // Below this magnitude an entry is recomputed exactly (see the header comment, step 4).
 constexpr double kTinyValue = 1.0 / 65536.0;
-
-// Stored rows (docs/design.md, "Table growth"): pages of 256 rows, stored when a call first
-// needs a row in them, found through a two-level directory:
-//   directory[position >> 20] -> leaf,  leaf[(position >> 8) & 4095] -> page,  row position & 255.
-// A page is one block of the position's lowest base-256 digit, so building it is a dense build's
-// work per row (one block base per page, then one complex product per entry), and a page at a
-// far position costs what a page near 0 costs. 2048 leaves of 4096 pages cover 2^31 positions;
-// the directory is 16 KiB, a leaf 32 KiB, a page 256 x 2 x num_pairs floats (128 KiB at 64 pairs).
-constexpr int kPageRowsLog2 = kDigitBits;
-constexpr int64_t kPageRows = int64_t{1} << kPageRowsLog2;  // 256
-constexpr int kLeafPagesLog2 = 12;
-constexpr int64_t kLeafPages = int64_t{1} << kLeafPagesLog2;  // 4096: 2^20 rows a leaf
-constexpr int64_t kDirectoryLeaves = (kMaxPosition + 1) >> (kPageRowsLog2 + kLeafPagesLog2);  // 2048
-// Pages are carved from blocks of memory ("slabs") that double with the table up to this size
-// (store_pages): few allocations while a table grows densely, and the unused rest of the newest
-// slab, the only unused one, stays below this size (and below what is stored, under 2 MiB).
-constexpr int64_t kMaxSlabBytes = int64_t{4} << 20;
-constexpr int64_t kHugePageBytes = static_cast<int64_t>(detail::kHugePageBytes);
 
 float round_to_float(double value) { return static_cast<float>(value); }
 
@@ -90,25 +72,6 @@ int count_tiny(const float* cos_row, const float* sin_row, float tiny, int64_t n
     count += (std::fabs(cos_row[pair]) < tiny) + (std::fabs(sin_row[pair]) < tiny);
   }
   return count;
-}
-
-// The bytes allocate_rows takes for `bytes`: whole huge pages from 2 MiB up.
-int64_t allocation_bytes(int64_t bytes) {
-  return bytes >= kHugePageBytes ? (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : bytes;
-}
-
-// Uninitialized storage for table rows (every row is written before it is published). Large
-// slabs ask for transparent huge pages: a 131072 x 64 table is 64 MiB, and with 4 KiB pages the
-// first-touch page faults cost as much as computing the rows.
-std::unique_ptr<float[], void (*)(float*)> allocate_rows(int64_t bytes) {
-  const int64_t allocated = allocation_bytes(bytes);
-  if (bytes >= kHugePageBytes) {
-    void* memory = std::aligned_alloc(static_cast<size_t>(kHugePageBytes), static_cast<size_t>(allocated));
-    if (memory == nullptr) throw std::bad_alloc();
-    detail::advise_huge_pages(memory, static_cast<size_t>(allocated));
-    return {static_cast<float*>(memory), [](float* p) { std::free(p); }};
-  }
-  return {new float[static_cast<size_t>(bytes) / sizeof(float)], [](float* p) { delete[] p; }};
 }
 
 }  // namespace
@@ -307,94 +270,13 @@ struct CosSinTable::Engine {
 
 // ---- stored rows -----------------------------------------------------------------------------
 
-// The pages of a Stored table. Readers follow published pointers (acquire) and never lock: a
-// pointer is stored (release) only after what it points to is complete, and never changes or
-// goes away before the table does. One writer at a time, under grow_mutex, adds leaves and pages.
-struct CosSinTable::StoredRows {
-  std::array<std::atomic<std::atomic<float*>*>, kDirectoryLeaves> directory{};  // null: no leaf yet
-  std::mutex grow_mutex;
-  // The writer's state (under grow_mutex).
-  std::vector<std::unique_ptr<std::atomic<float*>[]>> leaves;
-  std::vector<std::unique_ptr<float[], void (*)(float*)>> slabs;
-  float* slab_next = nullptr;  // the next unused page of the newest slab
-  int64_t slab_free_pages = 0;
-  int64_t pages = 0;
-  std::atomic<int64_t> bytes{static_cast<int64_t>(sizeof(directory))};  // stored_bytes()
-
-  // The row of `position` (in [0, kMaxPosition]), or null when its page is not stored.
-  const float* find(int64_t position, int64_t row_floats) const {
-    const std::atomic<float*>* leaf =
-        directory[static_cast<size_t>(position >> (kPageRowsLog2 + kLeafPagesLog2))].load(std::memory_order_acquire);
-    if (leaf == nullptr) return nullptr;
-    const float* page = leaf[(position >> kPageRowsLog2) & (kLeafPages - 1)].load(std::memory_order_acquire);
-    if (page == nullptr) return nullptr;
-    return page + (position & (kPageRows - 1)) * row_floats;
-  }
-  // Under grow_mutex: whether page `page` is stored.
-  bool has_page(int64_t page) const {
-    const std::atomic<float*>* leaf = directory[static_cast<size_t>(page >> kLeafPagesLog2)].load(std::memory_order_relaxed);
-    return leaf != nullptr && leaf[page & (kLeafPages - 1)].load(std::memory_order_relaxed) != nullptr;
-  }
-};
-
-// Pages [first, last), in increasing order when several ranges are given.
-struct CosSinTable::PageRange {
-  int64_t first = 0, last = 0;
-};
+// CosSinTable::StoredRows and PageRange: table_internal.hpp; reserve_rows, store_pages and the
+// other stored-row members: table_stored.cpp.
 
 // ---- engine numerics (Precision::Ggml, Precision::Vllm) --------------------------------------
 
-// llama.cpp's parameters for a spec, and vLLM's. Every value is the float32 the engine holds.
-struct CosSinTable::EngineNumerics {
-  // ggml (ggml-cpu ops.cpp ggml_compute_forward_rope_flt / ggml_rope_cache_init / rope_yarn,
-  // llama.cpp 0.25.3 in llama-cpp-python 0.3.36).
-  float theta_scale = 1.0f;  // powf(freq_base, -2.0f / n_dims)
-  float freq_scale = 1.0f;   // 1 / rope scaling factor (linear, YaRN)
-  float ext_factor = 0.0f;   // 1 for YaRN (llama_context: yarn_ext_factor), else 0
-  float attn_factor = 1.0f;  // cparams.yarn_attn_factor, before rope_yarn's own mscale
-  float corr_dims[2] = {0.0f, 0.0f};
-  std::vector<float> freq_factors;  // rope_freqs / rope_factors_{short,long}; empty: none
-  // vLLM: linear scaling divides the float32 positions (LinearScalingRotaryEmbedding).
-  float position_divisor = 1.0f;
-  DType cache_dtype = DType::F32;
-};
-
-namespace {
-
-// ggml's rope_yarn_ramp and rope_yarn (ops.cpp): one pair's cos and sin, as ggml-cpu is built for
-// x86-64 with FMA (GGML_FMA, -mfma): GCC contracts the blend a*b + c*d into fma(a, b, c*d) and
-// 1 + 0.1*log(..) into fma(0.1, log(..), 1), so those two are fused here too (checked bit for bit
-// against ggml itself, tests/core/engine_numerics_test.cpp; without them the YaRN ramp's pairs
-// differ by an ulp).
-void ggml_rope_yarn(float theta_extrap, float freq_scale, const float corr_dims[2], int64_t i0, float ext_factor,
-                    float mscale, float* cos_theta, float* sin_theta) {
-  const float theta_interp = freq_scale * theta_extrap;
-  float theta = theta_interp;
-  if (ext_factor != 0.0f) {
-    const float y = (static_cast<float>(static_cast<int>(i0) / 2) - corr_dims[0]) / std::max(0.001f, corr_dims[1] - corr_dims[0]);
-    const float ramp = 1 - std::min(1.0f, std::max(0.0f, y));
-    const float ramp_mix = ramp * ext_factor;
-    theta = std::fma(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
-    mscale *= std::fma(0.1f, std::log(1.0f / freq_scale), 1.0f);
-  }
-  *cos_theta = std::cos(theta) * mscale;
-  *sin_theta = std::sin(theta) * mscale;
-}
-
-[[noreturn]] void refuse_scheme(const RopeSpec& spec, Precision precision, std::string_view what) {
-  throw Error(detail::concat("CosSinTable: precision ", to_string(precision), " cannot reproduce spec ", spec.name, ": ",
-                             what));
-}
-
-void check_engine_geometry(const RopeSpec& spec, Precision precision) {
-  if (spec.xpos) refuse_scheme(spec, precision, "xPos is not part of its rope");
-  if (spec.axes == PositionAxes::Vision2D) refuse_scheme(spec, precision, "axes vision2d has another frequency layout there");
-  if (spec.axes == PositionAxes::MRope && precision == Precision::Ggml) {
-    refuse_scheme(spec, precision, "axes mrope (ggml_rope_multi) is not modelled");
-  }
-}
-
-}  // namespace
+// CosSinTable::EngineNumerics and ggml_rope_yarn: table_internal.hpp; init_ggml and init_vllm:
+// table_engines.cpp.
 
 // ---- the table -------------------------------------------------------------------------------
 
@@ -472,127 +354,6 @@ CosSinTable::CosSinTable(const RopeSpec& spec, TableOptions options) : spec_(spe
 
 CosSinTable::~CosSinTable() = default;
 
-// llama.cpp's parameters for the spec (see EngineNumerics): which GGUF keys and tensors the
-// converter writes for each scheme, and what llama_context derives from them.
-void CosSinTable::init_ggml() {
-  const RopeSpec& spec = spec_;
-  check_engine_geometry(spec, Precision::Ggml);
-  auto n = std::make_unique<EngineNumerics>();
-  const Scaling& s = spec.scaling;
-  const float base = static_cast<float>(spec.theta_base);
-  const int n_dims = static_cast<int>(spec.rotary_dim);
-  n->theta_scale = std::pow(base, -2.0f / static_cast<float>(n_dims));
-  // The scheme's llama.cpp form (its row's ggml_rope, src/core/scaling/).
-  const scaling::ScalingScheme& scheme = scaling::scheme(s.type);
-  scaling::GgmlRope rope;
-  if (const std::string refusal = scheme.ggml_rope(spec, options_.seq_len, rope); !refusal.empty()) {
-    refuse_scheme(spec, Precision::Ggml, refusal);
-  }
-  n->freq_scale = rope.freq_scale;
-  n->ext_factor = rope.ext_factor;
-  n->attn_factor = rope.attn_factor;
-  n->corr_dims[0] = rope.corr_dims[0];
-  n->corr_dims[1] = rope.corr_dims[1];
-  n->freq_factors = std::move(rope.freq_factors);
-  if (!options_.ggml_freq_factors.empty()) {
-    if (!scheme.ggml_reads_freq_factors) {
-      throw Error(detail::concat("CosSinTable: ggml_freq_factors is for rope_type llama3 or longrope (spec ", spec.name,
-                                 " has rope_type ", to_string(s.type), ")"));
-    }
-    if (static_cast<int64_t>(options_.ggml_freq_factors.size()) != num_pairs_) {
-      throw Error(detail::concat("CosSinTable: ggml_freq_factors must have rotary_dim/2 = ", num_pairs_, " values (got ",
-                                 options_.ggml_freq_factors.size(), ")"));
-    }
-    for (size_t i = 0; i < options_.ggml_freq_factors.size(); ++i) {
-      const float v = options_.ggml_freq_factors[i];
-      if (!std::isfinite(v) || !(v > 0.0f)) {
-        throw Error(detail::concat("CosSinTable: ggml_freq_factors[", i, "] must be finite and > 0 (got ", v, ")"));
-      }
-    }
-    n->freq_factors = options_.ggml_freq_factors;
-  }
-  numerics_ = std::move(n);
-  // The frequencies ggml reaches: its angle at position 1, pair by pair (scaling as it applies).
-  inv_freq_f32_.resize(static_cast<size_t>(num_pairs_));
-  float theta = 1.0f;
-  for (int64_t i = 0; i < num_pairs_; ++i) {
-    const float ff = numerics_->freq_factors.empty() ? 1.0f : numerics_->freq_factors[i];
-    const float extrap = theta / ff;
-    float angle = numerics_->freq_scale * extrap;
-    if (numerics_->ext_factor != 0.0f) {
-      const float y = (static_cast<float>(i) - numerics_->corr_dims[0]) /
-                      std::max(0.001f, numerics_->corr_dims[1] - numerics_->corr_dims[0]);
-      const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * numerics_->ext_factor;
-      angle = std::fma(angle, 1 - ramp_mix, extrap * ramp_mix);
-    }
-    inv_freq_f32_[i] = angle;
-    theta *= numerics_->theta_scale;
-  }
-  inv_freq_.assign(inv_freq_f32_.begin(), inv_freq_f32_.end());
-  float mscale = numerics_->attn_factor;
-  if (numerics_->ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / numerics_->freq_scale), 1.0f);
-  attention_scaling_ = mscale;
-}
-
-// vLLM's cache: which schemes its classes build one static cache for, and its length: the rows
-// vllm_cache_rows() counts (engine_export.hpp), so that `rotary table --precision vllm`,
-// `rotary diverge` and `rotary export --format vllm` serve the same rows.
-void CosSinTable::init_vllm() {
-  const RopeSpec& spec = spec_;
-  check_engine_geometry(spec, Precision::Vllm);
-  const ScalingType type = spec.scaling.type;
-  if (type == ScalingType::Dynamic) {
-    // DynamicNTKScalingRotaryEmbedding builds one cache at the unscaled frequencies (its base
-    // formula gives the base back at max_len = L x factor), which is not dynamic NTK.
-    refuse_scheme(spec, Precision::Vllm,
-                  "rope_type dynamic changes with the sequence length, and vLLM's dynamic class keeps the unscaled "
-                  "frequencies in one cache instead");
-  }
-  if (type == ScalingType::Proportional) refuse_scheme(spec, Precision::Vllm, "rope_type proportional is not modelled");
-  if (spec.axes == PositionAxes::MRope && type == ScalingType::Yarn) {
-    // mrope.py hands YaRN 4 x original_max_position_embeddings as its context, which moves the
-    // correction range: vLLM's frequencies are not the config's (export_table refuses it too).
-    refuse_scheme(spec, Precision::Vllm, "axes mrope with rope_type yarn: vLLM's MRotaryEmbedding computes YaRN's "
-                                         "correction range over 4 x the original context");
-  }
-  if (options_.cache_dtype == DType::F64) {
-    throw Error("CosSinTable: cache_dtype must be float32, bfloat16 or float16 for Precision::Vllm (got float64)");
-  }
-  auto n = std::make_unique<EngineNumerics>();
-  n->cache_dtype = options_.cache_dtype;
-  if (type == ScalingType::Linear) n->position_divisor = static_cast<float>(*spec.scaling.factor);
-  numerics_ = std::move(n);
-  const int64_t original = spec.original_context();
-  if (type == ScalingType::LongRope) {
-    if (original <= 0 || spec.max_position_embeddings <= 0) {
-      refuse_scheme(spec, Precision::Vllm, detail::concat("rope_type longrope needs max_position_embeddings and the "
-                                                          "original context for vLLM's mscale (got ",
-                                                          spec.max_position_embeddings, " and ", original, ")"));
-    }
-    // Phi3LongRoPEScaledRotaryEmbedding: both caches times one mscale, sqrt(1 + ln s / ln L0)
-    // with s = max_position_embeddings / L0 (1 for s <= 1), computed in Python float; get_rope
-    // passes it no attention_factor (only short_mscale / long_mscale, which rotary does not read).
-    const double scale = static_cast<double>(spec.max_position_embeddings) / static_cast<double>(original);
-    attention_scaling_ = scale <= 1.0 ? 1.0 : std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(original)));
-  }
-  if (options_.fixed_positions == 0) {
-    int64_t rows = vllm_cache_rows(spec);
-    if (type == ScalingType::LongRope && rows > 0) {
-      // long_short_cos_sin_cache = cat(short cache [0, L0), long cache [0, L)). forward() picks
-      // one for every call: the long one (index p + L0) when max_model_len > L0, else the short
-      // one; TableOptions::seq_len plays max_model_len here, and the inv_freq chosen above by it
-      // is the same choice.
-      rows = options_.seq_len > original ? rows - original : original;
-    }
-    if (rows <= 0 || rows > kMaxPosition + 1) {
-      throw Error(detail::concat("CosSinTable: fixed_positions must be given for Precision::Vllm: spec ", spec.name,
-                                 " gives vLLM's cache ", rows, " rows (max_position_embeddings ",
-                                 spec.max_position_embeddings, "), outside [1, ", kMaxPosition + 1, "]"));
-    }
-    options_.fixed_positions = rows;
-  }
-}
-
 int64_t CosSinTable::max_position() const {
   return options_.fixed_positions > 0 ? options_.fixed_positions - 1 : kMaxPosition;
 }
@@ -626,7 +387,7 @@ void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
       float theta = static_cast<float>(position);
       for (int64_t pair = 0; pair < num_pairs_; ++pair) {
         const float ff = n.freq_factors.empty() ? 1.0f : n.freq_factors[pair];
-        ggml_rope_yarn(theta / ff, n.freq_scale, n.corr_dims, 2 * pair, n.ext_factor, n.attn_factor, &co[pair], &so[pair]);
+        detail::ggml_rope_yarn(theta / ff, n.freq_scale, n.corr_dims, 2 * pair, n.ext_factor, n.attn_factor, &co[pair], &so[pair]);
         theta *= n.theta_scale;
       }
     }
@@ -656,138 +417,6 @@ void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
       so[pair] = cast(static_cast<float>(std::sin(static_cast<double>(angle))) * scaling);
     }
   }
-}
-
-bool CosSinTable::is_stored(int64_t position) const {
-  if (!stored_ || position < 0 || position > max_position()) return false;
-  return stored_->find(position, 2 * num_pairs_) != nullptr;
-}
-
-int64_t CosSinTable::stored_bytes() const { return stored_ ? stored_->bytes.load(std::memory_order_acquire) : 0; }
-
-void CosSinTable::reserve_positions(int64_t positions) const {
-  if (!stored_ || positions <= size()) return;
-  if (positions - 1 > max_position()) check_position(positions - 1, "CosSinTable::reserve_positions");
-  const PageRange pages{size() >> kPageRowsLog2, ((positions - 1) >> kPageRowsLog2) + 1};
-  store_pages({&pages, 1});
-}
-
-void CosSinTable::reserve_rows(std::span<const int64_t> positions) const {
-  if (!stored_) return;
-  const int64_t row_floats = 2 * num_pairs_;
-  std::vector<int64_t> pages;  // of the rows not stored yet
-  for (const int64_t position : positions) {
-    check_position(position, "CosSinTable::reserve_rows");
-    if (stored_->find(position, row_floats) != nullptr) continue;
-    const int64_t page = position >> kPageRowsLog2;
-    if (pages.empty() || pages.back() != page) pages.push_back(page);
-  }
-  if (pages.empty()) return;
-  if (!std::is_sorted(pages.begin(), pages.end())) std::sort(pages.begin(), pages.end());
-  std::vector<PageRange> ranges;
-  for (const int64_t page : pages) {
-    if (!ranges.empty() && ranges.back().last > page) continue;  // a repeat
-    if (!ranges.empty() && ranges.back().last == page) {
-      ++ranges.back().last;
-    } else {
-      ranges.push_back({page, page + 1});
-    }
-  }
-  store_pages(ranges);
-}
-
-// Stores the pages of `ranges` (increasing, disjoint) that are not stored yet: all of them, or
-// none when they would take the table past max_bytes (checked before anything is allocated).
-void CosSinTable::store_pages(std::span<const PageRange> ranges) const {
-  StoredRows& rows = *stored_;
-  const int64_t row_floats = 2 * num_pairs_;
-  const int64_t page_floats = kPageRows * row_floats;
-  const int64_t page_bytes = page_floats * static_cast<int64_t>(sizeof(float));
-  const auto leaf_bytes = static_cast<int64_t>(kLeafPages * sizeof(std::atomic<float*>));
-  const int64_t end_position = max_position() + 1;
-  std::lock_guard<std::mutex> lock(rows.grow_mutex);
-
-  // What is missing now (another writer may have stored some of it since the caller looked).
-  int64_t new_pages = 0;
-  int64_t new_leaves = 0;
-  int64_t last_new_page = -1;
-  for (const PageRange& range : ranges) {
-    for (int64_t page = range.first; page < range.last; ++page) {
-      if (rows.has_page(page)) continue;
-      const int64_t leaf = page >> kLeafPagesLog2;
-      const bool leaf_counted = last_new_page >= 0 && (last_new_page >> kLeafPagesLog2) == leaf;
-      if (!leaf_counted && rows.directory[static_cast<size_t>(leaf)].load(std::memory_order_relaxed) == nullptr) {
-        ++new_leaves;
-      }
-      ++new_pages;
-      last_new_page = page;
-    }
-  }
-  if (new_pages == 0) return;
-  // Pages beyond the newest slab's free ones come from a new slab: those pages, and at least as
-  // many as the table stores already, up to kMaxSlabBytes, so that slabs double while a table
-  // grows. Its unused rest is below kMaxSlabBytes (a slab of 2 MiB or more is rounded up to whole
-  // huge pages, and the rounding is usable pages too) and, under 2 MiB, below what is stored.
-  const int64_t pages_past_slab = std::max<int64_t>(0, new_pages - rows.slab_free_pages);
-  int64_t slab_bytes = 0;
-  if (pages_past_slab > 0) {
-    const int64_t doubling = std::clamp<int64_t>(rows.pages, 1, std::max<int64_t>(1, kMaxSlabBytes / page_bytes));
-    slab_bytes = allocation_bytes(std::max(pages_past_slab, doubling) * page_bytes);
-  }
-  const int64_t total_bytes = rows.bytes.load(std::memory_order_relaxed) + new_leaves * leaf_bytes + slab_bytes;
-  if (total_bytes > options_.max_bytes) {
-    const int64_t last_row = std::min((last_new_page + 1) * kPageRows, end_position) - 1;
-    throw Error(detail::concat("CosSinTable: storing ", new_pages, " more pages (", kPageRows, " rows x ", num_pairs_,
-                               " pairs each, up to position ", last_row, ") needs ", total_bytes,
-                               " bytes in all, more than max_bytes ", options_.max_bytes,
-                               " (use Storage::OnTheFly for very long contexts, or raise max_bytes)"));
-  }
-
-  std::unique_ptr<float[], void (*)(float*)> new_slab(nullptr, [](float*) {});
-  if (slab_bytes > 0) new_slab = allocate_rows(slab_bytes);
-  for (const PageRange& range : ranges) {
-    for (int64_t page = range.first; page < range.last; ++page) {
-      if (rows.has_page(page)) continue;
-      std::atomic<std::atomic<float*>*>& leaf_slot = rows.directory[static_cast<size_t>(page >> kLeafPagesLog2)];
-      std::atomic<float*>* leaf = leaf_slot.load(std::memory_order_relaxed);
-      if (leaf == nullptr) {
-        rows.leaves.push_back(std::make_unique<std::atomic<float*>[]>(kLeafPages));  // value-initialized: null
-        leaf = rows.leaves.back().get();
-        rows.bytes.fetch_add(leaf_bytes, std::memory_order_relaxed);
-        leaf_slot.store(leaf, std::memory_order_release);
-      }
-      if (rows.slab_free_pages == 0) {
-        rows.slab_free_pages = slab_bytes / page_bytes;
-        rows.slab_next = new_slab.get();
-        rows.slabs.push_back(std::move(new_slab));
-        rows.bytes.fetch_add(slab_bytes, std::memory_order_relaxed);
-      }
-      float* rows_of_page = rows.slab_next;
-      rows.slab_next += page_floats;
-      --rows.slab_free_pages;
-      const int64_t first_row = page << kPageRowsLog2;
-      compute_rows(first_row, std::min(first_row + kPageRows, end_position), rows_of_page);
-      // Publish: the page's rows are complete before any reader can find them.
-      leaf[page & (kLeafPages - 1)].store(rows_of_page, std::memory_order_release);
-      ++rows.pages;
-    }
-  }
-  // The stored prefix [0, size()) grows over the pages now stored from its end on.
-  int64_t prefix = size_.load(std::memory_order_relaxed);
-  while (prefix < end_position && rows.has_page(prefix >> kPageRowsLog2)) {
-    prefix = std::min(((prefix >> kPageRowsLog2) + 1) << kPageRowsLog2, end_position);
-  }
-  size_.store(prefix, std::memory_order_release);
-}
-
-const float* CosSinTable::stored_row(int64_t position) const {
-  if (!stored_) throw Error("CosSinTable::stored_row: the table stores no rows (Storage::OnTheFly)");
-  const float* row = position >= 0 && position <= max_position() ? stored_->find(position, 2 * num_pairs_) : nullptr;
-  if (row == nullptr) {
-    throw Error(detail::concat("CosSinTable::stored_row: position must be a stored row (see is_stored(); "
-                               "reserve_rows() stores rows) (got ", position, ")"));
-  }
-  return row;
 }
 
 void CosSinTable::row(int64_t position, float* cos_out, float* sin_out) const {
