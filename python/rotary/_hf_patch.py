@@ -213,7 +213,9 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     RotaryEmbedding). Rotary-embedding modules without a config (vision towers' position embeddings,
     forward(seqlen)) are left as they are. The module-level functions are replaced in the modeling
     module, so every model of those classes in the process uses them, until unpatch_model (or the
-    `patched` context manager) undoes the patch of the last model that uses them."""
+    `patched` context manager) undoes the patch of the last model that uses them; a second model
+    asking for another rounding while they are in use is a RotaryError (nothing is patched),
+    since switching them would change the first model's results."""
     if precision not in ("hf", "exact"):
         raise RotaryError(f"precision must be 'hf' or 'exact' (got {precision!r})")
     if rounding is not None and rounding not in ROUNDINGS:
@@ -247,9 +249,11 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
             if not callable(current):
                 continue
             original = getattr(current, "rotary_original", current)  # patched before: probe transformers' own
+            _refuse_other_rounding(model_name, modeling, name, current, rounding)
             description, function = _pick_function(model_name, modeling, name, original, specs, rounding)
             function.rotary_original = original
             function.rotary_variant = description
+            function.rotary_rounding = rounding
             functions.append((modeling, name, function))
     # 2. Apply, keeping what unpatch_model needs to put everything back.
     replaced = []
@@ -274,6 +278,25 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
         replaced.append(f"{modeling.__name__}.{name}")
     model._rotary_patch = undo
     return replaced
+
+
+def _refuse_other_rounding(model_name, modeling, name, current, rounding) -> None:
+    """The module-level functions are process-wide: replacing one that a live patched model runs on
+    with another rounding would change that model's results behind its back (a precision="hf"
+    model would stop being bit-identical to transformers). Refused, naming both roundings."""
+    installed = getattr(current, "rotary_rounding", None)
+    if installed is None or installed == rounding:
+        return
+    entry = _FUNCTION_USERS.get((modeling.__name__, name))
+    if entry and entry[1]:
+        gc.collect()  # patched models dropped in a reference cycle no longer count
+    if entry and entry[1]:
+        raise RotaryError(
+            f"patch_model: {modeling.__name__}.{name} already runs rotary's rounding {installed!r} for "
+            f"{len(entry[1])} other patched model(s), and {model_name} asks for {rounding!r}; module-level "
+            "functions are shared by every model of the module, so one rounding serves them all: pass "
+            f"rounding={installed!r} (or the same precision), or unpatch_model the other models first; "
+            "nothing was patched")
 
 
 def _function_slot(modeling, name):

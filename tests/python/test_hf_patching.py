@@ -196,9 +196,34 @@ def test_a_second_model_of_a_patched_class_is_probed_against_transformers_own_fu
     from transformers.models.cohere import modeling_cohere
 
     installed = modeling_cohere.apply_rotary_pos_emb
-    rt.patch_model(build(T.CohereForCausalLM, small(T.CohereConfig), torch.float32), precision="exact")
+    rt.patch_model(build(T.CohereForCausalLM, small(T.CohereConfig), torch.float32), precision="exact",
+                   rounding="like_torch")
     assert modeling_cohere.apply_rotary_pos_emb.rotary_original is installed.rotary_original
     assert modeling_cohere.apply_rotary_pos_emb.rotary_variant == "gptj pairs, float32"
+
+
+def test_a_second_model_asking_for_another_rounding_is_refused_while_the_first_runs(restore_modeling):
+    """The functions are process-wide: precision="exact" (rounding "once") for a second model would
+    silently take the first model (precision "hf") off transformers' bits. Refused, nothing patched;
+    once the first is unpatched the second patches."""
+    from transformers.models.llama import modeling_llama
+
+    first = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
+    second = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32, seed=1)
+    restore_modeling(first)
+    rt.patch_model(first)
+    installed = modeling_llama.apply_rotary_pos_emb
+    with pytest.raises(rotary.RotaryError, match=r"modeling_llama.apply_rotary_pos_emb already runs rotary's "
+                                                 r"rounding 'like_torch' for 1 other patched model\(s\), and "
+                                                 r"LlamaForCausalLM asks for 'once'.*nothing was patched"):
+        rt.patch_model(second, precision="exact")
+    assert modeling_llama.apply_rotary_pos_emb is installed
+    assert not isinstance(second.model.rotary_emb, rt.RotaryEmbedding)
+    assert not hasattr(second, "_rotary_patch")
+    rt.unpatch_model(first)
+    rt.patch_model(second, precision="exact")
+    assert modeling_llama.apply_rotary_pos_emb.rotary_rounding == "once"
+    rt.unpatch_model(second)
 
 
 # ---- the dtype rule: the two-line recipe after model.to(bfloat16) ----------------------------------------
