@@ -10,8 +10,9 @@ checks hold for tensors of any device). docs/backends.md describes the seam.
 
 The automatic choice for a device type is its first registered backend that implements the op;
 device types without an entry fall back to the backends for any device that holds values (the
-pure-torch apply). None left: RotaryError naming the tensor and its device. The Triton (CUDA)
-backend registers itself here with default_for=("cuda",).
+pure-torch apply). None left: RotaryError naming the tensor and its device. The Triton backend
+(_triton_rope.py) registers here by name the first time a call asks for backend="triton"; it is
+not the automatic choice for any device yet.
 """
 from __future__ import annotations
 
