@@ -183,6 +183,32 @@ def test_half_formats_round_to_nearest_even_as_the_cpu_kernel(dtype):
     assert same >= 0.99, same
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nan_and_infinity_propagate_as_in_the_cpu_kernel(dtype):
+    # IEEE arithmetic, as the C++ kernel and the float64 reference do: a NaN stays NaN, an infinity
+    # times sin 0 (position 0) is NaN, an infinity elsewhere gives infinities and NaN in its pair.
+    # Never a finite value where the kernel has none, and the finite rest within float32 rounding.
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 4, 2, 32, generator=gen)
+    q[0, 0, 0, 3] = float("inf")   # position 0
+    q[0, 1, 0, 5] = float("nan")
+    q[0, 2, 1, 20] = float("-inf")
+    q[0, 3, 0, 0] = float("inf")
+    q = q.to(dtype)
+    positions = torch.tensor([[0, 7, 300, 99_999]])
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    got, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd", backend="triton")
+    kernel, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd")
+    assert int(kernel.isnan().sum()) >= 3 and int(kernel.isinf().sum()) >= 2  # the case is not vacuous
+    assert torch.equal(got.isnan(), kernel.isnan())
+    assert torch.equal(got.isinf(), kernel.isinf())
+    assert torch.equal(got[got.isinf()], kernel[kernel.isinf()])
+    finite = kernel.isfinite()
+    unit = 2.0 ** -23 if dtype == torch.float32 else 2.0 ** -7
+    bound = 4 * unit * q.float().nan_to_num(0, 0, 0).abs().amax(-1, keepdim=True).expand_as(q)  # finite elements only
+    assert bool(((got.float() - kernel.float()).abs()[finite] <= bound[finite]).all())
+
+
 def test_yarn_attention_scaling_is_in_the_rows():
     # YaRN multiplies cos and sin by its attention factor (0.1 ln s + 1 = 1.1386 for s = 4); a
     # rotation alone keeps each pair's length, so the output's pairs are that much longer.
