@@ -117,6 +117,11 @@ def _next_power_of_two(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# The launch shape: heads per program (at most; a power of two) and warps per program. The GPU
+# check (scripts/gpu_check.py) times the choices; these are the defaults it picked on an H100.
+LAUNCH = {"block_h": 4, "num_warps": 4}
+
+
 def launch(q, k, q_out, k_out, native, style: str, positions: np.ndarray, direction: str, rotary_offset: int) -> None:
     """One launch over q's and k's heads. q, k, q_out, k_out: [batch, seq, heads, head_dim] views
     (any strides; k, k_out may be None); positions: int64 [batch, seq] (checked by the caller)."""
@@ -129,10 +134,13 @@ def launch(q, k, q_out, k_out, native, style: str, positions: np.ndarray, direct
     k, k_out = (q, q_out) if k is None else (k, k_out)  # unread when heads_k is 0
     pairs = native.num_pairs
     copy_rest = q_out.data_ptr() != q.data_ptr() and 2 * pairs < max(dim_q, dim_k)
-    _kernel()[(tokens, heads_q + heads_k)](
+    block_h = min(_next_power_of_two(max(heads_q, heads_k)), LAUNCH["block_h"])
+    blocks = -(-heads_q // block_h) + -(-heads_k // block_h)
+    _kernel()[(tokens, blocks)](
         q, k, q_out, k_out, rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
-        seq, heads_q, dim_q, dim_k, rotary_offset, pairs, NEOX=style == "neox", BACKWARD=direction == "backward",
-        COPY_REST=copy_rest, BLOCK_P=_next_power_of_two(pairs), BLOCK_D=_next_power_of_two(max(dim_q, dim_k)))
+        seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs, NEOX=style == "neox",
+        BACKWARD=direction == "backward", COPY_REST=copy_rest, BLOCK_P=_next_power_of_two(pairs),
+        BLOCK_D=_next_power_of_two(max(dim_q, dim_k)), BLOCK_H=block_h, num_warps=LAUNCH["num_warps"])
 
 
 # ---- the custom ops (as rotary::apply_rotary's in _torch_ops.py) -------------------------------------

@@ -32,36 +32,44 @@ def to_storage(x, o):
 
 
 @triton.jit
-def rotate_head(x, o, x_sd, o_sd, c, s, p, p_mask, rotary_offset, head_dim, pairs, NEOX: tl.constexpr,
-                COPY_REST: tl.constexpr, BLOCK_D: tl.constexpr):
-    # One head of one token: the pairs (i, i + pairs) for NeoX, (2i, 2i + 1) for GPT-J.
+def rotate_heads(x, o, x_sh, x_sd, o_sh, o_sd, h, h_mask, c, s, p, p_mask, rotary_offset, head_dim, pairs,
+                 NEOX: tl.constexpr, COPY_REST: tl.constexpr, BLOCK_D: tl.constexpr):
+    # A block of heads of one token, [BLOCK_H, BLOCK_P] at a time: the pairs (i, i + pairs) for
+    # NeoX, (2i, 2i + 1) for GPT-J. c, s: [BLOCK_P], the same for every head of the token.
     if NEOX:
         first = rotary_offset + p
         second = first + pairs
     else:
         first = rotary_offset + 2 * p
         second = first + 1
-    a = tl.load(x + first * x_sd, mask=p_mask, other=0.0).to(tl.float32)
-    b = tl.load(x + second * x_sd, mask=p_mask, other=0.0).to(tl.float32)
+    mask = h_mask[:, None] & p_mask[None, :]
+    xh = x + h[:, None] * x_sh
+    oh = o + h[:, None] * o_sh
+    a = tl.load(xh + first[None, :] * x_sd, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(xh + second[None, :] * x_sd, mask=mask, other=0.0).to(tl.float32)
     if COPY_REST:  # out of place: the elements outside the rotated block, bit for bit
         d = tl.arange(0, BLOCK_D)
-        d_mask = (d < head_dim) & ((d < rotary_offset) | (d >= rotary_offset + 2 * pairs))
-        tl.store(o + d * o_sd, tl.load(x + d * x_sd, mask=d_mask), mask=d_mask)
-    tl.store(o + first * o_sd, to_storage(a * c - b * s, o), mask=p_mask)
-    tl.store(o + second * o_sd, to_storage(b * c + a * s, o), mask=p_mask)
+        d_keep = (d < head_dim) & ((d < rotary_offset) | (d >= rotary_offset + 2 * pairs))
+        d_mask = h_mask[:, None] & d_keep[None, :]
+        tl.store(oh + d[None, :] * o_sd, tl.load(xh + d[None, :] * x_sd, mask=d_mask), mask=d_mask)
+    cc = c[None, :]
+    ss = s[None, :]
+    tl.store(oh + first[None, :] * o_sd, to_storage(a * cc - b * ss, o), mask=mask)
+    tl.store(oh + second[None, :] * o_sd, to_storage(b * cc + a * ss, o), mask=mask)
 
 
 @triton.jit
 def rope_kernel(q, k, q_out, k_out, rows, cos, sin,
                 q_sb, q_ss, q_sh, q_sd, k_sb, k_ss, k_sh, k_sd,
                 qo_sb, qo_ss, qo_sh, qo_sd, ko_sb, ko_ss, ko_sh, ko_sd,
-                seq, heads_q, dim_q, dim_k, rotary_offset, pairs,
+                seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs,
                 NEOX: tl.constexpr, BACKWARD: tl.constexpr, COPY_REST: tl.constexpr, BLOCK_P: tl.constexpr,
-                BLOCK_D: tl.constexpr):
-    # A program per (token, head): heads [0, heads_q) of q, then k's heads (GQA: fewer). Offsets
-    # in int64: a large tensor's element offsets pass 2^31.
+                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):
+    # A program per (token, block of BLOCK_H heads): q's head blocks first, then k's (GQA: k may
+    # have fewer heads). The token's cos/sin row is loaded once for all of its heads. Offsets in
+    # int64: a large tensor's element offsets pass 2^31.
     token = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64)
+    block = tl.program_id(1)
     bi = token // seq
     si = token % seq
     row = tl.load(rows + token)  # the table row of this token's position
@@ -71,10 +79,12 @@ def rope_kernel(q, k, q_out, k_out, rows, cos, sin,
     s = tl.load(sin + row * pairs + p, mask=p_mask, other=0.0)
     if BACKWARD:  # the transposed rotation: by -angle
         s = -s
-    if head < heads_q:
-        rotate_head(q + bi * q_sb + si * q_ss + head * q_sh, q_out + bi * qo_sb + si * qo_ss + head * qo_sh,
-                    q_sd, qo_sd, c, s, p, p_mask, rotary_offset, dim_q, pairs, NEOX, COPY_REST, BLOCK_D)
+    blocks_q = (heads_q + BLOCK_H - 1) // BLOCK_H
+    if block < blocks_q:
+        h = (block * BLOCK_H + tl.arange(0, BLOCK_H)).to(tl.int64)
+        rotate_heads(q + bi * q_sb + si * q_ss, q_out + bi * qo_sb + si * qo_ss, q_sh, q_sd, qo_sh, qo_sd,
+                     h, h < heads_q, c, s, p, p_mask, rotary_offset, dim_q, pairs, NEOX, COPY_REST, BLOCK_D)
     else:
-        hk = head - heads_q
-        rotate_head(k + bi * k_sb + si * k_ss + hk * k_sh, k_out + bi * ko_sb + si * ko_ss + hk * ko_sh,
-                    k_sd, ko_sd, c, s, p, p_mask, rotary_offset, dim_k, pairs, NEOX, COPY_REST, BLOCK_D)
+        h = ((block - blocks_q) * BLOCK_H + tl.arange(0, BLOCK_H)).to(tl.int64)
+        rotate_heads(k + bi * k_sb + si * k_ss, k_out + bi * ko_sb + si * ko_ss, k_sh, k_sd, ko_sh, ko_sd,
+                     h, h < heads_k, c, s, p, p_mask, rotary_offset, dim_k, pairs, NEOX, COPY_REST, BLOCK_D)

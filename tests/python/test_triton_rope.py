@@ -17,6 +17,10 @@ The elements outside the rotated block are bitwise equal to the input.
 The interpreter reads TRITON_INTERPRET when the kernel is defined (_triton_rope_kernel's import,
 on the first launch), so the fixture below sets it before any launch and removes it afterwards:
 importing triton or torch earlier (other test files) does not matter.
+
+ROTARY_TEST_DEVICE=cuda runs the same tests on a GPU (scripts/gpu-check.sh): the triton calls get
+CUDA copies of the inputs, without the interpreter, and their results come back to the CPU to be
+compared with the CPU kernel and the float64 reference there.
 """
 import math
 import os
@@ -37,11 +41,29 @@ U = 2.0 ** -24
 LLAMA = rotary.Spec.preset("llama-3.1-8b")
 YARN = rotary.Spec.preset("qwen2.5-7b-yarn")
 FORMAT_BITS = {torch.bfloat16: (7, 2.0 ** -133), torch.float16: (10, 2.0 ** -24)}
+DEVICE = os.environ.get("ROTARY_TEST_DEVICE", "cpu")
+if DEVICE != "cpu" and not (DEVICE == "cuda" and torch.cuda.is_available()):
+    raise RuntimeError(f"ROTARY_TEST_DEVICE must be 'cpu' or 'cuda' with a GPU torch can see (got {DEVICE!r})")
 
 
 @pytest.fixture(autouse=True)
 def interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def dev(t):
+    """t on the device the triton calls run on (the same tensor on the CPU); None stays None."""
+    return None if t is None else t.to(DEVICE)
+
+
+def triton(q, k, positions, spec, **kwargs):
+    """apply_rotary(backend="triton") on DEVICE copies of every tensor argument; results on the CPU."""
+    for key in ("offsets", "cu_seqlens"):
+        if key in kwargs:
+            kwargs[key] = dev(kwargs[key])
+    got_q, got_k = rt.apply_rotary(dev(q), dev(k), dev(positions), spec, backend="triton", **kwargs)
+    return got_q.cpu(), (None if got_k is None else got_k.cpu())
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -149,23 +171,43 @@ def test_random_calls_match_the_cpu_kernel_and_the_float64_reference(trial):
     kernel_q, kernel_k = rt.apply_rotary(q, k, positions, spec, **kwargs)
     ref_q, ref_k = rt.apply_rotary(q.double(), k.double(), positions, spec, **kwargs)  # the float64 reference
     q_in, k_in = q.clone(), k.clone()
+    q, k, positions = dev(q), dev(k), dev(positions)
+    kwargs = {key: dev(value) if isinstance(value, torch.Tensor) else value for key, value in kwargs.items()}
     if mode == "fresh":
         got_q, got_k = rt.apply_rotary(q, k, positions, spec, backend="triton", **kwargs)
     elif mode == "inplace":
         got_q, got_k = rt.apply_rotary(q, k, positions, spec, backend="triton", inplace=True, **kwargs)
         assert got_q is q and got_k is k
     else:  # into strided outputs: the transposes of contiguous tensors
-        out = tuple(torch.full(t.shape[:-2] + (t.shape[-1], t.shape[-2]), 7.0, dtype=t.dtype).transpose(-1, -2)
-                    for t in (q, k))
+        out = tuple(torch.full(t.shape[:-2] + (t.shape[-1], t.shape[-2]), 7.0, dtype=t.dtype,
+                               device=t.device).transpose(-1, -2) for t in (q, k))
         got_q, got_k = rt.apply_rotary(q, k, positions, spec, backend="triton", out=out, **kwargs)
         assert got_q is out[0] and got_k is out[1]
     if mode != "inplace":
-        assert torch.equal(q, q_in) and torch.equal(k, k_in)  # the inputs are unchanged
+        assert torch.equal(q.cpu(), q_in) and torch.equal(k.cpu(), k_in)  # the inputs are unchanged
+    got_q, got_k = got_q.cpu(), got_k.cpu()
     scale = rotary.Table(spec).attention_scaling
     rotary_offset, rotary_dim = kwargs["rotary_offset"], spec.rotary_dim
     name = f"trial {trial}: {kwargs['layout']} {q.dtype} {kwargs['style']} {mode} {tuple(q.shape)}/{tuple(k.shape)}"
     check_close(name + " q", got_q, kernel_q, ref_q, q_in, rotary_offset, rotary_dim, kwargs["style"], scale)
     check_close(name + " k", got_k, kernel_k, ref_k, k_in, rotary_offset, rotary_dim, kwargs["style"], scale)
+
+
+@pytest.mark.parametrize("block_h", [1, 2, 4, 8])
+def test_every_launch_shape_covers_every_head(monkeypatch, block_h):
+    # Heads per program (_triton_rope.LAUNCH, which the GPU check sweeps): 8 q heads and 2 k heads
+    # in blocks of 1, 2, 4 or 8 (k's partial blocks masked), each head rotated exactly once.
+    from rotary import _triton_rope
+    monkeypatch.setitem(_triton_rope.LAUNCH, "block_h", block_h)
+    gen = torch.Generator().manual_seed(12 + block_h)
+    q, k = torch.randn(2, 3, 8, 32, generator=gen), torch.randn(2, 3, 2, 32, generator=gen)
+    positions = torch.randint(0, 100_000, (2, 3), generator=gen)
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    got_q, got_k = triton(q, k, positions, spec, layout="bshd")
+    kernel_q, kernel_k = rt.apply_rotary(q, k, positions, spec, layout="bshd")
+    ref_q, ref_k = rt.apply_rotary(q.double(), k.double(), positions, spec, layout="bshd")
+    check_close(f"block_h {block_h} q", got_q, kernel_q, ref_q, q, 0, 32, "neox", 1.0)
+    check_close(f"block_h {block_h} k", got_k, kernel_k, ref_k, k, 0, 32, "neox", 1.0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -177,7 +219,7 @@ def test_half_formats_round_to_nearest_even_as_the_cpu_kernel(dtype):
     q = torch.randn(2, 4, 2, 64, generator=gen).to(dtype)
     positions = torch.randint(0, 100_000, (2, 4), generator=gen)
     spec = LLAMA.replace(head_dim=64, rotary_dim=64)
-    got, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd", backend="triton")
+    got, _ = triton(q, None, positions, spec, layout="bshd")
     kernel, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd")
     same = float((got.view(torch.int16) == kernel.view(torch.int16)).double().mean())
     assert same >= 0.99, same
@@ -197,7 +239,7 @@ def test_nan_and_infinity_propagate_as_in_the_cpu_kernel(dtype):
     q = q.to(dtype)
     positions = torch.tensor([[0, 7, 300, 99_999]])
     spec = LLAMA.replace(head_dim=32, rotary_dim=32)
-    got, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd", backend="triton")
+    got, _ = triton(q, None, positions, spec, layout="bshd")
     kernel, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd")
     assert int(kernel.isnan().sum()) >= 3 and int(kernel.isinf().sum()) >= 2  # the case is not vacuous
     assert torch.equal(got.isnan(), kernel.isnan())
@@ -217,7 +259,7 @@ def test_yarn_attention_scaling_is_in_the_rows():
     assert scale == pytest.approx(0.1 * math.log(4.0) + 1.0, rel=1e-6)
     q = torch.randn(1, 3, 2, 32, generator=torch.Generator().manual_seed(5))
     positions = torch.tensor([[0, 5000, 30000]])
-    got, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd", backend="triton")
+    got, _ = triton(q, None, positions, spec, layout="bshd")
     kernel, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd")
     ref, _ = rt.apply_rotary(q.double(), None, positions, spec, layout="bshd")
     check_close("yarn", got, kernel, ref, q, 0, 32, "neox", scale)
@@ -234,7 +276,7 @@ def test_dynamic_ntk_reads_the_table_of_each_calls_seq_len():
     q = torch.randn(1, 3, 1, 32, generator=torch.Generator().manual_seed(8))
     for last in (40, 300, 5000, 40):
         positions = torch.tensor([[0, 17, last]])
-        got, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd", backend="triton")
+        got, _ = triton(q, None, positions, spec, layout="bshd")
         kernel, _ = rt.apply_rotary(q, None, positions, spec, layout="bshd")
         ref, _ = rt.apply_rotary(q.double(), None, positions, spec, layout="bshd")
         check_close(f"dynamic {last}", got, kernel, ref, q, 0, 32, "neox", 1.0)
@@ -248,29 +290,28 @@ def test_backward_is_the_triton_rotation_by_minus_angle(monkeypatch):
     launch = _triton_rope.launch
     monkeypatch.setattr(_triton_rope, "launch", lambda *args: launches.append(args[7]) or launch(*args))
     gen = torch.Generator().manual_seed(11)
-    q = torch.randn(2, 3, 4, 32, generator=gen, requires_grad=True)
-    k = torch.randn(2, 3, 2, 32, generator=gen, requires_grad=True)
+    q = dev(torch.randn(2, 3, 4, 32, generator=gen)).requires_grad_()
+    k = dev(torch.randn(2, 3, 2, 32, generator=gen)).requires_grad_()
     positions = torch.tensor([[3, 99_999, 7], [0, 1, 2]])
     spec = LLAMA.replace(head_dim=32, rotary_dim=16)
-    out_q, out_k = rt.apply_rotary(q, k, positions, spec, layout="bshd", style="gptj", backend="triton")
+    out_q, out_k = rt.apply_rotary(q, k, dev(positions), spec, layout="bshd", style="gptj", backend="triton")
     gq, gk = torch.randn(out_q.shape, generator=gen), torch.randn(out_k.shape, generator=gen)
-    (out_q * gq).sum().add((out_k * gk).sum()).backward()
+    (out_q * dev(gq)).sum().add((out_k * dev(gk)).sum()).backward()
     assert launches == ["forward", "backward"]  # one launch each way: the backward is the triton kernel
     # The gradient is the rotation of the gradient by -angle: the same kernel's direction="backward".
-    want_q, want_k = rt.apply_rotary(gq, gk, positions, spec, layout="bshd", style="gptj", direction="backward",
-                                     backend="triton")
-    assert torch.equal(q.grad, want_q) and torch.equal(k.grad, want_k)
+    want_q, want_k = triton(gq, gk, positions, spec, layout="bshd", style="gptj", direction="backward")
+    assert torch.equal(q.grad.cpu(), want_q) and torch.equal(k.grad.cpu(), want_k)
     kernel_q, _ = rt.apply_rotary(gq, gk, positions, spec, layout="bshd", style="gptj", direction="backward")
     ref_q, _ = rt.apply_rotary(gq.double(), None, positions, spec, layout="bshd", style="gptj", direction="backward")
-    check_close("backward", q.grad, kernel_q, ref_q, gq, 0, 16, "gptj", 1.0)
+    check_close("backward", q.grad.cpu(), kernel_q, ref_q, gq, 0, 16, "gptj", 1.0)
     # And it undoes the forward rotation (to float32 rounding).
-    back, _ = rt.apply_rotary(out_q.detach(), None, positions, spec, layout="bshd", style="gptj",
-                              direction="backward", backend="triton")
-    assert torch.allclose(back, q.detach(), rtol=0, atol=8 * U * float(q.detach().abs().max()))
+    back, _ = triton(out_q.detach(), None, positions, spec, layout="bshd", style="gptj", direction="backward")
+    q = q.detach().cpu()
+    assert torch.allclose(back, q, rtol=0, atol=8 * U * float(q.abs().max()))
 
 
 def test_refusals_name_the_argument():
-    q = torch.randn(1, 2, 2, 32)
+    q = dev(torch.randn(1, 2, 2, 32))
     spec = LLAMA.replace(head_dim=32, rotary_dim=32)
     with pytest.raises(rotary.RotaryError) as error:
         rt.apply_rotary(q.double(), None, None, spec, layout="bshd", backend="triton")
@@ -282,11 +323,11 @@ def test_refusals_name_the_argument():
                                                      r"0 \+ 128 \(got 32\)"):
             rt.apply_rotary(q, None, None, LLAMA, layout="bshd", backend=backend)
         with pytest.raises(rotary.RotaryError, match=r"positions"):
-            rt.apply_rotary(q, None, torch.tensor([[0, -1]]), spec, layout="bshd", backend=backend)
+            rt.apply_rotary(q, None, dev(torch.tensor([[0, -1]])), spec, layout="bshd", backend=backend)
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(rotary.RotaryError) as error:
         rt.apply_rotary(torch.randn(1, 2, 2, 32), None, None, LLAMA.replace(head_dim=32, rotary_dim=32),
                         layout="bshd", backend="triton")

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU check (docs/gpu.md): on a machine with an NVIDIA GPU, from the repository's root, builds
+# the Python package, runs the Triton tests on CUDA and times the kernels (scripts/gpu_check.py).
+# Writes its logs and gpu_check.json into $OUT (default ./gpu-check-out); prints a summary last.
+#
+# The machine needs python3 with torch (CUDA), triton and transformers, a C++20 compiler, CMake
+# and Ninja. What it may lack can be put beside the repository in .gpu/ (ignored by git), and is
+# used from there without installing anything system-wide:
+#   .gpu/libhwy*.deb       Highway (rotary's SIMD library): `apt-get download libhwy-dev libhwy1`
+#   .gpu/*.whl             pybind11, scikit-build-core (the build), liger-kernel (a baseline):
+#                          `pip download --no-deps -d .gpu pybind11==3.0.1 scikit_build_core==0.11.6 liger-kernel`
+# Each step has its own time limit; a failed step is reported and the later ones still run
+# where they can. The whole check takes 5-7 minutes on an H100 machine with 16 cores.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+status=0
+step() { echo "== [$(($(date +%s) - t0)) s] $*"; }
+fail() { echo "== FAILED: $*"; status=1; }
+
+step "machine"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+  g++ --version | head -1; cmake --version | head -1; ninja --version; nproc; lscpu | grep 'Model name'
+} 2>&1 | tee "$OUT/machine.txt"
+
+step "Highway and wheels"
+if ! ls /usr/lib/*/cmake/hwy/hwy-config.cmake >/dev/null 2>&1 && ! ls /usr/local/lib*/cmake/hwy >/dev/null 2>&1; then
+  mkdir -p /tmp/hwy
+  for f in .gpu/libhwy*.deb; do dpkg -x "$f" /tmp/hwy || fail "unpacking $f"; done
+  export CMAKE_PREFIX_PATH=/tmp/hwy/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=/tmp/hwy/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if ls .gpu/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/*.whl || fail "wheels"
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+step "build the package (pip install ., the extension only: no CLI)"
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+pybind11_dir=$(python3 -m pybind11 --cmakedir)
+timeout 240 python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/rotary-site \
+  -C cmake.define.ROTARY_BUILD_CLI=OFF -C cmake.define.pybind11_DIR="$pybind11_dir" \
+  -C build-dir=/tmp/rotary-build . >"$OUT/build.log" 2>&1 || { fail "build (tail of build.log:)"; tail -30 "$OUT/build.log"; }
+export PYTHONPATH=/tmp/rotary-site:$PYTHONPATH
+python3 -c "import rotary; print('rotary', rotary.__version__, rotary.__file__)" || fail "import rotary"
+
+step "the Triton tests on CUDA (tests/python/test_triton_rope.py, ROTARY_TEST_DEVICE=cuda)"
+ROTARY_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
+  >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
+tail -5 "$OUT/pytest.log"
+
+step "measurements (scripts/gpu_check.py)"
+PYTHONUNBUFFERED=1 timeout 180 python3 scripts/gpu_check.py --out "$OUT" >"$OUT/gpu_check.log" 2>&1 || fail "gpu_check.py"
+tail -3 "$OUT/gpu_check.log"
+step "done (status $status)"
+cat "$OUT/summary.txt" 2>/dev/null
+exit $status
