@@ -10,6 +10,7 @@ import gc
 import inspect
 import itertools
 import sys
+import types
 import weakref
 from typing import Optional
 
@@ -17,11 +18,11 @@ import torch
 
 from ._rotary import RotaryError
 from ._spec import Spec
-from ._hf_apply_variants import _Refusal, _pick_function, _same
+from ._hf_apply_variants import _Refusal, _function_candidates, _pick_function, _same
 from ._hf_rotary_embedding import (COS_SIN_LAYOUTS, RotaryEmbedding, _exact_sinusoidal_positions,
                                    _hf_sinusoidal_positions, _layer_spec)
 from ._torch_cos_sin import ROUNDINGS
-from ._torch_fused_wrapper import drop_unused_wrapper
+from ._torch_fused_wrapper import _make_wrapper, drop_unused_wrapper
 
 # ---- patch_model ------------------------------------------------------------------------------------------
 _APPLY_NAMES = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave", "apply_multimodal_rotary_pos_emb")
@@ -195,12 +196,134 @@ def _modeling_modules(model) -> list:
     return seen
 
 
+def _marked(function, original, description, rounding):
+    function.rotary_original = original
+    function.rotary_variant = description
+    function.rotary_rounding = rounding
+    return function
+
+
+def _own_function(name, original, description, rounding):
+    """The variant _pick_function chose for transformers' `original` (by its description), with
+    another rounding: what the patched model's own methods call (_plan_own_methods). An
+    apply_rotary_pos_emb(q, k, cos, sin, ...) is wrapped as fuse_rope wraps the module-level one,
+    so that fusing the patched model intercepts its calls too."""
+    parameters = tuple(inspect.signature(original).parameters)
+    function = dict(_function_candidates(name, parameters, rounding))[description]
+    if name == "apply_rotary_pos_emb" and parameters[:4] == ("q", "k", "cos", "sin"):
+        function = _make_wrapper(function)
+    return _marked(function, original, description, rounding)
+
+
+def _refers_to(code, names) -> bool:
+    """Whether code, or code nested in it, names one of `names` (a global it loads)."""
+    return any(name in names for name in code.co_names) or any(
+        isinstance(const, types.CodeType) and _refers_to(const, names) for const in code.co_consts)
+
+
+class _OwnScopes:
+    """Copies of transformers' functions that read the apply functions from a namespace of the
+    patched model's own instead of their modeling module's globals: a copy of the module's dict
+    with the apply names bound to rotary's functions of the model's rounding, and the module-level
+    helpers that call them (Gemma 4's apply_multidimensional_rope) copied into it too.
+    The namespace has no __name__: Dynamo (torch 2.13) looks the globals of a function whose
+    namespace has a __name__ up in the module of that name, so with it a compiled model would call
+    the module's function instead (test_patch_isolation.py compiles both side by side)."""
+
+    def __init__(self, own: dict):
+        self.own = own  # modeling module name -> {apply name: function}
+        self.scopes: dict = {}  # modeling module name -> namespace
+        self.copies: dict = {}  # id(transformers' function) -> its copy, or itself when unchanged
+
+    def scope(self, fn):
+        """The namespace replacing fn's globals, or None when fn's module has no rotary functions."""
+        name = fn.__globals__.get("__name__")
+        if name not in self.own or sys.modules.get(name) is None or fn.__globals__ is not vars(sys.modules[name]):
+            return None
+        if name not in self.scopes:
+            namespace = {key: value for key, value in fn.__globals__.items() if key != "__name__"}
+            namespace.update(self.own[name])
+            self.scopes[name] = namespace
+            for key, value in list(namespace.items()):
+                if isinstance(value, types.FunctionType) and key not in self.own[name]:
+                    namespace[key] = self.copy(value)
+        return self.scopes[name]
+
+    def copy(self, fn):
+        """fn copied to run in its scope, with the functions it closes over (a decorator's wrapped
+        method) copied the same way; fn itself if none of it calls a rotary function."""
+        if id(fn) in self.copies:
+            return self.copies[id(fn)]
+        self.copies[id(fn)] = fn  # a function reached again while being copied stays itself
+        cells, changed = [], False
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                value = None
+            new = self.copy(value) if isinstance(value, types.FunctionType) else value
+            changed |= new is not value
+            cells.append(types.CellType(new) if new is not value else cell)
+        scope = self.scope(fn)
+        own = scope is not None and _refers_to(fn.__code__, self.own[fn.__globals__["__name__"]])
+        if not own and not changed:
+            return fn
+        result = types.FunctionType(fn.__code__, scope if own else fn.__globals__, fn.__name__, fn.__defaults__,
+                                    tuple(cells) if fn.__closure__ is not None else None)
+        result.__kwdefaults__ = fn.__kwdefaults__
+        result.__dict__.update(fn.__dict__)
+        result.__qualname__, result.__module__, result.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+        self.copies[id(fn)] = result
+        return result
+
+
+def _plan_own_methods(model_name, model, own: dict) -> list:
+    """own: modeling module name -> {apply name: rotary's function with the model's rounding}.
+    [(module path, attribute, copy)]: each method of the model's modules that calls those
+    functions (the attention forwards), copied by _OwnScopes, to be bound to that module alone.
+    So a rounding other than transformers' reaches this model only: the module-level functions
+    stay rounding "like_torch", transformers' bits, for every other model of the class. A module
+    that already has its own attribute of that name (a hook's forward) is refused (RotaryError,
+    nothing patched): replacing it would drop the hook, keeping it would bypass the rounding."""
+    if not own:
+        return []
+    scopes = _OwnScopes(own)
+    rounding = next(f for functions in own.values() for f in functions.values()).rotary_rounding
+    plans = []
+    for path, module in model.named_modules():
+        seen = set()
+        for klass in type(module).__mro__:
+            if klass in (torch.nn.Module, object):
+                continue
+            for attr, value in vars(klass).items():
+                if attr in seen or attr.startswith("__"):
+                    continue
+                seen.add(attr)
+                if not isinstance(value, types.FunctionType):
+                    continue
+                new = scopes.copy(value)
+                if new is value:
+                    continue
+                if attr in module.__dict__:
+                    raise RotaryError(
+                        f"patch_model: cannot serve {model_name} with rounding {rounding!r}: {path or '<model>'} "
+                        f"({type(module).__name__}) has its own {attr} attribute (a hook's?), and rotary binds its "
+                        f"copy of {type(module).__name__}.{attr} there to give this model alone that rounding; "
+                        "nothing was patched")
+                new.rotary_rounding = rounding
+                plans.append((path, attr, new))
+    return plans
+
+
 def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None):
     """Replaces a transformers model's RoPE by rotary's: every rotary-embedding module (with its
     config) by a RotaryEmbedding, GPT-J's / CodeGen's position tables by rotary's, and the apply
     functions of the model's modeling_* modules (apply_rotary_pos_emb, apply_rotary_pos_emb_interleave,
-    apply_multimodal_rotary_pos_emb) by rotary's kernel (rounding 'like_torch' for precision 'hf',
-    'once' for 'exact'). Returns the list of what was replaced.
+    apply_multimodal_rotary_pos_emb) by rotary's kernel with rounding 'like_torch'. Returns the list
+    of what was replaced. rounding (default 'like_torch' for precision 'hf', 'once' for 'exact'):
+    a rounding other than 'like_torch' reaches this model alone, through copies of its modules'
+    methods that call the apply functions (the attention forwards), bound to those modules and
+    reading rotary's functions of that rounding from a namespace of their own (_plan_own_methods).
 
     Nothing is replaced on trust. Each piece is first run against rotary's precision="hf"
     reproduction on probe inputs (positions 0..., 100000... and back, float32 / bfloat16 /
@@ -213,9 +336,11 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     RotaryEmbedding). Rotary-embedding modules without a config (vision towers' position embeddings,
     forward(seqlen)) are left as they are. The module-level functions are replaced in the modeling
     module, so every model of those classes in the process uses them, until unpatch_model (or the
-    `patched` context manager) undoes the patch of the last model that uses them; a second model
-    asking for another rounding while they are in use is a RotaryError (nothing is patched),
-    since switching them would change the first model's results."""
+    `patched` context manager) undoes the patch of the last model that uses them; since they
+    round 'like_torch', which the probe shows gives transformers' bits, models that were not
+    patched keep transformers' results whatever precision other models of the class were patched
+    with. A module that already has its own attribute in place of a method rotary would copy (a
+    hook's forward) is a RotaryError for a rounding other than 'like_torch' (nothing is patched)."""
     if precision not in ("hf", "exact"):
         raise RotaryError(f"precision must be 'hf' or 'exact' (got {precision!r})")
     if rounding is not None and rounding not in ROUNDINGS:
@@ -242,19 +367,20 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
     if not embeddings and not tables:
         raise RotaryError(f"patch_model: {model_name} has no rotary-embedding module built from a config and no "
                           "GPT-J position table: nothing rotary can serve; nothing was patched")
-    functions = []
+    functions, own = [], {}
     for modeling in _modeling_modules(model):
         for name in _APPLY_NAMES:
             current = _function_slot(modeling, name)[1]
             if not callable(current):
                 continue
             original = getattr(current, "rotary_original", current)  # patched before: probe transformers' own
-            _refuse_other_rounding(model_name, modeling, name, current, rounding)
-            description, function = _pick_function(model_name, modeling, name, original, specs, rounding)
-            function.rotary_original = original
-            function.rotary_variant = description
-            function.rotary_rounding = rounding
-            functions.append((modeling, name, function))
+            # The module-level function serves every model of the module, patched or not: always
+            # rounding "like_torch", which the probe shows gives transformers' bits.
+            description, function = _pick_function(model_name, modeling, name, original, specs, "like_torch")
+            functions.append((modeling, name, _marked(function, original, description, "like_torch")))
+            if rounding != "like_torch":
+                own.setdefault(modeling.__name__, {})[name] = _own_function(name, original, description, rounding)
+    methods = _plan_own_methods(model_name, model, own)
     # 2. Apply, keeping what unpatch_model needs to put everything back.
     replaced = []
     undo = _PatchRecord()
@@ -268,6 +394,10 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
         undo.buffers.append((path, holder.embed_positions, "embed_positions" not in holder._non_persistent_buffers_set))
         holder.register_buffer("embed_positions", table, persistent=False)
         replaced.append(f"{path}.embed_positions")
+    for path, attr, function in methods:
+        module = model.get_submodule(path)
+        module.__dict__[attr] = types.MethodType(function, module)  # found before the class's
+        undo.methods.append((path, attr))
     for modeling, name, function in functions:
         key = (modeling.__name__, name)
         original, users = _FUNCTION_USERS.setdefault(key, (function.rotary_original, weakref.WeakSet()))
@@ -278,25 +408,6 @@ def patch_model(model, *, precision: str = "hf", rounding: Optional[str] = None)
         replaced.append(f"{modeling.__name__}.{name}")
     model._rotary_patch = undo
     return replaced
-
-
-def _refuse_other_rounding(model_name, modeling, name, current, rounding) -> None:
-    """The module-level functions are process-wide: replacing one that a live patched model runs on
-    with another rounding would change that model's results behind its back (a precision="hf"
-    model would stop being bit-identical to transformers). Refused, naming both roundings."""
-    installed = getattr(current, "rotary_rounding", None)
-    if installed is None or installed == rounding:
-        return
-    entry = _FUNCTION_USERS.get((modeling.__name__, name))
-    if entry and entry[1]:
-        gc.collect()  # patched models dropped in a reference cycle no longer count
-    if entry and entry[1]:
-        raise RotaryError(
-            f"patch_model: {modeling.__name__}.{name} already runs rotary's rounding {installed!r} for "
-            f"{len(entry[1])} other patched model(s), and {model_name} asks for {rounding!r}; module-level "
-            "functions are shared by every model of the module, so one rounding serves them all: pass "
-            f"rounding={installed!r} (or the same precision), or unpatch_model the other models first; "
-            "nothing was patched")
 
 
 def _function_slot(modeling, name):
@@ -321,6 +432,7 @@ class _PatchRecord:
         self.modules: list = []
         self.buffers: list = []
         self.functions: list = []
+        self.methods: list = []  # (module path, attribute): _plan_own_methods' copies, bound per instance
 
     def __deepcopy__(self, memo):
         """copy.deepcopy of a patched model copies its record: the copy counts as a user of the
@@ -357,6 +469,11 @@ def unpatch_model(model) -> list:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, attr, old)
         restored.append(f"{parent_name}.{attr}" if parent_name else attr)
+    for path, attr in getattr(undo, "methods", ()):
+        module = model.get_submodule(path)
+        bound = module.__dict__.get(attr)
+        if getattr(getattr(bound, "__func__", None), "rotary_rounding", None) is not None:
+            del module.__dict__[attr]  # the class's method again
     for path, old, persistent in undo.buffers:
         model.get_submodule(path).register_buffer("embed_positions", old, persistent=persistent)
         restored.append(f"{path}.embed_positions")

@@ -57,6 +57,24 @@ def counting(monkeypatch, model):
                     return _fn(*args, **kwargs)
 
                 monkeypatch.setattr(modeling, name, wrapped)
+    # A rounding other than "like_torch" reaches the model through its modules' own copies of
+    # their methods (patch_model binds them per instance), which read the apply functions from a
+    # namespace of their own: counted there.
+    namespaces = {}
+    for module in model.modules():
+        for value in vars(module).values():
+            function = getattr(value, "__func__", None)
+            if getattr(function, "rotary_rounding", None) is not None:
+                namespaces[id(function.__globals__)] = function.__globals__
+    for namespace in namespaces.values():
+        for name, fn in list(namespace.items()):
+            if name.startswith("apply_") and is_rotary_function(fn):
+
+                def wrapped(*args, _fn=fn, **kwargs):
+                    calls["apply"] += 1
+                    return _fn(*args, **kwargs)
+
+                monkeypatch.setitem(namespace, name, wrapped)
     forward = rt.RotaryEmbedding.forward
 
     def counted_forward(self, *args, **kwargs):

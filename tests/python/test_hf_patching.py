@@ -202,28 +202,28 @@ def test_a_second_model_of_a_patched_class_is_probed_against_transformers_own_fu
     assert modeling_cohere.apply_rotary_pos_emb.rotary_variant == "gptj pairs, float32"
 
 
-def test_a_second_model_asking_for_another_rounding_is_refused_while_the_first_runs(restore_modeling):
-    """The functions are process-wide: precision="exact" (rounding "once") for a second model would
-    silently take the first model (precision "hf") off transformers' bits. Refused, nothing patched;
-    once the first is unpatched the second patches."""
+def test_a_second_model_with_another_rounding_patches_beside_the_first(restore_modeling):
+    """The module-level functions always round "like_torch" (transformers' bits); precision="exact"
+    (rounding "once") reaches the second model through its own attention methods. So the second
+    patches while the first (precision "hf") runs, and the first keeps transformers' bits."""
     from transformers.models.llama import modeling_llama
 
+    original_function = modeling_llama.apply_rotary_pos_emb
     first = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32)
     second = build(T.LlamaForCausalLM, small(T.LlamaConfig), torch.float32, seed=1)
     restore_modeling(first)
+    ids = {"input_ids": torch.randint(3, 97, (2, 7), generator=torch.Generator().manual_seed(3)),
+           "position_ids": torch.arange(7)[None] + 4000}
+    before = output(first, ids)
     rt.patch_model(first)
-    installed = modeling_llama.apply_rotary_pos_emb
-    with pytest.raises(rotary.RotaryError, match=r"modeling_llama.apply_rotary_pos_emb already runs rotary's "
-                                                 r"rounding 'like_torch' for 1 other patched model\(s\), and "
-                                                 r"LlamaForCausalLM asks for 'once'.*nothing was patched"):
-        rt.patch_model(second, precision="exact")
-    assert modeling_llama.apply_rotary_pos_emb is installed
-    assert not isinstance(second.model.rotary_emb, rt.RotaryEmbedding)
-    assert not hasattr(second, "_rotary_patch")
-    rt.unpatch_model(first)
     rt.patch_model(second, precision="exact")
-    assert modeling_llama.apply_rotary_pos_emb.rotary_rounding == "once"
+    assert modeling_llama.apply_rotary_pos_emb.rotary_rounding == "like_torch"
+    assert vars(second.model.layers[0].self_attn)["forward"].__func__.rotary_rounding == "once"
+    assert torch.equal(output(first, ids), before)
+    rt.unpatch_model(first)
     rt.unpatch_model(second)
+    assert modeling_llama.apply_rotary_pos_emb is original_function
+    assert "forward" not in vars(second.model.layers[0].self_attn)
 
 
 # ---- the dtype rule: the two-line recipe after model.to(bfloat16) ----------------------------------------
