@@ -43,14 +43,26 @@ export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 pybind11_dir=$(python3 -m pybind11 --cmakedir)
 timeout 240 python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/rotary-site \
   -C cmake.define.ROTARY_BUILD_CLI=OFF -C cmake.define.pybind11_DIR="$pybind11_dir" \
-  -C build-dir=/tmp/rotary-build . >"$OUT/build.log" 2>&1 || { fail "build (tail of build.log:)"; tail -30 "$OUT/build.log"; }
+  -C install.strip=false -C build-dir=/tmp/rotary-build . >"$OUT/build.log" 2>&1 || { fail "build (tail of build.log:)"; tail -30 "$OUT/build.log"; }
 export PYTHONPATH=/tmp/rotary-site:$PYTHONPATH
 python3 -c "import rotary; print('rotary', rotary.__version__, rotary.__file__)" || fail "import rotary"
 
+step "C++ errors reach Python as RotaryError (scripts/gpu_probe_errors.sh)"
+timeout 120 bash scripts/gpu_probe_errors.sh 2>&1 | tee "$OUT/errors.txt"
+if [[ ${GPU_CHECK_PROBE_ONLY:-0} == 1 ]]; then
+  step "where a crash happens (scripts/gpu_probe_segv.sh)"
+  timeout 60 bash scripts/gpu_probe_segv.sh 2>&1 | tee "$OUT/segv.txt"
+  step "done (the probes only)"
+  exit $status
+fi
+
 step "the Triton tests on CUDA (tests/python/test_triton_rope.py, ROTARY_TEST_DEVICE=cuda)"
 ROTARY_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
-  >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
+  -k "not refusals" >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
 tail -5 "$OUT/pytest.log"
+ROTARY_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
+  -k "refusals" >>"$OUT/pytest.log" 2>&1 || fail "CUDA tests (refusals)"
+tail -3 "$OUT/pytest.log"
 
 step "measurements (scripts/gpu_check.py)"
 PYTHONUNBUFFERED=1 timeout 180 python3 scripts/gpu_check.py --out "$OUT" >"$OUT/gpu_check.log" 2>&1 || fail "gpu_check.py"

@@ -177,8 +177,8 @@ def kernel_only(q, k, spec):
         _triton_rope.launch = launch
     q_, k_, q_out, k_out, native, style, positions, direction, rotary_offset = captured[0]
     q_out, k_out = torch.empty_like(q_), torch.empty_like(k_)
-    cos, sin, rows = _triton_rope.device_rows(native, positions, q.device)
     batch, seq, heads_q, dim = q_.shape
+    cos, sin, rows = _triton_rope.device_rows(native, positions, seq, q.device)
     heads_k = k_.shape[2]
     pairs = native.num_pairs
     block_h = min(_triton_rope._next_power_of_two(max(heads_q, heads_k)), _triton_rope.LAUNCH["block_h"])
@@ -187,10 +187,11 @@ def kernel_only(q, k, spec):
 
     def run():
         kernel[(batch * seq, blocks)](
-            q_, k_, q_out, k_out, rows, cos, sin, *q_.stride(), *k_.stride(), *q_out.stride(), *k_out.stride(),
+            q_, k_, q_out, k_out, cos if rows is None else rows, cos, sin, *q_.stride(), *k_.stride(), *q_out.stride(), *k_out.stride(),
             seq, heads_q, heads_k, dim, dim, rotary_offset, pairs, NEOX=style == "neox", BACKWARD=False,
             COPY_REST=False, BLOCK_P=_triton_rope._next_power_of_two(pairs),
-            BLOCK_D=_triton_rope._next_power_of_two(dim), BLOCK_H=block_h, num_warps=_triton_rope.LAUNCH["num_warps"])
+            BLOCK_D=_triton_rope._next_power_of_two(dim), BLOCK_H=block_h, ARANGE=rows is None,
+            num_warps=_triton_rope.LAUNCH["num_warps"])
     return run
 
 
@@ -219,6 +220,9 @@ def bench_shape(name, batch, seq, heads_q, heads_k, dim, dtype):
     time_row("rotary triton", lambda: rt.apply_rotary(q, k, None, spec, layout="bshd", backend="triton"))
     time_row("rotary triton out=", lambda: rt.apply_rotary(q, k, None, spec, layout="bshd", backend="triton",
                                                           out=(q_out, k_out)))
+    given = torch.arange(seq, device=DEVICE).expand(batch, -1) + 7
+    time_row("rotary triton, positions given", lambda: rt.apply_rotary(q, k, given, spec, layout="bshd",
+                                                                      backend="triton"))
     time_row("rotary triton inplace", lambda: rt.apply_rotary(q, k, None, spec, layout="bshd", backend="triton",
                                                              inplace=True))
     try:
@@ -257,7 +261,7 @@ def bench_shape(name, batch, seq, heads_q, heads_k, dim, dtype):
     return rows
 
 
-def sweep(dtype):
+def sweep(dtype, grid):
     """Launch shapes on the largest prefill: heads per program x warps (kernel only)."""
     name, batch, seq, heads_q, heads_k, dim = shapes()[1 if not ARGS.smoke else 0]
     spec = PLAIN.replace(head_dim=dim, rotary_dim=dim)
@@ -268,14 +272,13 @@ def sweep(dtype):
     saved = dict(_triton_rope.LAUNCH)
     out = {}
     try:
-        for block_h in (1, 2, 4, 8, 16, 32):
-            for warps in (1, 2, 4, 8):
-                _triton_rope.LAUNCH.update(block_h=block_h, num_warps=warps)
-                try:
-                    ms = median_ms(kernel_only(q, k, spec))
-                    out[f"block_h {block_h} warps {warps}"] = {"ms": ms, "GB/s": moved / ms / 1e6}
-                except Exception as error:  # noqa: BLE001
-                    out[f"block_h {block_h} warps {warps}"] = {"error": repr(error)[:300]}
+        for block_h, warps in grid:
+            _triton_rope.LAUNCH.update(block_h=block_h, num_warps=warps)
+            try:
+                ms = median_ms(kernel_only(q, k, spec))
+                out[f"block_h {block_h} warps {warps}"] = {"ms": ms, "GB/s": moved / ms / 1e6}
+            except Exception as error:  # noqa: BLE001
+                out[f"block_h {block_h} warps {warps}"] = {"error": repr(error)[:300]}
     finally:
         _triton_rope.LAUNCH.clear()
         _triton_rope.LAUNCH.update(saved)
@@ -290,8 +293,8 @@ def bench():
                 record("bench", key, bench_shape(*shape, dtype))
             except Exception:  # noqa: BLE001
                 record("bench", key, {"error": traceback.format_exc(limit=6)})
-        if dtype == torch.bfloat16:
-            record("bench", "launch sweep bfloat16", sweep(torch.bfloat16))
+        grid = [(b, w) for b in (4, 8, 16) for w in (1, 2, 4)]
+        record("bench", f"launch sweep {str(dtype).removeprefix('torch.')}", sweep(dtype, grid))
 
 
 def summary():

@@ -137,8 +137,11 @@ def _apply_triton(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, pr
     _rotary.apply(*call.args, "checks")
     _triton_rope.check_call(q, k, call.spec)
     views = [None if t is None else _to_bshd(t, layout) for t in (q, k, q_out, k_out)]
-    _triton_rope.launch(*views, call.native, call.spec.style, _token_positions(call, layout, 1)[0], direction,
-                        rotary_offset)
+    # 0, 1, ..., seq - 1 in every sequence (no positions, offsets or cu_seqlens): the kernel
+    # computes the rows, and no positions are copied to the device.
+    arange = call.per_token is None and call.offsets is None and layout != "thd"
+    _triton_rope.launch(*views, call.native, call.spec.style, None if arange else _token_positions(call, layout, 1)[0],
+                        direction, rotary_offset)
 
 
 register_backend("native", {"cpu"}, apply=_apply_native, default_for=("cpu",))
@@ -378,10 +381,30 @@ def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, l
             if k_out is not None:
                 _increment_version(k_out)
         return q_out, k_out
+    if backend == "auto" and q.device.type == "cuda" and triton_serves(q, k, spec_or_table):
+        backend = "triton"  # CUDA's automatic choice where the kernel computes the call (docs/gpu.md)
     if backend == "triton":  # python/rotary/_triton_rope.py, loaded on first use (triton on its first launch)
         from . import _triton_rope
         if "triton" not in backends():
             register_backend("triton", _triton_rope.DEVICE_TYPES, apply=_apply_triton)
+        if _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace, device_type=q.device.type):
+            # As the CPU kernels' eager path above: the launch without the custom op's dispatch,
+            # which costs more host time than the kernel takes at decode sizes on a GPU.
+            _triton_rope.check_device(q)
+            if out is not None:
+                q_out, k_out = out
+            elif inplace:
+                q_out, k_out = q, k
+            else:
+                q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+                k_out = None if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
+            _apply_triton(q, k, q_out, k_out, positions, offsets, cu_seqlens, source, precision, style, seq_len,
+                          layout, direction, rotary_offset, xpos_length)
+            if out is not None or inplace:
+                _increment_version(q_out)
+                if k_out is not None:
+                    _increment_version(k_out)
+            return q_out, k_out
         return _triton_rope.apply_rotary(q, k, positions, offsets, cu_seqlens, source, precision, style, seq_len,
                                          layout, direction, rotary_offset, xpos_length, inplace, out)
     if backend == "torch":
@@ -403,28 +426,47 @@ def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, l
 _increment_version = torch.autograd.graph.increment_version
 
 
-def eager_tensors(tensors, others=(), *, records_grad: bool = True) -> bool:
+def eager_tensors(tensors, others=(), *, records_grad: bool = True, device_type: str = "cpu") -> bool:
     """True when a call on these tensors can skip its custom op: eager (not traced by
-    torch.compile, no TorchDispatchMode such as FakeTensorMode active), every tensor a plain CPU
-    torch.Tensor (no subclass, no functorch wrapper: vmap / grad transforms go through the op) of
-    a kernel dtype (`others`, such as positions, of any dtype), and, when the op would record a
-    gradient (records_grad), none to record: its autograd formula is what a gradient needs."""
+    torch.compile, no TorchDispatchMode such as FakeTensorMode active), every tensor a plain
+    torch.Tensor on `device_type` (no subclass, no functorch wrapper: vmap / grad transforms go
+    through the op) of a kernel dtype (`others`, such as positions, of any dtype, on the CPU or
+    that device), and, when the op would record a gradient (records_grad), none to record: its
+    autograd formula is what a gradient needs."""
     if torch.compiler.is_compiling() or _current_dispatch_mode() is not None:
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor or t.device.type != "cpu" or t.dtype not in _DTYPES or _is_wrapped(t):
+        if type(t) is not torch.Tensor or t.device.type != device_type or t.dtype not in _DTYPES or _is_wrapped(t):
             return False
     for t in others:
-        if t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu" or _is_wrapped(t)):
+        if t is not None and (type(t) is not torch.Tensor or t.device.type not in ("cpu", device_type)
+                              or _is_wrapped(t)):
             return False
     return not (records_grad and torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
-def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace) -> bool:
+def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace, device_type: str = "cpu") -> bool:
     tensors = [q] if k is None else [q, k]
     if out is not None:
         tensors.extend(t for t in out if t is not None)
-    return eager_tensors(tensors, (positions, offsets, cu_seqlens), records_grad=out is None and not inplace)
+    return eager_tensors(tensors, (positions, offsets, cu_seqlens), records_grad=out is None and not inplace,
+                         device_type=device_type)
+
+
+_TRITON_IMPORTABLE = []  # [bool] once looked up: whether triton is installed (not imported here)
+
+
+def triton_serves(q, k, spec_or_table) -> bool:
+    """Whether backend "triton" computes this call (CUDA's automatic choice): triton installed,
+    float32 / bfloat16 / float16 tensors, one position stream and no xPos (what the kernel
+    refuses by name, _triton_rope.check_call). Otherwise "auto" keeps the pure-torch backend."""
+    if not _TRITON_IMPORTABLE:
+        import importlib.util
+        _TRITON_IMPORTABLE.append(importlib.util.find_spec("triton") is not None)
+    spec = spec_or_table if isinstance(spec_or_table, Spec) else spec_or_table.spec
+    kernel_dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    return (_TRITON_IMPORTABLE[0] and q.dtype in kernel_dtypes and (k is None or k.dtype in kernel_dtypes)
+            and spec.position_streams == 1 and spec.xpos_scale_base is None)
 
 
 _current_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode

@@ -18,6 +18,7 @@ when the kernel is first built), which is how the tests run it without a GPU.
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import weakref
@@ -76,9 +77,20 @@ _DEVICE_ROWS = weakref.WeakKeyDictionary()
 _DEVICE_ROWS_LOCK = threading.Lock()
 
 
-def device_rows(native, positions: np.ndarray, device: torch.device):
-    """(cos, sin, row per token): the table rows on `device` and the row each token reads."""
-    needed = int(positions.max()) + 1 if positions.size else 1
+# Token positions -> their device copy, for the calls that pass positions (or offsets): the
+# layers of one forward step pass the same positions, and each would otherwise copy them to the
+# device (a synchronous copy from pageable host memory) before its launch. Keyed by the values'
+# bytes (compared in full on a hit: no hash collision can pick another call's positions).
+_POSITIONS = collections.OrderedDict()
+_POSITIONS_KEPT = 16
+_POSITIONS_BYTES = 1 << 20  # larger position arrays are copied each call, not kept
+
+
+def device_rows(native, positions: Optional[np.ndarray], seq: int, device: torch.device):
+    """(cos, sin, row per token or None): the table rows on `device` and the row each token
+    reads. positions None: every sequence at 0, 1, ..., seq - 1 (the kernel's row is the token's
+    index in its sequence: nothing to copy)."""
+    needed = seq if positions is None else (int(positions.max()) + 1 if positions.size else 1)
     pairs = native.num_pairs
     with _DEVICE_ROWS_LOCK:
         per_device = _DEVICE_ROWS.get(native)
@@ -91,14 +103,35 @@ def device_rows(native, positions: np.ndarray, device: torch.device):
             size = max(needed, _FIRST_ROWS, 0 if have is None else 2 * have[0].shape[0])
             size = min(size, native.max_position + 1)
             if size * pairs * 8 > _CACHED_TABLE_BYTES:
+                if positions is None:
+                    positions = np.broadcast_to(np.arange(seq, dtype=np.int64), (1, seq))
                 distinct, row = np.unique(positions, return_inverse=True)
                 cos, sin = native_rows(native, distinct.astype(np.int64), seq_len=native.seq_len)
                 return (torch.from_numpy(cos).to(device), torch.from_numpy(sin).to(device),
-                        torch.from_numpy(row.reshape(-1).astype(np.int64)).to(device))
+                        _device_positions(row.reshape(positions.shape).astype(np.int64), device))
             cos, sin = native_rows(native, np.arange(size, dtype=np.int64), seq_len=native.seq_len)
             have = (torch.from_numpy(cos).to(device), torch.from_numpy(sin).to(device))
             per_device[device] = have
-    return have[0], have[1], torch.from_numpy(np.array(positions, dtype=np.int64).reshape(-1)).to(device)
+    rows = None if positions is None else _device_positions(positions, device)
+    return have[0], have[1], rows
+
+
+def _device_positions(positions: np.ndarray, device: torch.device) -> torch.Tensor:
+    """int64 positions [tokens] on the device: a kept copy when these values were copied before."""
+    values = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    if values.nbytes > _POSITIONS_BYTES:
+        return torch.from_numpy(values).to(device)
+    key = (str(device), values.tobytes())
+    with _DEVICE_ROWS_LOCK:
+        kept = _POSITIONS.get(key)
+        if kept is not None:
+            _POSITIONS.move_to_end(key)
+            return kept
+        kept = torch.from_numpy(values).to(device)
+        _POSITIONS[key] = kept
+        if len(_POSITIONS) > _POSITIONS_KEPT:
+            _POSITIONS.popitem(last=False)
+        return kept
 
 
 # ---- the kernel -------------------------------------------------------------------------------------
@@ -118,29 +151,34 @@ def _next_power_of_two(n: int) -> int:
 
 
 # The launch shape: heads per program (at most; a power of two) and warps per program. The GPU
-# check (scripts/gpu_check.py) times the choices; these are the defaults it picked on an H100.
-LAUNCH = {"block_h": 4, "num_warps": 4}
+# check (scripts/gpu_check.py) sweeps them; on an H100 at 8 x 4096 tokens of Llama-3-8B's heads,
+# 16 heads and 4 warps was the fastest in float32 and within 1% of the fastest in bfloat16
+# (docs/gpu.md). One head per program ran at a third of that speed.
+LAUNCH = {"block_h": 16, "num_warps": 4}
 
 
-def launch(q, k, q_out, k_out, native, style: str, positions: np.ndarray, direction: str, rotary_offset: int) -> None:
+def launch(q, k, q_out, k_out, native, style: str, positions: Optional[np.ndarray], direction: str,
+           rotary_offset: int) -> None:
     """One launch over q's and k's heads. q, k, q_out, k_out: [batch, seq, heads, head_dim] views
-    (any strides; k, k_out may be None); positions: int64 [batch, seq] (checked by the caller)."""
+    (any strides; k, k_out may be None); positions: int64 [batch, seq] (checked by the caller), or
+    None for 0, 1, ..., seq - 1 in every sequence."""
     batch, seq, heads_q, dim_q = q.shape
     heads_k, dim_k = (0, dim_q) if k is None else (k.shape[2], k.shape[3])
     tokens = batch * seq
     if tokens == 0 or heads_q + heads_k == 0:
         return
-    cos, sin, rows = device_rows(native, positions, q.device)
+    cos, sin, rows = device_rows(native, positions, seq, q.device)
     k, k_out = (q, q_out) if k is None else (k, k_out)  # unread when heads_k is 0
     pairs = native.num_pairs
     copy_rest = q_out.data_ptr() != q.data_ptr() and 2 * pairs < max(dim_q, dim_k)
     block_h = min(_next_power_of_two(max(heads_q, heads_k)), LAUNCH["block_h"])
     blocks = -(-heads_q // block_h) + -(-heads_k // block_h)
     _kernel()[(tokens, blocks)](
-        q, k, q_out, k_out, rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
+        q, k, q_out, k_out, cos if rows is None else rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
         seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs, NEOX=style == "neox",
         BACKWARD=direction == "backward", COPY_REST=copy_rest, BLOCK_P=_next_power_of_two(pairs),
-        BLOCK_D=_next_power_of_two(max(dim_q, dim_k)), BLOCK_H=block_h, num_warps=LAUNCH["num_warps"])
+        BLOCK_D=_next_power_of_two(max(dim_q, dim_k)), BLOCK_H=block_h, ARANGE=rows is None,
+        num_warps=LAUNCH["num_warps"])
 
 
 # ---- the custom ops (as rotary::apply_rotary's in _torch_ops.py) -------------------------------------

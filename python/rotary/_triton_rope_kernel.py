@@ -64,7 +64,7 @@ def rope_kernel(q, k, q_out, k_out, rows, cos, sin,
                 qo_sb, qo_ss, qo_sh, qo_sd, ko_sb, ko_ss, ko_sh, ko_sd,
                 seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs,
                 NEOX: tl.constexpr, BACKWARD: tl.constexpr, COPY_REST: tl.constexpr, BLOCK_P: tl.constexpr,
-                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):
+                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, ARANGE: tl.constexpr):
     # A program per (token, block of BLOCK_H heads): q's head blocks first, then k's (GQA: k may
     # have fewer heads). The token's cos/sin row is loaded once for all of its heads. Offsets in
     # int64: a large tensor's element offsets pass 2^31.
@@ -72,7 +72,10 @@ def rope_kernel(q, k, q_out, k_out, rows, cos, sin,
     block = tl.program_id(1)
     bi = token // seq
     si = token % seq
-    row = tl.load(rows + token)  # the table row of this token's position
+    if ARANGE:  # positions 0, 1, ..., seq - 1 in every sequence: rows is not read
+        row = si
+    else:
+        row = tl.load(rows + token)  # the table row of this token's position
     p = tl.arange(0, BLOCK_P)
     p_mask = p < pairs
     c = tl.load(cos + row * pairs + p, mask=p_mask, other=0.0)

@@ -346,3 +346,57 @@ def test_importing_rotary_and_other_backends_never_load_triton():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_custom_ops_compute_what_the_eager_launch_computes():
+    # An eager call without gradients launches directly (no custom op dispatch); torch.compile,
+    # dispatch modes and autograd go through the ops rotary::apply_rotary_triton(_, _out). Both
+    # paths, each output mode: the same bits.
+    from rotary import _triton_rope
+    gen = torch.Generator().manual_seed(21)
+    q, k = dev(torch.randn(2, 5, 8, 64, generator=gen)), dev(torch.randn(2, 5, 2, 64, generator=gen))
+    positions = dev(torch.randint(0, 100_000, (2, 5), generator=gen))
+    spec = LLAMA.replace(head_dim=64, rotary_dim=64)
+    want_q, want_k = rt.apply_rotary(q, k, positions, spec, layout="bshd", backend="triton")
+    rest = (positions, None, None, spec._handle, "", "", -1, "bshd", "forward", 0, 0)
+    got_q, got_k = _triton_rope.apply_rotary(q, k, *rest, False, None)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+    out = (torch.empty_like(q), torch.empty_like(k))
+    _triton_rope.apply_rotary(q, k, *rest, False, out)
+    assert torch.equal(out[0], want_q) and torch.equal(out[1], want_k)
+    q2, k2 = q.clone(), k.clone()
+    _triton_rope.apply_rotary(q2, k2, *rest, True, None)
+    assert torch.equal(q2, want_q) and torch.equal(k2, want_k)
+
+
+def test_positions_reach_the_device_once_per_distinct_value_set():
+    # The layers of a forward step pass the same positions: one device copy serves them all (kept
+    # by value, compared in full), and other positions of the same shape get their own copy.
+    from rotary import _triton_rope
+    _triton_rope._POSITIONS.clear()
+    gen = torch.Generator().manual_seed(22)
+    q = torch.randn(1, 4, 8, 32, generator=gen)
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    first, second = torch.tensor([[5, 9, 70_000, 3]]), torch.tensor([[5, 9, 70_001, 3]])
+    for _ in range(3):
+        triton(q, None, first, spec, layout="bshd")
+    assert len(_triton_rope._POSITIONS) == 1
+    got, _ = triton(q, None, second, spec, layout="bshd")
+    assert len(_triton_rope._POSITIONS) == 2
+    kernel, _ = rt.apply_rotary(q, None, second, spec, layout="bshd")
+    ref, _ = rt.apply_rotary(q.double(), None, second, spec, layout="bshd")
+    check_close("second positions", got, kernel, ref, q, 0, 32, "neox", 1.0)
+    triton(q, None, None, spec, layout="bshd")  # 0, 1, 2, 3: computed by the kernel, nothing copied
+    assert len(_triton_rope._POSITIONS) == 2
+
+
+def test_cuda_calls_choose_triton_where_it_computes_them():
+    # backend="auto" on a CUDA tensor: the Triton kernel for float32 / bfloat16 / float16 and
+    # one position stream without xPos; the pure-torch backend for the rest (float64, M-RoPE).
+    from rotary._torch_ops import triton_serves
+    q = torch.empty(1, 2, 2, 32)
+    assert triton_serves(q, q, LLAMA) and triton_serves(q.half(), None, rotary.Table(LLAMA))
+    assert not triton_serves(q.double(), None, LLAMA)
+    assert not triton_serves(q, q.double(), LLAMA)
+    mrope = rotary.Spec.preset("qwen2-vl-7b")
+    assert mrope.position_streams == 3 and not triton_serves(q, q, mrope)
