@@ -30,6 +30,7 @@
 #include "rotary/error.hpp"
 #include "src/attention/plan.hpp"
 #include "src/cpu/backends.hpp"
+#include "src/core/shape_text.hpp"
 
 namespace rotary {
 namespace {
@@ -38,15 +39,6 @@ using attention_internal::Plan;
 using attention_internal::Sequence;
 
 [[noreturn]] void fail(const std::string& message) { throw Error("attention: " + message); }
-
-std::string shape_text(const TensorView& view) {
-  std::string text = "[";
-  for (int axis = 0; axis < layout_rank(view.layout); ++axis) {
-    if (axis > 0) text += ", ";
-    text += std::to_string(view.shape[axis]);
-  }
-  return text + "]";
-}
 
 struct Checked {
   NamedAxes axes;

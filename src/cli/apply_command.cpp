@@ -15,6 +15,7 @@
 #include "rotary/error.hpp"
 #include "core/json.hpp"
 #include "npy.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary::cli {
 
@@ -75,13 +76,6 @@ DType dtype_of(const npy::Array& array, const std::string& flag) {
   }
   throw Error(detail::concat("apply: ", flag, " must hold float32, float16, bfloat16 (as uint16) or float64 (got ",
                              npy::to_string(array.type), ")"));
-}
-
-// NumPy's repr of a shape: (), (5,), (2, 3).
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t axis = 0; axis < shape.size(); ++axis) text += (axis ? ", " : "") + std::to_string(shape[axis]);
-  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 TensorView view_of(npy::Array& array, Layout layout, const std::string& flag) {

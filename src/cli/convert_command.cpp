@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "rotary/convert.hpp"
 #include "rotary/error.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary::cli {
 
@@ -77,12 +78,6 @@ std::vector<std::string> split_modules(const std::string& flag, const std::optio
   return modules;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 const char* pairing_name(Style style) { return style == Style::GPTJ ? "interleaved" : "half-split"; }
 
 }  // namespace
@@ -141,7 +136,7 @@ int run_convert_weights(Args& args) {
   out << (options.dry_run ? "would permute " : "permuted ") << result.permuted.size() << " tensors:\n";
   for (const PermutedTensor& t : result.permuted) {
     out << format_line("  %-56s %s %-5s %-14s %lld head%s, rows [%lld, %lld) of %lld\n", t.name.c_str(), t.role.c_str(),
-                       t.dtype.c_str(), shape_text(t.shape).c_str(), static_cast<long long>(t.heads),
+                       t.dtype.c_str(), json_shape_text(t.shape).c_str(), static_cast<long long>(t.heads),
                        t.heads == 1 ? "" : "s", static_cast<long long>(t.offset),
                        static_cast<long long>(t.offset + t.rotary_rows), static_cast<long long>(t.head_rows));
   }

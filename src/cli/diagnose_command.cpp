@@ -16,6 +16,7 @@
 #include "rotary/diagnose.hpp"
 #include "rotary/error.hpp"
 #include "rotary/tensor.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary::cli {
 
@@ -110,12 +111,6 @@ Rows read_rows(const std::string& flag, const std::string& path) {
   return rows;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + ")";
-}
-
 }  // namespace
 
 int run_diagnose(Args& args) {
@@ -158,7 +153,7 @@ int run_diagnose(Args& args) {
   const int64_t heads = x.shape.size() == 3 ? x.shape[1] : 1;
   const int64_t head_dim = x.shape.back();
   if (positions_array.shape.size() != 1 || positions_array.shape[0] != num_tokens) {
-    throw Error(detail::concat("diagnose: --positions must be [rows] = (", num_tokens, ") to match --x ",
+    throw Error(detail::concat("diagnose: --positions must be [rows] = (", num_tokens, ",) to match --x ",
                                shape_text(x.shape), " (got ", shape_text(positions_array.shape), ")"));
   }
   std::vector<int64_t> token_positions(static_cast<size_t>(num_tokens));

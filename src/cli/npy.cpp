@@ -39,6 +39,7 @@
 
 #include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary::npy {
 
@@ -75,15 +76,6 @@ constexpr std::string_view kMagic = "\x93NUMPY";
 // the header in place. Writing the same bytes makes our files identical to np.save's.
 constexpr size_t kArrayAlign = 64;
 constexpr size_t kGrowthAxisMaxDigits = 21;
-
-// NumPy's repr of a shape tuple: (), (5,), (2, 3).
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "(";
-  for (size_t axis = 0; axis < shape.size(); ++axis) out << (axis ? ", " : "") << shape[axis];
-  out << (shape.size() == 1 ? ",)" : ")");
-  return out.str();
-}
 
 // File bytes quoted for a message: printable ASCII as is, the rest as \xNN, at most
 // `max_chars` source bytes.

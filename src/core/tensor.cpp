@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "rotary/error.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary {
 
@@ -124,14 +125,6 @@ NamedAxes named_axes(const TensorView& view) {
 }
 
 namespace {
-
-std::string shape_text(const TensorView& view) {
-  std::ostringstream out;
-  out << to_string(view.layout) << " (";
-  for (int axis = 0; axis < layout_rank(view.layout); ++axis) out << (axis ? ", " : "") << view.shape[axis];
-  out << ")";
-  return out.str();
-}
 
 }  // namespace
 

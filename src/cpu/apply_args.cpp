@@ -36,6 +36,7 @@
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
 #include "src/cpu/backends.hpp"
+#include "src/core/shape_text.hpp"
 
 namespace rotary {
 
@@ -119,15 +120,6 @@ bool valid_dtype(DType dtype) {
 
 bool valid_layout(Layout layout) {
   return layout == Layout::BSHD || layout == Layout::BHSD || layout == Layout::SBHD || layout == Layout::THD;
-}
-
-// "bshd (2, 16, 8, 64)": the shape in the layout's axis order.
-std::string shape_text(const TensorView& view) {
-  std::ostringstream out;
-  out << to_string(view.layout) << " (";
-  for (int axis = 0; axis < layout_rank(view.layout); ++axis) out << (axis ? ", " : "") << view.shape[axis];
-  out << ")";
-  return out.str();
 }
 
 std::string strides_text(const TensorView& view) {

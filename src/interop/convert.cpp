@@ -24,6 +24,7 @@
 #include "interop/conversion.hpp"
 #include "interop/safetensors.hpp"
 #include "rotary/error.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary {
 
@@ -61,12 +62,6 @@ constexpr std::string_view kFusedModules[] = {"qkv_proj", "query_key_value", "Wq
 // quantized weights, whose scales are laid out by blocks of rows.
 bool permutable_dtype(std::string_view dtype) {
   return dtype == "F64" || dtype == "F32" || dtype == "F16" || dtype == "BF16";
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
 }
 
 }  // namespace
@@ -178,14 +173,14 @@ ConversionPlan detail::plan_conversion(const safetensors::Header& header, int64_
     const bool vector = entry.shape.size() == 1;
     if (!weight_2d && !vector) {
       throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " (", role, ") has shape ",
-                                 shape_text(entry.shape), "; a projection weight is [rows, inputs], a bias or norm "
+                                 json_shape_text(entry.shape), "; a projection weight is [rows, inputs], a bias or norm "
                                  "weight [rows]"));
     }
     if (leaf == "weight" && vector && rows == head_rows) {
       heads = 1;  // a norm weight shared by every head (Qwen3's q_norm / k_norm over head_dim)
     } else if (rows != expected_rows) {
       throw Error(detail::concat(source, ": tensor ", json::quote(entry.name), " (", role, ") has ", rows,
-                                 " rows (shape ", shape_text(entry.shape), "), but the config (", geometry.source,
+                                 " rows (shape ", json_shape_text(entry.shape), "), but the config (", geometry.source,
                                  ") gives ", layout, " = ", expected_rows, " rows",
                                  leaf == "weight" && vector ? detail::concat(" (or ", head_rows, " for a norm shared by the heads)") : std::string()));
     }

@@ -9,6 +9,7 @@
 
 #include "core/json.hpp"
 #include "rotary/error.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary::safetensors {
 namespace {
@@ -94,12 +95,6 @@ int64_t non_negative(const json::Value& value, std::string_view source, std::str
   return value.as_int64();
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 TensorEntry read_entry(const std::string& name, const json::Value& value, std::string_view source) {
   if (!value.is_object()) {
     throw Error(detail::concat(source, ": tensor ", quoted(name),
@@ -166,7 +161,7 @@ TensorEntry read_entry(const std::string& name, const json::Value& value, std::s
     overflow = false;
   }
   if (overflow || bytes != entry.end - entry.begin) {
-    throw Error(detail::concat(source, ": tensor ", quoted(name), ": shape ", shape_text(entry.shape), " of ",
+    throw Error(detail::concat(source, ": tensor ", quoted(name), ": shape ", json_shape_text(entry.shape), " of ",
                                entry.dtype, " needs ",
                                overflow ? std::string("more than 2^63") : std::to_string(bytes),
                                " bytes, but data_offsets [", entry.begin, ", ", entry.end, "] span ",
@@ -321,11 +316,11 @@ std::string serialize(const std::vector<TensorData>& tensors,
     int64_t bytes = size;
     for (const int64_t extent : tensor.shape) {
       if (extent < 0 || __builtin_mul_overflow(bytes, extent, &bytes)) {
-        throw Error(detail::concat("safetensors: tensor ", quoted(tensor.name), ": invalid shape ", shape_text(tensor.shape)));
+        throw Error(detail::concat("safetensors: tensor ", quoted(tensor.name), ": invalid shape ", json_shape_text(tensor.shape)));
       }
     }
     if (bytes != static_cast<int64_t>(tensor.bytes.size())) {
-      throw Error(detail::concat("safetensors: tensor ", quoted(tensor.name), ": shape ", shape_text(tensor.shape),
+      throw Error(detail::concat("safetensors: tensor ", quoted(tensor.name), ": shape ", json_shape_text(tensor.shape),
                                  " of ", tensor.dtype, " needs ", bytes, " bytes (got ", tensor.bytes.size(), ")"));
     }
     writer.key(tensor.name).begin_object();

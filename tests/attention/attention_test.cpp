@@ -347,13 +347,13 @@ TEST(AttentionArgs, EmptyViewsWhoseTokensOrOffsetsOverflowAreRefused) {
     TensorView out = q;
     TensorView k{nullptr, DType::F32, Layout::BSHD, {3, 5, 0, 8}, {0, 0, 8, 1}};
     EXPECT_THAT([&] { call(q, k, k, out); },
-                ThrowsMessage<Error>(HasSubstr("attention: q: the token count (batch x seq) must fit in int64 (got shape [3, 4611686018427387904, 0, 8])")));
+                ThrowsMessage<Error>(HasSubstr("attention: q: the token count (batch x seq) must fit in int64 (got shape bshd (3, 4611686018427387904, 0, 8))")));
     // Token counts that fit, but a batch stride that 2 sequences already take past int64.
     TensorView wide_q{nullptr, DType::F32, Layout::BSHD, {3, 4, 0, 8}, {tokens, 8, 8, 1}};
     TensorView wide_out = wide_q;
     wide_out.stride_elems[0] = 32;
     EXPECT_THAT([&] { call(wide_q, k, k, wide_out); },
-                ThrowsMessage<Error>(HasSubstr("attention: q: element offsets must fit in int64 (got shape [3, 4, 0, 8])")));
+                ThrowsMessage<Error>(HasSubstr("attention: q: element offsets must fit in int64 (got shape bshd (3, 4, 0, 8))")));
     // The same shapes with ordinary strides are valid empty calls.
     TensorView fine_q{nullptr, DType::F32, Layout::BSHD, {3, 4, 0, 8}, {0, 0, 8, 1}};
     EXPECT_NO_THROW(call(fine_q, k, k, fine_q));
@@ -375,7 +375,7 @@ TEST(AttentionArgs, EmptyViewsWhoseTokensOrOffsetsOverflowAreRefused) {
         reference::attention(thd_q, thd_k, thd_v, thd_out, thd);
       }
     };
-    EXPECT_THAT(thd_call, ThrowsMessage<Error>(HasSubstr("attention: out: element offsets must fit in int64 (got shape [5, 2, 0])")));
+    EXPECT_THAT(thd_call, ThrowsMessage<Error>(HasSubstr("attention: out: element offsets must fit in int64 (got shape thd (5, 2, 0))")));
     thd_out.stride_elems[0] = 0;
     EXPECT_NO_THROW(thd_call());
   }

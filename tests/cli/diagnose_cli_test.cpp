@@ -349,7 +349,7 @@ TEST(DiagnoseCli, BadInputIsAnErrorNamingTheArgument) {
       {x_arg + " --y " + (dir / "y.npy") + " --positions " + (dir / "same.npy"),
        "positions must hold at least 2 distinct values to separate theta from the offset (got all 8 rows at position 7)"},
       {x_arg + " --y " + (dir / "y.npy") + " --positions " + (dir / "p3.npy"),
-       "diagnose: --positions must be [rows] = (8) to match --x (8, 96) (got (3))"},
+       "diagnose: --positions must be [rows] = (8,) to match --x (8, 96) (got (3,))"},
       {x_arg + " --y " + (dir / "y.npy"), "diagnose: --positions is required"},
       {x_arg + " --y " + (dir / "y.npy") + " --positions " + (dir / "p.npy") + " --preset llama-3.1-7b",
        "did you mean llama-3.1-8b?"},
