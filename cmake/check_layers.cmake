@@ -1,8 +1,8 @@
 # cmake/check_layers.cmake: every #include of rotary's own headers runs down the layers of
 # cmake/rotary_layers.cmake. Run by ctest (Layering.IncludesRunDown):
 #   cmake -DROOT=<source tree> -P cmake/check_layers.cmake
-# For each file in include/rotary and in each layer's folder src/<dir>/ (not its subfolders: they
-# are layers of their own), each `#include "x"` (and `#include <hwy/...>`) is given a layer:
+# For each file in include/rotary and in each layer's folder src/<dir>/ (and the subfolders listed
+# as its parts, ROTARY_LAYER_PARTS_<layer>; other subfolders are layers of their own), each `#include "x"` (and `#include <hwy/...>`) is given a layer:
 #   "rotary/<name>.hpp"         the layer that defines the public header (ROTARY_PUBLIC_HEADERS_*)
 #   "hwy/..."                   Highway (layer hwy)
 #   "<dir>/..." or "src/<dir>/..."  the layer whose folder is <dir> (the longest match)
@@ -100,8 +100,15 @@ foreach(header IN LISTS public_headers)
   math(EXPR checked "${checked} + 1")
 endforeach()
 foreach(layer IN LISTS ROTARY_LAYERS)
-  file(GLOB sources "${ROOT}/src/${ROTARY_LAYER_DIR_${layer}}/*.cpp" "${ROOT}/src/${ROTARY_LAYER_DIR_${layer}}/*.hpp"
-                    "${ROOT}/src/${ROTARY_LAYER_DIR_${layer}}/*.h")
+  set(folders "${ROTARY_LAYER_DIR_${layer}}")
+  foreach(part IN LISTS ROTARY_LAYER_PARTS_${layer})  # subfolders that belong to the layer
+    list(APPEND folders "${ROTARY_LAYER_DIR_${layer}}/${part}")
+  endforeach()
+  set(sources "")
+  foreach(folder IN LISTS folders)
+    file(GLOB found "${ROOT}/src/${folder}/*.cpp" "${ROOT}/src/${folder}/*.hpp" "${ROOT}/src/${folder}/*.h")
+    list(APPEND sources ${found})
+  endforeach()
   foreach(source IN LISTS sources)
     check_file("${source}" ${layer} FALSE)
     math(EXPR checked "${checked} + 1")
