@@ -385,8 +385,7 @@ def _apply_rotary_checked(q, k, positions, spec_or_table, offsets, cu_seqlens, l
         backend = "triton"  # CUDA's automatic choice where the kernel computes the call (docs/gpu.md)
     if backend == "triton":  # python/rotary/_triton_rope.py, loaded on first use (triton on its first launch)
         from . import _triton_rope
-        if "triton" not in backends():
-            register_backend("triton", _triton_rope.DEVICE_TYPES, apply=_apply_triton)
+        register_triton()
         if _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace, device_type=q.device.type):
             # As the CPU kernels' eager path above: the launch without the custom op's dispatch,
             # which costs more host time than the kernel takes at decode sizes on a GPU.
@@ -451,6 +450,15 @@ def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace, device_type:
         tensors.extend(t for t in out if t is not None)
     return eager_tensors(tensors, (positions, offsets, cu_seqlens), records_grad=out is None and not inplace,
                          device_type=device_type)
+
+
+def register_triton() -> None:
+    """Registers backend "triton" in the device seam (_backends.py) on its first use. Called again
+    where the op runs (_triton_rope._run): a first call traced by torch.compile registers nothing
+    while tracing, and the op then runs before any eager call has."""
+    if "triton" not in backends():
+        from . import _triton_rope
+        register_backend("triton", _triton_rope.DEVICE_TYPES, apply=_apply_triton)
 
 
 _TRITON_IMPORTABLE = []  # [bool] once looked up: whether triton is installed (not imported here)

@@ -400,3 +400,39 @@ def test_cuda_calls_choose_triton_where_it_computes_them():
     assert not triton_serves(q, q.double(), LLAMA)
     mrope = rotary.Spec.preset("qwen2-vl-7b")
     assert mrope.position_streams == 3 and not triton_serves(q, q, mrope)
+
+
+def test_torch_compile_keeps_the_triton_op_as_one_node():
+    # Under torch.compile the call goes through the custom op (not the eager launch): fullgraph,
+    # one rotary::apply_rotary_triton node in the graph, and the eager call's bits. Autograd too.
+    graphs = []
+
+    def backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    gen = torch.Generator().manual_seed(23)
+    q, k = dev(torch.randn(1, 6, 8, 32, generator=gen)), dev(torch.randn(1, 6, 2, 32, generator=gen))
+    positions = dev(torch.randint(0, 100_000, (1, 6), generator=gen))
+
+    def rotate(q, k, positions):
+        return rt.apply_rotary(q, k, positions, spec, layout="bshd", backend="triton")
+
+    from rotary import _backends
+    _backends.unregister_backend("triton")  # a first call that is traced registers it where the op runs
+    torch._dynamo.reset()
+    compiled = torch.compile(rotate, fullgraph=True, backend=backend)
+    got = compiled(q, k, positions)
+    want = rotate(q, k, positions)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    ops = [str(node.target) for g in graphs for node in g.graph.nodes if node.op == "call_function"]
+    assert sum("apply_rotary_triton" in op for op in ops) == 1, ops
+    # The backward through the compiled call is the kernel's rotation by -angle.
+    qg = q.clone().requires_grad_()
+    out_q, _ = compiled(qg, k, positions)
+    grad = dev(torch.randn(out_q.shape, generator=gen))
+    out_q.backward(grad)
+    want_grad, _ = rt.apply_rotary(grad, None, positions, spec, layout="bshd", direction="backward",
+                                   backend="triton")
+    assert torch.equal(qg.grad, want_grad)
