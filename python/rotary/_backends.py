@@ -11,8 +11,9 @@ checks hold for tensors of any device). docs/backends.md describes the seam.
 The automatic choice for a device type is its first registered backend that implements the op;
 device types without an entry fall back to the backends for any device that holds values (the
 pure-torch apply). None left: RotaryError naming the tensor and its device. The Triton backend
-(_triton_rope.py) registers here by name the first time a call asks for backend="triton"; it is
-not the automatic choice for any device yet.
+(_triton_rope.py) is registered here on first use, through the loader _torch_ops names for it
+(register_backend_loader): importing rotary never imports triton. Its automatic choice for CUDA
+tensors is made per call in _torch_ops (triton_serves), not by this registry's order.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ _ANY_DEVICE: list = []  # backend names for device types without an entry of the
 # (device type, op) -> the automatic choice, found once: a decode step's op body pays one dict read
 # here. Emptied whenever the registry changes.
 _CHOICES: dict = {}
+# name -> a function that registers backend `name` when it is first asked for by name (the
+# Triton backend: its module, and triton, load only then).
+_LOADERS: dict = {}
 
 # Why a device has no backend, per op, for the error (what the user can do about it).
 _NO_BACKEND_HINTS = {
@@ -72,6 +76,12 @@ def register_backend(name: str, device_types: Optional[Iterable[str]] = None, *,
     return backend
 
 
+def register_backend_loader(name: str, loader: Callable[[], None]) -> None:
+    """loader() registers backend `name`; select_backend calls it when `name` is asked for and not
+    registered (first use, or after unregister_backend)."""
+    _LOADERS[name] = loader
+
+
 def unregister_backend(name: str) -> None:
     """Removes backend `name` and its automatic choices (tests; a backend that failed to load)."""
     _BACKENDS.pop(name, None)
@@ -98,8 +108,12 @@ def select_backend(tensor, backend: Optional[str] = None, *, op: str = "apply", 
         raise RotaryError(f"op must be one of {', '.join(OPS)} (got {op!r})")
     if backend is not None:
         chosen = _BACKENDS.get(backend)
+        if chosen is None and backend in _LOADERS:
+            _LOADERS[backend]()
+            chosen = _BACKENDS.get(backend)
         if chosen is None or getattr(chosen, op) is None:
-            known = ", ".join(repr(n) for n, b in _BACKENDS.items() if getattr(b, op) is not None)
+            known = ", ".join([repr(n) for n, b in _BACKENDS.items() if getattr(b, op) is not None]
+                              + [repr(n) for n in _LOADERS if n not in _BACKENDS and op == "apply"])
             raise RotaryError(f"backend must be one of {known} for {op} (got {backend!r})")
         if not chosen.runs_on(device.type):
             raise RotaryError(f"{name} is on {device} and backend {backend!r} runs on "

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import _handles, _rotary
-from ._backends import backends, register_backend, select_backend
+from ._backends import backends, register_backend, register_backend_loader, select_backend
 from ._apply import check_direction, prepare_positions, source_spec
 from ._rotary import RotaryError
 from ._spec import Spec
@@ -453,14 +453,15 @@ def _eager_call(q, k, positions, offsets, cu_seqlens, out, inplace, device_type:
 
 
 def register_triton() -> None:
-    """Registers backend "triton" in the device seam (_backends.py) on its first use. Called again
-    where the op runs (_triton_rope._run): a first call traced by torch.compile registers nothing
-    while tracing, and the op then runs before any eager call has."""
+    """Registers backend "triton" in the device seam (_backends.py): on its first use, by the loader
+    below, also where the op runs (a first call traced by torch.compile registers nothing while
+    tracing, and the op then runs before any eager call has)."""
     if "triton" not in backends():
         from . import _triton_rope
         register_backend("triton", _triton_rope.DEVICE_TYPES, apply=_apply_triton)
 
 
+register_backend_loader("triton", register_triton)
 _TRITON_IMPORTABLE = []  # [bool] once looked up: whether triton is installed (not imported here)
 
 

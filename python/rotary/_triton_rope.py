@@ -184,8 +184,8 @@ def launch(q, k, q_out, k_out, native, style: str, positions: Optional[np.ndarra
 # ---- the custom ops (as rotary::apply_rotary's in _torch_ops.py) -------------------------------------
 def _run(q, k, q_out, k_out, *args) -> None:
     check_device(q)
-    from ._torch_ops import register_triton  # loaded: this module is imported from there
-    register_triton()
+    # By name: registered on first use through its loader (_backends.register_backend_loader),
+    # also when the first call was traced by torch.compile and the op now runs first.
     select_backend(q, "triton", op="apply").apply(q, k, q_out, k_out, *args)
 
 
