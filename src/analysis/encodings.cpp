@@ -135,6 +135,147 @@ std::vector<double> LearnedEncodingStandIn::row(int64_t position) const {
 
 // ---- the comparison ----------------------------------------------------------------------------
 
+namespace {
+
+// RoPE: the spec's own rotation.
+EncodingComparison rope_comparison(const RopeSpec& spec, const ComparisonOptions& options, int64_t trained,
+                                   int64_t max_distance) {
+  const int64_t d = spec.rotary_dim;
+  InvarianceOptions invariance_options;
+  invariance_options.num_samples = options.num_samples;
+  invariance_options.seed = options.seed;
+  invariance_options.max_position = max_distance;
+  invariance_options.seq_len = max_distance;
+  const RelativeInvariance invariance = relative_invariance(spec, invariance_options);
+  DecayOptions decay_options;
+  decay_options.max_distance = max_distance;
+  decay_options.num_samples = options.num_samples;
+  decay_options.seed = options.seed;
+  decay_options.points_per_octave = options.points_per_octave;
+  const LongTermDecay decay = long_term_decay(spec, decay_options);
+  const Extrapolation ext = extrapolation(spec, trained, max_distance);
+  EncodingComparison rope;
+  rope.name = "rope";
+  rope.description = detail::concat("RoPE (", spec.name, "): <R_m q, R_n k>, rotary_dim ", d);
+  rope.shift_deviation = invariance.max_deviation;
+  rope.relative_only = invariance.max_deviation <= kRelativeOnlyThreshold;
+  rope.defined_past_trained = true;
+  rope.past_trained_note = detail::concat(
+      "defined at every position; at ", max_distance, " tokens ", ext.num_out_of_distribution, " of ",
+      ext.num_pairs, " pairs reach angles training on ", trained, " tokens never produced (largest overshoot x",
+      format_4(ext.largest_overshoot), ")");
+  rope.decay = decay.score_identical_ones;
+  rope.decay_meaning = "<R_r q, R_0 q> / (m^2 |q|^2) for q = all-ones: (2/d) sum_i cos(r theta_i)";
+  return rope;
+}
+
+// Sinusoidal (Vaswani), added to the content. Draws from rng: the encodings after RoPE share one
+// stream, in this order, so a seed gives the same samples as ever.
+EncodingComparison sinusoidal_comparison(std::mt19937_64& rng, const ComparisonOptions& options, int64_t d,
+                                         int64_t max_distance, const std::vector<double>& grid) {
+  EncodingComparison sin_enc;
+  sin_enc.name = "sinusoidal";
+  sin_enc.description =
+      detail::concat("sinusoidal absolute (Vaswani et al.), added: <q + PE_m, k + PE_n>, d_model ", d);
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    const ShiftSample p = shift_sample(rng, max_distance);
+    const std::vector<double> q = random_content(rng, d);
+    const std::vector<double> k = random_content(rng, d);
+    const double before = additive_score(q, k, sinusoidal_encoding(p.m, d), sinusoidal_encoding(p.n, d));
+    const double after =
+        additive_score(q, k, sinusoidal_encoding(p.m + p.t, d), sinusoidal_encoding(p.n + p.t, d));
+    sin_enc.shift_deviation = std::max(sin_enc.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
+  }
+  sin_enc.relative_only = sin_enc.shift_deviation <= kRelativeOnlyThreshold;
+  sin_enc.defined_past_trained = true;
+  sin_enc.past_trained_note =
+      "defined at every position (a formula), but the model never saw the sums of content and position past the "
+      "trained length; Press et al. (section 2) measure perplexity rising quickly past it";
+  const std::vector<double> origin = sinusoidal_encoding(0, d);
+  const double origin_sq = dot(origin, origin);  // d/2
+  for (double r : grid) {
+    sin_enc.decay.push_back({r, dot(sinusoidal_encoding(static_cast<int64_t>(r), d), origin) / origin_sq});
+  }
+  sin_enc.decay_meaning =
+      "<PE_(p+r), PE_p> / |PE_p|^2, the position-position term of the score: (2/d) sum_i cos(r w_i), the same "
+      "for every p; the content-position cross terms are what make the score absolute";
+  return sin_enc;
+}
+
+// Learned table stand-in, added to the content.
+EncodingComparison learned_comparison(std::mt19937_64& rng, const ComparisonOptions& options, int64_t d,
+                                      int64_t trained, const std::vector<double>& grid) {
+  const LearnedEncodingStandIn table(trained, d, options.seed);
+  EncodingComparison learned;
+  learned.name = "learned";
+  learned.description = detail::concat("learned absolute table (random stand-in, ", trained,
+                                       " rows), added: <q + P_m, k + P_n>");
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    const ShiftSample p = shift_sample(rng, trained - 1);  // every row must exist
+    const std::vector<double> q = random_content(rng, d);
+    const std::vector<double> k = random_content(rng, d);
+    const double before = additive_score(q, k, table.row(p.m), table.row(p.n));
+    const double after = additive_score(q, k, table.row(p.m + p.t), table.row(p.n + p.t));
+    learned.shift_deviation = std::max(learned.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
+  }
+  learned.relative_only = learned.shift_deviation <= kRelativeOnlyThreshold;
+  learned.defined_past_trained = false;
+  learned.past_trained_note = detail::concat("undefined: the table has rows for positions [0, ", trained,
+                                             ") only, so it cannot extrapolate past its length");
+  for (double r : grid) {
+    const auto distance = static_cast<int64_t>(r);
+    if (distance >= trained) break;  // no pair of rows that far apart
+    double sum = 0.0;
+    for (int64_t s = 0; s < options.num_samples; ++s) {
+      std::uniform_int_distribution<int64_t> start(0, trained - 1 - distance);
+      const int64_t p = start(rng);
+      const std::vector<double> a = table.row(p);
+      const std::vector<double> b = table.row(p + distance);
+      sum += dot(a, b) / (norm2(a) * norm2(b));
+    }
+    learned.decay.push_back({r, sum / static_cast<double>(options.num_samples)});
+  }
+  learned.decay_meaning =
+      "mean cosine similarity of table rows r apart (random stand-in: 1 at r = 0, ~0 beyond; a trained table "
+      "learns whatever structure it has); no points past the table's length";
+  return learned;
+}
+
+// ALiBi: a bias on the logit, no change to q or k.
+EncodingComparison alibi_comparison(std::mt19937_64& rng, const ComparisonOptions& options, int64_t d, int64_t heads,
+                                    int64_t max_distance, const std::vector<double>& grid) {
+  const std::vector<double> slopes = alibi_slopes(heads);
+  EncodingComparison alibi;
+  alibi.name = "alibi";
+  alibi.description = detail::concat("ALiBi (Press et al.), ", heads, " heads: <q, k> - slope_h |m - n|");
+  std::uniform_int_distribution<size_t> head(0, slopes.size() - 1);
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    const ShiftSample p = shift_sample(rng, max_distance);
+    const std::vector<double> q = random_content(rng, d);
+    const std::vector<double> k = random_content(rng, d);
+    const double slope = slopes[head(rng)];
+    const double before = dot(q, k) + alibi_bias(slope, p.m, p.n);
+    const double after = dot(q, k) + alibi_bias(slope, p.m + p.t, p.n + p.t);
+    alibi.shift_deviation = std::max(alibi.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
+  }
+  alibi.relative_only = alibi.shift_deviation <= kRelativeOnlyThreshold;
+  alibi.defined_past_trained = true;
+  alibi.past_trained_note =
+      "defined at every distance: a linear penalty with nothing learned per position (the paper trains on 1024 "
+      "tokens and tests on 2048+)";
+  for (double r : grid) {
+    double sum = 0.0;
+    for (double slope : slopes) sum += std::exp(alibi_bias(slope, static_cast<int64_t>(r), 0));
+    alibi.decay.push_back({r, sum / static_cast<double>(slopes.size())});
+  }
+  alibi.decay_meaning =
+      "mean over heads of exp(-slope_h r), the factor ALiBi puts on the unnormalised attention weight of a key r "
+      "tokens back";
+  return alibi;
+}
+
+}  // namespace
+
 std::vector<EncodingComparison> compare_encodings(const RopeSpec& spec, const ComparisonOptions& options) {
   const int64_t trained = options.trained_context > 0 ? options.trained_context : default_trained_context(spec);
   const int64_t max_distance = options.max_distance > 0 ? options.max_distance : 2 * trained;
@@ -156,138 +297,11 @@ std::vector<EncodingComparison> compare_encodings(const RopeSpec& spec, const Co
   const std::vector<double> grid = log_distance_grid(max_distance, options.points_per_octave);
   std::vector<EncodingComparison> out;
 
-  // RoPE: the spec's own rotation.
-  {
-    InvarianceOptions invariance_options;
-    invariance_options.num_samples = options.num_samples;
-    invariance_options.seed = options.seed;
-    invariance_options.max_position = max_distance;
-    invariance_options.seq_len = max_distance;
-    const RelativeInvariance invariance = relative_invariance(spec, invariance_options);
-    DecayOptions decay_options;
-    decay_options.max_distance = max_distance;
-    decay_options.num_samples = options.num_samples;
-    decay_options.seed = options.seed;
-    decay_options.points_per_octave = options.points_per_octave;
-    const LongTermDecay decay = long_term_decay(spec, decay_options);
-    const Extrapolation ext = extrapolation(spec, trained, max_distance);
-    EncodingComparison rope;
-    rope.name = "rope";
-    rope.description = detail::concat("RoPE (", spec.name, "): <R_m q, R_n k>, rotary_dim ", d);
-    rope.shift_deviation = invariance.max_deviation;
-    rope.relative_only = invariance.max_deviation <= kRelativeOnlyThreshold;
-    rope.defined_past_trained = true;
-    rope.past_trained_note = detail::concat(
-        "defined at every position; at ", max_distance, " tokens ", ext.num_out_of_distribution, " of ",
-        ext.num_pairs, " pairs reach angles training on ", trained, " tokens never produced (largest overshoot x",
-        format_4(ext.largest_overshoot), ")");
-    rope.decay = decay.score_identical_ones;
-    rope.decay_meaning = "<R_r q, R_0 q> / (m^2 |q|^2) for q = all-ones: (2/d) sum_i cos(r theta_i)";
-    out.push_back(std::move(rope));
-  }
-
+  out.push_back(rope_comparison(spec, options, trained, max_distance));
   std::mt19937_64 rng(options.seed);
-
-  // Sinusoidal (Vaswani), added to the content.
-  {
-    EncodingComparison sin_enc;
-    sin_enc.name = "sinusoidal";
-    sin_enc.description =
-        detail::concat("sinusoidal absolute (Vaswani et al.), added: <q + PE_m, k + PE_n>, d_model ", d);
-    for (int64_t s = 0; s < options.num_samples; ++s) {
-      const ShiftSample p = shift_sample(rng, max_distance);
-      const std::vector<double> q = random_content(rng, d);
-      const std::vector<double> k = random_content(rng, d);
-      const double before = additive_score(q, k, sinusoidal_encoding(p.m, d), sinusoidal_encoding(p.n, d));
-      const double after =
-          additive_score(q, k, sinusoidal_encoding(p.m + p.t, d), sinusoidal_encoding(p.n + p.t, d));
-      sin_enc.shift_deviation = std::max(sin_enc.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
-    }
-    sin_enc.relative_only = sin_enc.shift_deviation <= kRelativeOnlyThreshold;
-    sin_enc.defined_past_trained = true;
-    sin_enc.past_trained_note =
-        "defined at every position (a formula), but the model never saw the sums of content and position past the "
-        "trained length; Press et al. (section 2) measure perplexity rising quickly past it";
-    const std::vector<double> origin = sinusoidal_encoding(0, d);
-    const double origin_sq = dot(origin, origin);  // d/2
-    for (double r : grid) {
-      sin_enc.decay.push_back({r, dot(sinusoidal_encoding(static_cast<int64_t>(r), d), origin) / origin_sq});
-    }
-    sin_enc.decay_meaning =
-        "<PE_(p+r), PE_p> / |PE_p|^2, the position-position term of the score: (2/d) sum_i cos(r w_i), the same "
-        "for every p; the content-position cross terms are what make the score absolute";
-    out.push_back(std::move(sin_enc));
-  }
-
-  // Learned table stand-in, added to the content.
-  {
-    const LearnedEncodingStandIn table(trained, d, options.seed);
-    EncodingComparison learned;
-    learned.name = "learned";
-    learned.description = detail::concat("learned absolute table (random stand-in, ", trained,
-                                         " rows), added: <q + P_m, k + P_n>");
-    for (int64_t s = 0; s < options.num_samples; ++s) {
-      const ShiftSample p = shift_sample(rng, trained - 1);  // every row must exist
-      const std::vector<double> q = random_content(rng, d);
-      const std::vector<double> k = random_content(rng, d);
-      const double before = additive_score(q, k, table.row(p.m), table.row(p.n));
-      const double after = additive_score(q, k, table.row(p.m + p.t), table.row(p.n + p.t));
-      learned.shift_deviation = std::max(learned.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
-    }
-    learned.relative_only = learned.shift_deviation <= kRelativeOnlyThreshold;
-    learned.defined_past_trained = false;
-    learned.past_trained_note = detail::concat("undefined: the table has rows for positions [0, ", trained,
-                                               ") only, so it cannot extrapolate past its length");
-    for (double r : grid) {
-      const auto distance = static_cast<int64_t>(r);
-      if (distance >= trained) break;  // no pair of rows that far apart
-      double sum = 0.0;
-      for (int64_t s = 0; s < options.num_samples; ++s) {
-        std::uniform_int_distribution<int64_t> start(0, trained - 1 - distance);
-        const int64_t p = start(rng);
-        const std::vector<double> a = table.row(p);
-        const std::vector<double> b = table.row(p + distance);
-        sum += dot(a, b) / (norm2(a) * norm2(b));
-      }
-      learned.decay.push_back({r, sum / static_cast<double>(options.num_samples)});
-    }
-    learned.decay_meaning =
-        "mean cosine similarity of table rows r apart (random stand-in: 1 at r = 0, ~0 beyond; a trained table "
-        "learns whatever structure it has); no points past the table's length";
-    out.push_back(std::move(learned));
-  }
-
-  // ALiBi: a bias on the logit, no change to q or k.
-  {
-    const std::vector<double> slopes = alibi_slopes(heads);
-    EncodingComparison alibi;
-    alibi.name = "alibi";
-    alibi.description = detail::concat("ALiBi (Press et al.), ", heads, " heads: <q, k> - slope_h |m - n|");
-    std::uniform_int_distribution<size_t> head(0, slopes.size() - 1);
-    for (int64_t s = 0; s < options.num_samples; ++s) {
-      const ShiftSample p = shift_sample(rng, max_distance);
-      const std::vector<double> q = random_content(rng, d);
-      const std::vector<double> k = random_content(rng, d);
-      const double slope = slopes[head(rng)];
-      const double before = dot(q, k) + alibi_bias(slope, p.m, p.n);
-      const double after = dot(q, k) + alibi_bias(slope, p.m + p.t, p.n + p.t);
-      alibi.shift_deviation = std::max(alibi.shift_deviation, std::abs(before - after) / (norm2(q) * norm2(k)));
-    }
-    alibi.relative_only = alibi.shift_deviation <= kRelativeOnlyThreshold;
-    alibi.defined_past_trained = true;
-    alibi.past_trained_note =
-        "defined at every distance: a linear penalty with nothing learned per position (the paper trains on 1024 "
-        "tokens and tests on 2048+)";
-    for (double r : grid) {
-      double sum = 0.0;
-      for (double slope : slopes) sum += std::exp(alibi_bias(slope, static_cast<int64_t>(r), 0));
-      alibi.decay.push_back({r, sum / static_cast<double>(slopes.size())});
-    }
-    alibi.decay_meaning =
-        "mean over heads of exp(-slope_h r), the factor ALiBi puts on the unnormalised attention weight of a key r "
-        "tokens back";
-    out.push_back(std::move(alibi));
-  }
+  out.push_back(sinusoidal_comparison(rng, options, d, max_distance, grid));
+  out.push_back(learned_comparison(rng, options, d, trained, grid));
+  out.push_back(alibi_comparison(rng, options, d, heads, max_distance, grid));
   return out;
 }
 

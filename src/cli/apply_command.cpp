@@ -205,6 +205,82 @@ void check_outputs_are_new_files(const std::vector<std::pair<std::string, std::o
   }
 }
 
+// The largest position of the call picks the table, as Hugging Face's forward does. The
+// argument check validates every position; this only needs an upper bound.
+int64_t largest_position(int64_t seq, const std::vector<int64_t>& per_token, const std::vector<int64_t>& offsets) {
+  int64_t max_position = std::max<int64_t>(0, seq - 1);
+  for (int64_t p : per_token) max_position = std::max(max_position, p);
+  for (int64_t o : offsets) {
+    if (o > 0 && o <= kMaxPosition) max_position = std::max(max_position, std::min(kMaxPosition, o + seq - 1));
+  }
+  return std::clamp<int64_t>(max_position, 0, kMaxPosition);
+}
+
+// All or nothing: both outputs are staged in temporary files before either replaces a target;
+// a - output goes to stdout once the files are in place.
+void write_outputs(Args& args, const std::string& out_q_path, const std::optional<std::string>& out_k_path,
+                   npy::Array& q_out, npy::Array& k_out) {
+  detail::AtomicFileSet outputs("apply");
+  std::vector<unsigned char> to_stdout;
+  auto add_output = [&](const std::string& flag, const std::string& path, npy::Array& array) {
+    std::vector<unsigned char> file = npy::serialize(array);
+    array.bytes = {};  // the serialized copy is what is written; one copy in memory is enough
+    if (path == "-") {
+      to_stdout = std::move(file);
+    } else {
+      outputs.add(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), flag);
+    }
+  };
+  add_output("--out-q", out_q_path, q_out);
+  if (out_k_path) add_output("--out-k", *out_k_path, k_out);
+  outputs.commit();
+  if (!to_stdout.empty()) {
+    args.out().write(reinterpret_cast<const char*>(to_stdout.data()), static_cast<std::streamsize>(to_stdout.size()));
+    args.out().flush();
+  }
+}
+
+// What was written and how, for the summary line (stderr) or the --json object (stdout).
+struct ApplySummary {
+  std::optional<std::string> out_q_path;
+  std::optional<std::string> out_k_path;
+  Direction direction = Direction::Forward;
+  Precision precision = Precision::Exact;
+  std::string model;
+  std::string layer_type;  // empty when the config has no layer types
+  std::string computation;
+};
+
+void report_apply(Args& args, const ApplySummary& summary, bool as_json) {
+  if (as_json) {
+    json::Writer out;
+    out.begin_object();
+    out.key("outputs").begin_array();
+    out.value(*summary.out_q_path);
+    if (summary.out_k_path) out.value(*summary.out_k_path);
+    out.end_array();
+    out.key("direction").value(to_string(summary.direction));
+    out.key("precision").value(to_string(summary.precision));
+    out.key("model").value(summary.model);
+    if (summary.layer_type.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(summary.layer_type);
+    }
+    out.key("computation").value(summary.computation);
+    out.end_object();
+    args.out() << out.str() << "\n";
+    return;
+  }
+  args.err() << "rotary: wrote " << (is_stdout(summary.out_q_path) ? "q to stdout" : *summary.out_q_path)
+             << (summary.out_k_path
+                     ? " and " + (is_stdout(summary.out_k_path) ? std::string("k to stdout") : *summary.out_k_path)
+                     : std::string())
+             << " (" << to_string(summary.direction) << ", " << to_string(summary.precision) << " table, "
+             << summary.model << (summary.layer_type.empty() ? "" : ", layer type " + summary.layer_type) << ", "
+             << summary.computation << ")\n";
+}
+
 }  // namespace
 
 int run_apply(Args& args) {
@@ -306,15 +382,7 @@ int run_apply(Args& args) {
     positions = Positions::sequence_offsets(offsets, cu_seqlens);
   }
 
-  // The largest position of the call picks the table, as Hugging Face's forward does. The
-  // argument check below validates every position; this only needs an upper bound.
-  const NamedAxes axes = named_axes(q_view);
-  int64_t max_position = std::max<int64_t>(0, axes.seq - 1);
-  for (int64_t p : per_token) max_position = std::max(max_position, p);
-  for (int64_t o : offsets) {
-    if (o > 0 && o <= kMaxPosition) max_position = std::max(max_position, std::min(kMaxPosition, o + axes.seq - 1));
-  }
-  max_position = std::clamp<int64_t>(max_position, 0, kMaxPosition);
+  const int64_t max_position = largest_position(named_axes(q_view).seq, per_token, offsets);
   RopeCache cache(spec, {.precision = precision, .storage = Storage::OnTheFly});
   const std::shared_ptr<const CosSinTable> table = cache.table_for(max_position);
 
@@ -328,52 +396,10 @@ int run_apply(Args& args) {
     rotary::apply(q_view, k_view, q_out_view, k_out_view, positions, *table, options);
   }
 
-  // All or nothing: both outputs are staged in temporary files before either replaces a target;
-  // a - output goes to stdout once the files are in place.
-  detail::AtomicFileSet outputs("apply");
-  std::vector<unsigned char> to_stdout;
-  auto add_output = [&](const std::string& flag, const std::string& path, npy::Array& array) {
-    std::vector<unsigned char> file = npy::serialize(array);
-    array.bytes = {};  // the serialized copy is what is written; one copy in memory is enough
-    if (path == "-") {
-      to_stdout = std::move(file);
-    } else {
-      outputs.add(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), flag);
-    }
-  };
-  add_output("--out-q", *out_q_path, q_out);
-  if (out_k_path) add_output("--out-k", *out_k_path, k_out);
-  outputs.commit();
-  if (!to_stdout.empty()) {
-    args.out().write(reinterpret_cast<const char*>(to_stdout.data()), static_cast<std::streamsize>(to_stdout.size()));
-    args.out().flush();
-  }
+  write_outputs(args, *out_q_path, out_k_path, q_out, k_out);
   const std::string computation = use_reference ? std::string("float64 reference") : "SIMD " + current_cpu_target();
-  if (as_json) {
-    json::Writer out;
-    out.begin_object();
-    out.key("outputs").begin_array();
-    out.value(*out_q_path);
-    if (out_k_path) out.value(*out_k_path);
-    out.end_array();
-    out.key("direction").value(to_string(options.direction));
-    out.key("precision").value(to_string(precision));
-    out.key("model").value(spec.name);
-    if (chosen.name.empty()) {
-      out.key("layer_type").null();
-    } else {
-      out.key("layer_type").value(chosen.name);
-    }
-    out.key("computation").value(computation);
-    out.end_object();
-    args.out() << out.str() << "\n";
-    return 0;
-  }
-  args.err() << "rotary: wrote " << (is_stdout(out_q_path) ? "q to stdout" : *out_q_path)
-             << (out_k_path ? " and " + (is_stdout(out_k_path) ? std::string("k to stdout") : *out_k_path) : std::string())
-             << " (" << to_string(options.direction) << ", " << to_string(precision) << " table, " << spec.name
-             << (chosen.name.empty() ? "" : ", layer type " + chosen.name) << ", "
-             << computation << ")\n";
+  report_apply(args, {out_q_path, out_k_path, options.direction, precision, spec.name, chosen.name, computation},
+               as_json);
   return 0;
 }
 

@@ -208,6 +208,183 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
 
+// What the encoding adds to q and k: the RoPE table, ALiBi's slopes, or an absolute table's rows.
+struct EncodingData {
+  std::vector<int64_t> positions;      // 0, 1, ..., length - 1
+  std::vector<float> slopes;           // ALiBi: one per q head
+  std::vector<float> table_values;     // sinusoidal or learned: [length, dim]
+  bool absolute = false;               // table_values is added to q and k
+  std::unique_ptr<CosSinTable> table;  // RoPE
+};
+
+// Draws from `rng` after q, k and v (the learned table), so a seed gives the same run as before.
+EncodingData make_encoding_data(Encoding encoding, const RopeSpec& spec, int64_t length, int64_t heads, int64_t dim,
+                                std::mt19937_64& rng) {
+  EncodingData data;
+  data.positions.resize(static_cast<size_t>(length));
+  for (int64_t i = 0; i < length; ++i) data.positions[static_cast<size_t>(i)] = i;
+  if (encoding == Encoding::Alibi) {
+    for (const double slope : alibi_slopes(heads)) data.slopes.push_back(static_cast<float>(slope));
+  } else if (encoding == Encoding::Sinusoidal) {
+    data.table_values = sinusoidal_table(length, dim);
+  } else if (encoding == Encoding::Learned) {
+    std::uniform_real_distribution<double> magnitude(0.1, 1.0);
+    data.table_values.resize(static_cast<size_t>(length * dim));
+    for (float& value : data.table_values) value = static_cast<float>((rng() & 1) ? magnitude(rng) : -magnitude(rng));
+  }
+  data.absolute = encoding == Encoding::Sinusoidal || encoding == Encoding::Learned;
+  if (encoding == Encoding::Rope) data.table = std::make_unique<CosSinTable>(spec);
+  return data;
+}
+
+struct Timings {
+  double prefill_ms = 0;
+  double decode_ms = 0;  // all decode steps together
+};
+
+// The fast path: the prefill, then one decode step per token after it, each timed.
+Timings time_fast_path(Encoding encoding, const EncodingData& data, Buffer& q, Buffer& k, Buffer& v, Buffer& out,
+                       int64_t prefill, double scale, int64_t window) {
+  const int64_t length = q.tokens, kv_heads = k.heads, dim = q.dim;
+  Timings timings;
+  if (encoding == Encoding::Rope) {
+    KvCache cache(*data.table, {.batch = 1, .kv_heads = kv_heads, .head_dim = dim, .capacity = length, .dtype = q.dtype});
+    const KvAttendOptions options{.scale = scale, .mask = Mask::Causal, .window = window};
+    auto start = std::chrono::steady_clock::now();
+    cache.append(k.view(0, prefill), v.view(0, prefill));
+    cache.attend(q.view(0, prefill), out.view(0, prefill), options);
+    timings.prefill_ms = elapsed_ms(start);
+    for (int64_t t = prefill; t < length; ++t) {
+      start = std::chrono::steady_clock::now();
+      cache.append(k.view(t, 1), v.view(t, 1));
+      cache.attend(q.view(t, 1), out.view(t, 1), options);
+      timings.decode_ms += elapsed_ms(start);
+    }
+    return timings;
+  }
+  const auto step = [&](int64_t first, int64_t count) {
+    const std::span<const int64_t> q_positions(data.positions.data() + first, static_cast<size_t>(count));
+    const std::span<const int64_t> k_positions(data.positions.data(), static_cast<size_t>(first + count));
+    const AttentionAbsolute table_call{.table = data.table_values, .rows = length, .dim = dim, .q_positions = q_positions, .k_positions = k_positions};
+    const AttentionOptions options{.scale = scale, .mask = Mask::Causal, .query_offset = first, .window = window,
+                                   .alibi_slopes = data.slopes, .absolute = data.absolute ? &table_call : nullptr};
+    attention(q.view(first, count), k.view(0, first + count), v.view(0, first + count), out.view(first, count), options);
+  };
+  auto start = std::chrono::steady_clock::now();
+  step(0, prefill);
+  timings.prefill_ms = elapsed_ms(start);
+  for (int64_t t = prefill; t < length; ++t) {
+    start = std::chrono::steady_clock::now();
+    step(t, 1);
+    timings.decode_ms += elapsed_ms(start);
+  }
+  return timings;
+}
+
+// The largest norm over x's rows of the magnitudes the score products see: |a||C| + |c||S| on
+// rotated pairs, |q + P| with an absolute table (docs/attention.md, "Error analysis": the A of
+// the bound is scale * max_i |q~_i| * max_j |k~_j| >= scale * sum_e |q~_e| |k~_e| by Cauchy-Schwarz).
+double largest_seen_norm(const Buffer& x, const EncodingData& data, Style style) {
+  const int64_t dim = x.dim;
+  const CosSinTable* table = data.table.get();
+  std::vector<float> cos_row, sin_row;
+  double largest = 0;
+  std::vector<double> m(static_cast<size_t>(dim));
+  for (int64_t t = 0; t < x.tokens; ++t) {
+    for (int64_t h = 0; h < x.heads; ++h) {
+      const int64_t base = (t * x.heads + h) * dim;
+      for (int64_t e = 0; e < dim; ++e) {
+        double value = x.at(base + e);
+        if (data.absolute) value += data.table_values[static_cast<size_t>(t * dim + e)];
+        m[static_cast<size_t>(e)] = std::abs(value);
+      }
+      if (table) {
+        const int64_t pairs = table->num_pairs();
+        cos_row.resize(static_cast<size_t>(pairs)), sin_row.resize(static_cast<size_t>(pairs));
+        table->row(t, cos_row.data(), sin_row.data());
+        const bool neox = style == Style::NeoX;
+        std::vector<double> r = m;
+        for (int64_t i = 0; i < pairs; ++i) {
+          const auto first = static_cast<size_t>(neox ? i : 2 * i), second = static_cast<size_t>(neox ? i + pairs : 2 * i + 1);
+          const double C = std::abs(cos_row[static_cast<size_t>(i)]), S = std::abs(sin_row[static_cast<size_t>(i)]);
+          r[first] = m[first] * C + m[second] * S;
+          r[second] = m[second] * C + m[first] * S;
+        }
+        m = r;
+      }
+      double sum = 0;
+      for (const double value : m) sum += value * value;
+      largest = std::max(largest, std::sqrt(sum));
+    }
+  }
+  return largest;
+}
+
+// What the run was and what it found, for the --json object or the text lines.
+struct AttentionReport {
+  std::string model;
+  std::string source;
+  std::string layer_type;  // empty when the config has no layer types
+  Encoding encoding = Encoding::Rope;
+  DType dtype = DType::F32;
+  int64_t heads = 0, kv_heads = 0, dim = 0, window = 0, prefill = 0, decode = 0, seed = 0;
+  double scale = 0;
+  Timings timings;
+  int64_t outputs = 0;
+  double max_error = 0, bound = 0;
+};
+
+int report_attention(Args& args, const AttentionReport& r, bool as_json) {
+  const bool pass = r.max_error <= r.bound;
+  const double per_step = r.decode > 0 ? r.timings.decode_ms / static_cast<double>(r.decode) : 0.0;
+  const std::string encoding_name = kEncodingNames[static_cast<size_t>(r.encoding)];
+  if (as_json) {
+    json::Writer w;
+    w.begin_object();
+    w.key("model").value(r.model);
+    w.key("source").value(r.source);
+    w.key("encoding").value(encoding_name);
+    w.key("dtype").value(to_string(r.dtype));
+    w.key("q_heads").value(r.heads);
+    w.key("kv_heads").value(r.kv_heads);
+    w.key("head_dim").value(r.dim);
+    w.key("window").value(r.window);
+    if (r.layer_type.empty()) {
+      w.key("layer_type").null();
+    } else {
+      w.key("layer_type").value(r.layer_type);
+    }
+    w.key("tokens").value(r.prefill);
+    w.key("decode").value(r.decode);
+    w.key("threads").value(num_threads());
+    w.key("seed").value(r.seed);
+    w.key("scale").value(r.scale);
+    w.key("prefill_ms").value(r.timings.prefill_ms);
+    w.key("decode_ms_per_step").value(per_step);
+    w.key("decode_ms_total").value(r.timings.decode_ms);
+    w.key("outputs").value(r.outputs);
+    w.key("max_abs_error").value(r.max_error);
+    w.key("error_bound").value(r.bound);
+    w.key("pass").value(pass);
+    w.end_object();
+    args.out() << w.str() << "\n";
+    return pass ? 0 : 1;
+  }
+  args.out() << "attention: " << r.model << " (" << r.source << "), "
+             << (r.layer_type.empty() ? "" : "layer type " + r.layer_type + ", ") << encoding_name << ", " << r.heads << " q heads / "
+             << r.kv_heads << " kv heads, head_dim " << r.dim << ", " << to_string(r.dtype) << ", window "
+             << (r.window > 0 ? std::to_string(r.window) : std::string("none")) << ", " << num_threads() << " thread"
+             << (num_threads() == 1 ? "" : "s") << ", seed " << r.seed << "\n";
+  args.out() << format_line("prefill %lld tokens%s: %.3f ms\n", static_cast<long long>(r.prefill),
+                            r.encoding == Encoding::Rope ? " (KvCache append + attend)" : " (attention, causal)", r.timings.prefill_ms);
+  if (r.decode > 0) {
+    args.out() << format_line("decode %lld steps: %.3f ms per step, %.3f ms in all\n", static_cast<long long>(r.decode), per_step, r.timings.decode_ms);
+  }
+  args.out() << "max |fast - float64 reference| " << format_number(r.max_error, 3) << " over " << r.outputs << " outputs; bound "
+             << format_number(r.bound, 3) << ": " << (pass ? "pass" : "FAIL") << "\n";
+  return pass ? 0 : 1;
+}
+
 }  // namespace
 
 int run_attention(Args& args) {
@@ -266,55 +443,14 @@ int run_attention(Args& args) {
   q.fill(rng), k.fill(rng), v.fill(rng);
   Buffer out(dtype, length, heads, dim);
 
-  std::vector<int64_t> positions(static_cast<size_t>(length));
-  for (int64_t i = 0; i < length; ++i) positions[static_cast<size_t>(i)] = i;
-  std::vector<float> slopes, table_values;
-  if (encoding == Encoding::Alibi) {
-    for (const double slope : alibi_slopes(heads)) slopes.push_back(static_cast<float>(slope));
-  } else if (encoding == Encoding::Sinusoidal) {
-    table_values = sinusoidal_table(length, dim);
-  } else if (encoding == Encoding::Learned) {
-    std::uniform_real_distribution<double> magnitude(0.1, 1.0);
-    table_values.resize(static_cast<size_t>(length * dim));
-    for (float& value : table_values) value = static_cast<float>((rng() & 1) ? magnitude(rng) : -magnitude(rng));
-  }
-  const bool absolute = encoding == Encoding::Sinusoidal || encoding == Encoding::Learned;
-  std::unique_ptr<CosSinTable> table;
-  if (encoding == Encoding::Rope) table = std::make_unique<CosSinTable>(spec);
+  const EncodingData data = make_encoding_data(encoding, spec, length, heads, dim, rng);
+  const std::vector<int64_t>& positions = data.positions;
+  const std::vector<float>& slopes = data.slopes;
+  const std::vector<float>& table_values = data.table_values;
+  const bool absolute = data.absolute;
+  const CosSinTable* table = data.table.get();
 
-  // ---- the fast path: prefill, then decode steps ----
-  double prefill_ms = 0, decode_ms = 0;
-  if (encoding == Encoding::Rope) {
-    KvCache cache(*table, {.batch = 1, .kv_heads = kv_heads, .head_dim = dim, .capacity = length, .dtype = dtype});
-    const KvAttendOptions options{.scale = scale, .mask = Mask::Causal, .window = window};
-    auto start = std::chrono::steady_clock::now();
-    cache.append(k.view(0, prefill), v.view(0, prefill));
-    cache.attend(q.view(0, prefill), out.view(0, prefill), options);
-    prefill_ms = elapsed_ms(start);
-    for (int64_t t = prefill; t < length; ++t) {
-      start = std::chrono::steady_clock::now();
-      cache.append(k.view(t, 1), v.view(t, 1));
-      cache.attend(q.view(t, 1), out.view(t, 1), options);
-      decode_ms += elapsed_ms(start);
-    }
-  } else {
-    const auto step = [&](int64_t first, int64_t count) {
-      const std::span<const int64_t> q_positions(positions.data() + first, static_cast<size_t>(count));
-      const std::span<const int64_t> k_positions(positions.data(), static_cast<size_t>(first + count));
-      const AttentionAbsolute table_call{.table = table_values, .rows = length, .dim = dim, .q_positions = q_positions, .k_positions = k_positions};
-      const AttentionOptions options{.scale = scale, .mask = Mask::Causal, .query_offset = first, .window = window,
-                                     .alibi_slopes = slopes, .absolute = absolute ? &table_call : nullptr};
-      attention(q.view(first, count), k.view(0, first + count), v.view(0, first + count), out.view(first, count), options);
-    };
-    auto start = std::chrono::steady_clock::now();
-    step(0, prefill);
-    prefill_ms = elapsed_ms(start);
-    for (int64_t t = prefill; t < length; ++t) {
-      start = std::chrono::steady_clock::now();
-      step(t, 1);
-      decode_ms += elapsed_ms(start);
-    }
-  }
+  const Timings timings = time_fast_path(encoding, data, q, k, v, out, prefill, scale, window);
 
   // ---- the float64 reference over the whole sequence ----
   Buffer q64 = q.widened(), k64 = k.widened(), v64 = v.widened();
@@ -323,49 +459,14 @@ int run_attention(Args& args) {
   const AttentionOptions reference_options{.scale = scale, .mask = Mask::Causal, .window = window,
                                            .alibi_slopes = slopes, .absolute = absolute ? &whole : nullptr};
   if (encoding == Encoding::Rope) {
-    reference::attention(q64.all(), k64.all(), v64.all(), ref.all(), {.table = table.get(), .q_positions = positions, .k_positions = positions},
+    reference::attention(q64.all(), k64.all(), v64.all(), ref.all(), {.table = table, .q_positions = positions, .k_positions = positions},
                          reference_options);
   } else {
     reference::attention(q64.all(), k64.all(), v64.all(), ref.all(), reference_options);
   }
 
   // ---- the bound (docs/attention.md, "Error analysis", with the run's largest magnitudes) ----
-  // A = scale * max_i |q~_i| * max_j |k~_j| >= scale * sum_e |q~_e| |k~_e| (Cauchy-Schwarz), q~ the
-  // magnitudes the products see: |a||C| + |c||S| on rotated pairs, |q + P| with a table.
-  std::vector<float> cos_row, sin_row;
-  const auto largest_norm = [&](const Buffer& x) {
-    double largest = 0;
-    std::vector<double> m(static_cast<size_t>(dim));
-    for (int64_t t = 0; t < x.tokens; ++t) {
-      for (int64_t h = 0; h < x.heads; ++h) {
-        const int64_t base = (t * x.heads + h) * dim;
-        for (int64_t e = 0; e < dim; ++e) {
-          double value = x.at(base + e);
-          if (absolute) value += table_values[static_cast<size_t>(t * dim + e)];
-          m[static_cast<size_t>(e)] = std::abs(value);
-        }
-        if (table) {
-          const int64_t pairs = table->num_pairs();
-          cos_row.resize(static_cast<size_t>(pairs)), sin_row.resize(static_cast<size_t>(pairs));
-          table->row(t, cos_row.data(), sin_row.data());
-          const bool neox = spec.style == Style::NeoX;
-          std::vector<double> r = m;
-          for (int64_t i = 0; i < pairs; ++i) {
-            const auto first = static_cast<size_t>(neox ? i : 2 * i), second = static_cast<size_t>(neox ? i + pairs : 2 * i + 1);
-            const double C = std::abs(cos_row[static_cast<size_t>(i)]), S = std::abs(sin_row[static_cast<size_t>(i)]);
-            r[first] = m[first] * C + m[second] * S;
-            r[second] = m[second] * C + m[first] * S;
-          }
-          m = r;
-        }
-        double sum = 0;
-        for (const double value : m) sum += value * value;
-        largest = std::max(largest, std::sqrt(sum));
-      }
-    }
-    return largest;
-  };
-  const double max_a = scale * largest_norm(q) * largest_norm(k);
+  const double max_a = scale * largest_seen_norm(q, data, spec.style) * largest_seen_norm(k, data, spec.style);
   const int64_t visible = window > 0 ? std::min(window, length) : length;
   double max_bias = 0;
   for (const float slope : slopes) max_bias = std::max(max_bias, std::abs(static_cast<double>(slope)) * static_cast<double>(visible - 1));
@@ -387,55 +488,12 @@ int run_attention(Args& args) {
   }
   const double storage = dtype == DType::F32 ? kU * largest_output : format_unit(dtype, largest_output);
   const double bound = v_bar * (2 * eta * (1 + 2 * eta) + 2 * accumulation) + storage;
-  const bool pass = max_error <= bound;
-  const double per_step = decode > 0 ? decode_ms / static_cast<double>(decode) : 0.0;
-  const std::string encoding_name = kEncodingNames[static_cast<size_t>(encoding)];
-
-  if (as_json) {
-    json::Writer w;
-    w.begin_object();
-    w.key("model").value(spec.name);
-    w.key("source").value(loaded.source);
-    w.key("encoding").value(encoding_name);
-    w.key("dtype").value(to_string(dtype));
-    w.key("q_heads").value(heads);
-    w.key("kv_heads").value(kv_heads);
-    w.key("head_dim").value(dim);
-    w.key("window").value(window);
-    if (chosen.name.empty()) {
-      w.key("layer_type").null();
-    } else {
-      w.key("layer_type").value(chosen.name);
-    }
-    w.key("tokens").value(prefill);
-    w.key("decode").value(decode);
-    w.key("threads").value(num_threads());
-    w.key("seed").value(seed);
-    w.key("scale").value(scale);
-    w.key("prefill_ms").value(prefill_ms);
-    w.key("decode_ms_per_step").value(per_step);
-    w.key("decode_ms_total").value(decode_ms);
-    w.key("outputs").value(out.size());
-    w.key("max_abs_error").value(max_error);
-    w.key("error_bound").value(bound);
-    w.key("pass").value(pass);
-    w.end_object();
-    args.out() << w.str() << "\n";
-    return pass ? 0 : 1;
-  }
-  args.out() << "attention: " << spec.name << " (" << loaded.source << "), "
-             << (chosen.name.empty() ? "" : "layer type " + chosen.name + ", ") << encoding_name << ", " << heads << " q heads / "
-             << kv_heads << " kv heads, head_dim " << dim << ", " << to_string(dtype) << ", window "
-             << (window > 0 ? std::to_string(window) : std::string("none")) << ", " << num_threads() << " thread"
-             << (num_threads() == 1 ? "" : "s") << ", seed " << seed << "\n";
-  args.out() << format_line("prefill %lld tokens%s: %.3f ms\n", static_cast<long long>(prefill),
-                            encoding == Encoding::Rope ? " (KvCache append + attend)" : " (attention, causal)", prefill_ms);
-  if (decode > 0) {
-    args.out() << format_line("decode %lld steps: %.3f ms per step, %.3f ms in all\n", static_cast<long long>(decode), per_step, decode_ms);
-  }
-  args.out() << "max |fast - float64 reference| " << format_number(max_error, 3) << " over " << out.size() << " outputs; bound "
-             << format_number(bound, 3) << ": " << (pass ? "pass" : "FAIL") << "\n";
-  return pass ? 0 : 1;
+  return report_attention(args,
+                          {.model = spec.name, .source = loaded.source, .layer_type = chosen.name, .encoding = encoding,
+                           .dtype = dtype, .heads = heads, .kv_heads = kv_heads, .dim = dim, .window = window,
+                           .prefill = prefill, .decode = decode, .seed = seed, .scale = scale, .timings = timings,
+                           .outputs = out.size(), .max_error = max_error, .bound = bound},
+                          as_json);
 }
 
 }  // namespace rotary::cli

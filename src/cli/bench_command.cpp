@@ -27,6 +27,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <tuple>
@@ -307,6 +308,93 @@ BenchOptions parse_options(Args& args) {
   return options;
 }
 
+// The workloads and attention cases the options name, and the largest position any of them
+// reads (the table is sized to it once, outside every timed call).
+int64_t make_cases(const BenchOptions& options, std::vector<bench::Workload>& workloads,
+                   std::vector<bench::AttentionCase>& attention_cases) {
+  int64_t max_position = 0;
+  for (const std::string& name : options.workloads) {
+    workloads.push_back(bench::make_workload(name));
+    max_position = std::max(max_position, workloads.back().max_position);
+  }
+  for (const std::string& name : options.attention) {
+    attention_cases.push_back(bench::make_attention_case(name));
+    if (attention_cases.back().prefill) max_position = std::max(max_position, attention_cases.back().keys - 1);
+  }
+  return max_position;
+}
+
+// Steps 4 and 4b: the kernels, then attention (the FMA peak first: the prefill rows' ceiling).
+void measure_kernels_and_attention(bench::MeasureContext& context, const BenchOptions& options,
+                                   const std::vector<bench::Workload>& workloads,
+                                   const std::vector<bench::AttentionCase>& attention_cases, const CosSinTable& table,
+                                   int64_t prefill_elements, bench::FmaPeaks& peaks) {
+  const auto stream_bytes = [&](DType dtype) { return static_cast<size_t>(prefill_elements * dtype_size(dtype)); };
+  for (const bench::Workload& workload : workloads) {
+    const int repetitions =
+        workload.name == "prefill_long" ? std::min(options.repetitions, kLongRepetitionsCap) : options.repetitions;
+    for (DType dtype : options.dtypes) {
+      bench::measure_workload(context, workload, dtype, options.threads, repetitions, table, stream_bytes(dtype));
+    }
+  }
+  if (!attention_cases.empty()) {
+    bench::measure_fma_peaks(context, options.threads, std::min(options.repetitions, 5), peaks);
+    for (const bench::AttentionCase& c : attention_cases) {
+      const int repetitions =
+          c.prefill ? std::min(options.repetitions, bench::kAttentionPrefillRepetitionsCap) : options.repetitions;
+      for (DType dtype : options.dtypes) {
+        bench::measure_attention(context, c, dtype, options.threads, repetitions, table, stream_bytes(dtype), peaks);
+      }
+    }
+  }
+}
+
+// Step 5: PyTorch, side by side, in another process: its ratio_to_copy divides by OUR floors.
+// Returns the note for the closing lines (why it was skipped, or what it ran).
+std::string run_torch_peers(Args& args, const BenchOptions& options, const std::vector<bench::Workload>& workloads,
+                            const std::vector<bench::AttentionCase>& attention_cases, const RopeSpec& spec,
+                            bool full_text, bench::StreamFloors& floors, bench::FmaPeaks& peaks,
+                            const std::function<void(bench::Row)>& keep_row) {
+  const bench::PeerOptions peer_options{.python = options.torch_python,
+                                        .peers_dir = options.peers_dir,
+                                        .threads = options.torch_threads,
+                                        .dtypes = options.dtypes,
+                                        .repetitions = options.repetitions,
+                                        .quick = options.quick,
+                                        .compile = options.torch_compile,
+                                        .threads_note = options.torch_threads.size() == options.threads.size()
+                                                            ? std::string()
+                                                            : detail::concat("--quick: PyTorch at ",
+                                                                             options.torch_threads.front(),
+                                                                             " threads only (--threads ",
+                                                                             threads_list(options.threads),
+                                                                             " runs it at each)"),
+                                        .progress = full_text};
+  std::string torch_note = bench::run_torch_peer(peer_options,
+                                                 workloads, spec, args.out(), [&](bench::Row row) {
+                                                   floors.compare(row);
+                                                   // Another process: only its own spread is known.
+                                                   bench::judge_noise(row, std::nan(""));
+                                                   keep_row(std::move(row));
+                                                 });
+
+  // PyTorch's attention (eager RoPE + scaled_dot_product_attention) on the attention cases:
+  // decode against OUR copy floors, prefill against OUR FMA peak.
+  if (!attention_cases.empty() && torch_note.find("skipped") == std::string::npos) {
+    const std::string attention_note = bench::run_torch_attention_peer(
+        peer_options, attention_cases, args.out(), [&](bench::Row row, double flops) {
+          if (row.baseline == "copy") floors.compare(row);
+          peaks.compare(row, flops);
+          bench::judge_noise(row, std::nan(""));
+          keep_row(std::move(row));
+        });
+    if (!attention_note.empty()) {
+      torch_note += (torch_note.empty() ? "" : "\n") + attention_note;
+    }
+  }
+  return torch_note;
+}
+
 }  // namespace
 
 int run_bench(Args& args) {
@@ -326,16 +414,8 @@ int run_bench(Args& args) {
 
   // 2. The table, built once, outside every timed call.
   std::vector<bench::Workload> workloads;
-  int64_t max_position = 0;
-  for (const std::string& name : options.workloads) {
-    workloads.push_back(bench::make_workload(name));
-    max_position = std::max(max_position, workloads.back().max_position);
-  }
   std::vector<bench::AttentionCase> attention_cases;
-  for (const std::string& name : options.attention) {
-    attention_cases.push_back(bench::make_attention_case(name));
-    if (attention_cases.back().prefill) max_position = std::max(max_position, attention_cases.back().keys - 1);
-  }
+  const int64_t max_position = make_cases(options, workloads, attention_cases);
   // The preset gives the frequencies; the workloads' head counts are the bench's own (the decode
   // case has 40 q heads), so the spec's head counts, which apply() checks tensors against, go.
   RopeSpec spec = preset(kDefaultPreset).spec;
@@ -415,69 +495,15 @@ int run_bench(Args& args) {
     for (int threads : options.threads) bench::measure_streams(context, dtype, threads, stream_bytes(dtype), floors);
   }
 
-  // 4. The kernels.
-  for (const bench::Workload& workload : workloads) {
-    const int repetitions =
-        workload.name == "prefill_long" ? std::min(options.repetitions, kLongRepetitionsCap) : options.repetitions;
-    for (DType dtype : options.dtypes) {
-      bench::measure_workload(context, workload, dtype, options.threads, repetitions, table, stream_bytes(dtype));
-    }
-  }
-
-  // 4b. Attention: the FMA peak first (the prefill rows' ceiling), then the cases.
+  // 4. The kernels; 4b. attention.
   bench::FmaPeaks peaks;
-  if (!attention_cases.empty()) {
-    bench::measure_fma_peaks(context, options.threads, std::min(options.repetitions, 5), peaks);
-    for (const bench::AttentionCase& c : attention_cases) {
-      const int repetitions =
-          c.prefill ? std::min(options.repetitions, bench::kAttentionPrefillRepetitionsCap) : options.repetitions;
-      for (DType dtype : options.dtypes) {
-        bench::measure_attention(context, c, dtype, options.threads, repetitions, table, stream_bytes(dtype), peaks);
-      }
-    }
-  }
+  measure_kernels_and_attention(context, options, workloads, attention_cases, table, prefill_elements, peaks);
 
-  // 5. PyTorch, side by side, in another process: its ratio_to_copy divides by OUR floors.
+  // 5. PyTorch.
   bench::Closing closing;
   closing.cpu_model = cpu_model;
   closing.cpu_flags = cpu_flags;
-  const bench::PeerOptions peer_options{.python = options.torch_python,
-                                        .peers_dir = options.peers_dir,
-                                        .threads = options.torch_threads,
-                                        .dtypes = options.dtypes,
-                                        .repetitions = options.repetitions,
-                                        .quick = options.quick,
-                                        .compile = options.torch_compile,
-                                        .threads_note = options.torch_threads.size() == options.threads.size()
-                                                            ? std::string()
-                                                            : detail::concat("--quick: PyTorch at ",
-                                                                             options.torch_threads.front(),
-                                                                             " threads only (--threads ",
-                                                                             threads_list(options.threads),
-                                                                             " runs it at each)"),
-                                        .progress = full_text};
-  closing.torch_note = bench::run_torch_peer(peer_options,
-                                             workloads, spec, args.out(), [&](bench::Row row) {
-                                               floors.compare(row);
-                                               // Another process: only its own spread is known.
-                                               bench::judge_noise(row, std::nan(""));
-                                               keep_row(std::move(row));
-                                             });
-
-  // PyTorch's attention (eager RoPE + scaled_dot_product_attention) on the attention cases:
-  // decode against OUR copy floors, prefill against OUR FMA peak.
-  if (!attention_cases.empty() && closing.torch_note.find("skipped") == std::string::npos) {
-    const std::string attention_note = bench::run_torch_attention_peer(
-        peer_options, attention_cases, args.out(), [&](bench::Row row, double flops) {
-          if (row.baseline == "copy") floors.compare(row);
-          peaks.compare(row, flops);
-          bench::judge_noise(row, std::nan(""));
-          keep_row(std::move(row));
-        });
-    if (!attention_note.empty()) {
-      closing.torch_note += (closing.torch_note.empty() ? "" : "\n") + attention_note;
-    }
-  }
+  closing.torch_note = run_torch_peers(args, options, workloads, attention_cases, spec, full_text, floors, peaks, keep_row);
 
   // 6. How quiet the machine was, and the output.
   const bench::CpuSnapshot finished = bench::cpu_snapshot();

@@ -111,149 +111,133 @@ Rows read_rows(const std::string& flag, const std::string& path) {
   return rows;
 }
 
-}  // namespace
+// The samples, checked against each other: x and y of one shape, one int64 position per token.
+struct Samples {
+  Rows x;
+  Rows y;
+  std::vector<int64_t> positions;  // one per row: each head of a token gets the token's position
+  int64_t head_dim = 0;
+};
 
-int run_diagnose(Args& args) {
-  const std::optional<std::string> x_path = args.value("--x", "a .npy file");
-  const std::optional<std::string> y_path = args.value("--y", "a .npy file");
-  const std::optional<std::string> positions_path = args.value("--positions", "a .npy file");
-  bool has_target = false;
-  for (const std::string& token : args.tokens()) {
-    if (token.rfind("--preset", 0) == 0 || token.rfind("--config", 0) == 0) has_target = true;
-  }
-  std::optional<LoadedConfig> loaded;
-  if (has_target) loaded = load_config(args);
-  const std::optional<std::string> layer_type = args.value("--layer-type");
-  const bool as_json = args.has_switch("--json");
-  args.finish();
-  if (!x_path) throw UsageError("diagnose: --x is required (the inputs, a .npy file)");
-  if (!y_path) throw UsageError("diagnose: --y is required (the implementation's outputs, a .npy file)");
-  if (!positions_path) throw UsageError("diagnose: --positions is required (int64 positions, a .npy file)");
-  if (layer_type && !loaded) {
-    throw UsageError(detail::concat("diagnose: --layer-type needs --preset or --config (got --layer-type ", *layer_type,
-                                    " alone)"));
-  }
-  // One comparison: a per-layer-type target needs --layer-type (its types differ in theta).
-  const LayerTypeSpec chosen = loaded ? one_layer_type("diagnose", *loaded, layer_type) : LayerTypeSpec{};
-  const RopeSpec* target = chosen.spec;
-  if (args.parse_only()) return 0;
-
-  const Rows x = read_rows("--x", *x_path);
-  const Rows y = read_rows("--y", *y_path);
+Samples read_samples(const std::string& x_path, const std::string& y_path, const std::string& positions_path) {
+  Samples samples{read_rows("--x", x_path), read_rows("--y", y_path), {}, 0};
+  const Rows& x = samples.x;
+  const Rows& y = samples.y;
   if (x.shape != y.shape) {
     throw Error(detail::concat("diagnose: --y must have the shape of --x, ", shape_text(x.shape), " (got ",
                                shape_text(y.shape), ")"));
   }
-  const npy::Array positions_array = npy::read(*positions_path);
+  const npy::Array positions_array = npy::read(positions_path);
   if (positions_array.type != npy::ElementType::Int64) {
     throw Error(detail::concat("diagnose: --positions must hold int64 (got ", npy::to_string(positions_array.type),
                                ")"));
   }
   const int64_t num_tokens = x.shape[0];
   const int64_t heads = x.shape.size() == 3 ? x.shape[1] : 1;
-  const int64_t head_dim = x.shape.back();
+  samples.head_dim = x.shape.back();
   if (positions_array.shape.size() != 1 || positions_array.shape[0] != num_tokens) {
     throw Error(detail::concat("diagnose: --positions must be [rows] = (", num_tokens, ",) to match --x ",
                                shape_text(x.shape), " (got ", shape_text(positions_array.shape), ")"));
   }
   std::vector<int64_t> token_positions(static_cast<size_t>(num_tokens));
   if (num_tokens > 0) std::memcpy(token_positions.data(), positions_array.bytes.data(), token_positions.size() * 8);
-  std::vector<int64_t> positions;  // one per row: each head of a token gets the token's position
-  for (const int64_t p : token_positions) positions.insert(positions.end(), static_cast<size_t>(heads), p);
-
-  analysis::DiagnoseOptions options;
-  options.storage_epsilon = std::max(x.epsilon, y.epsilon);
-  const analysis::Diagnosis d = analysis::diagnose({x.values, y.values, positions, head_dim}, options);
-  std::vector<analysis::Mismatch> mismatches;
-  if (target) mismatches = analysis::compare_to_spec(d, *target);
-  // 3, not 0, when a target was given and the samples left something uncompared: a script that
-  // gates on the exit status must not read "no mismatch in what these samples show" as a pass.
-  const int exit_code = !mismatches.empty() ? 1 : (target && !d.cannot_tell.empty()) ? 3 : 0;
-  const std::string storage = x.epsilon >= y.epsilon ? x.dtype : y.dtype;  // the coarser of the two
-
-  if (as_json) {
-    json::Writer out;
-    out.begin_object();
-    out.key("rows").value(d.num_rows);
-    out.key("distinct_positions").value(d.num_distinct_positions);
-    out.key("head_dim").value(d.head_dim);
-    out.key("rotated_offset").value(d.rotated_offset);
-    out.key("rotary_dim").value(d.rotary_dim);
-    out.key("rotated_contiguous").value(d.rotated_contiguous);
-    out.key("pairing").value(analysis::to_string(d.pairing));
-    out.key("pairing_score").value(d.pairing_score);
-    // A property the samples cannot pin down is null, and named in cannot_tell.
-    out.key("cannot_tell").begin_array();
-    for (const std::string& property : d.cannot_tell) out.value(property);
-    out.end_array();
-    if (d.direction) out.key("direction").value(*d.direction == Direction::Forward ? "forward" : "backward");
-    else out.key("direction").null();
-    if (d.position_offset) out.key("position_offset").value(*d.position_offset);
-    else out.key("position_offset").null();
-    out.key("constant_phase_rad").value(d.constant_phase_rad);
-    out.key("cos_sin_swapped").value(d.cos_sin_swapped);
-    out.key("attention_scaling").value(d.attention_scaling);
-    if (d.precision) out.key("precision").value(analysis::to_string(*d.precision));
-    else out.key("precision").null();
-    out.key("storage").value(storage);
-    out.key("max_residual_rad").value(d.max_residual_rad);
-    out.key("small_angle_residual_rad").value(d.small_angle_residual_rad);
-    out.key("scheme").value(d.scheme);
-    if (d.fitted_theta_base) out.key("fitted_theta_base").value(*d.fitted_theta_base);
-    else out.key("fitted_theta_base").null();
-    if (d.fitted_linear_factor) out.key("fitted_linear_factor").value(*d.fitted_linear_factor);
-    else out.key("fitted_linear_factor").null();
-    out.key("nearest_preset").value(d.nearest_preset);
-    out.key("pairs").begin_array();
-    for (const analysis::PairFinding& pair : d.pairs) {
-      out.begin_object();
-      out.key("first").value(pair.first);
-      out.key("second").value(pair.second);
-      if (pair.identified) out.key("inv_freq").value(pair.inv_freq);
-      else out.key("inv_freq").null();
-      out.key("max_residual_rad").value(pair.max_residual_rad);
-      out.key("attention_scaling").value(pair.attention_scaling);
-      out.end_object();
-    }
-    out.end_array();
-    out.key("notes").begin_array();
-    for (const std::string& note : d.notes) out.value(note);
-    out.end_array();
-    out.key("candidates").begin_array();
-    for (size_t i = 0; i < d.candidates.size() && i < 5; ++i) {
-      out.begin_object();
-      out.key("name").value(d.candidates[i].name);
-      out.key("scheme").value(d.candidates[i].scheme);
-      out.key("max_log_deviation").value(d.candidates[i].max_log_deviation);
-      out.key("matches").value(d.candidates[i].matches);
-      out.end_object();
-    }
-    out.end_array();
-    if (target) {
-      out.key("target").value(loaded->source);
-      if (chosen.name.empty()) {
-        out.key("layer_type").null();
-      } else {
-        out.key("layer_type").value(chosen.name);
-      }
-      out.key("matches").value(mismatches.empty());
-      out.key("mismatches").begin_array();
-      for (const analysis::Mismatch& m : mismatches) {
-        out.begin_object();
-        out.key("aspect").value(m.aspect);
-        out.key("implementation").value(m.implementation);
-        out.key("model").value(m.model);
-        out.key("message").value(m.message);
-        out.end_object();
-      }
-      out.end_array();
-    }
-    out.end_object();
-    args.out() << out.str() << "\n";
-    return exit_code;
+  for (const int64_t p : token_positions) {
+    samples.positions.insert(samples.positions.end(), static_cast<size_t>(heads), p);
   }
+  return samples;
+}
 
-  std::ostream& out = args.out();
+// The model the findings are compared with, when --preset or --config named one.
+struct Target {
+  const RopeSpec* spec = nullptr;  // null: no comparison
+  std::string source;              // the preset or config it came from
+  std::string layer_type;          // empty when the config has no layer types
+};
+
+void write_diagnosis_json(std::ostream& stream, const analysis::Diagnosis& d, const std::string& storage,
+                          const Target& target, const std::vector<analysis::Mismatch>& mismatches) {
+  json::Writer out;
+  out.begin_object();
+  out.key("rows").value(d.num_rows);
+  out.key("distinct_positions").value(d.num_distinct_positions);
+  out.key("head_dim").value(d.head_dim);
+  out.key("rotated_offset").value(d.rotated_offset);
+  out.key("rotary_dim").value(d.rotary_dim);
+  out.key("rotated_contiguous").value(d.rotated_contiguous);
+  out.key("pairing").value(analysis::to_string(d.pairing));
+  out.key("pairing_score").value(d.pairing_score);
+  // A property the samples cannot pin down is null, and named in cannot_tell.
+  out.key("cannot_tell").begin_array();
+  for (const std::string& property : d.cannot_tell) out.value(property);
+  out.end_array();
+  if (d.direction) out.key("direction").value(*d.direction == Direction::Forward ? "forward" : "backward");
+  else out.key("direction").null();
+  if (d.position_offset) out.key("position_offset").value(*d.position_offset);
+  else out.key("position_offset").null();
+  out.key("constant_phase_rad").value(d.constant_phase_rad);
+  out.key("cos_sin_swapped").value(d.cos_sin_swapped);
+  out.key("attention_scaling").value(d.attention_scaling);
+  if (d.precision) out.key("precision").value(analysis::to_string(*d.precision));
+  else out.key("precision").null();
+  out.key("storage").value(storage);
+  out.key("max_residual_rad").value(d.max_residual_rad);
+  out.key("small_angle_residual_rad").value(d.small_angle_residual_rad);
+  out.key("scheme").value(d.scheme);
+  if (d.fitted_theta_base) out.key("fitted_theta_base").value(*d.fitted_theta_base);
+  else out.key("fitted_theta_base").null();
+  if (d.fitted_linear_factor) out.key("fitted_linear_factor").value(*d.fitted_linear_factor);
+  else out.key("fitted_linear_factor").null();
+  out.key("nearest_preset").value(d.nearest_preset);
+  out.key("pairs").begin_array();
+  for (const analysis::PairFinding& pair : d.pairs) {
+    out.begin_object();
+    out.key("first").value(pair.first);
+    out.key("second").value(pair.second);
+    if (pair.identified) out.key("inv_freq").value(pair.inv_freq);
+    else out.key("inv_freq").null();
+    out.key("max_residual_rad").value(pair.max_residual_rad);
+    out.key("attention_scaling").value(pair.attention_scaling);
+    out.end_object();
+  }
+  out.end_array();
+  out.key("notes").begin_array();
+  for (const std::string& note : d.notes) out.value(note);
+  out.end_array();
+  out.key("candidates").begin_array();
+  for (size_t i = 0; i < d.candidates.size() && i < 5; ++i) {
+    out.begin_object();
+    out.key("name").value(d.candidates[i].name);
+    out.key("scheme").value(d.candidates[i].scheme);
+    out.key("max_log_deviation").value(d.candidates[i].max_log_deviation);
+    out.key("matches").value(d.candidates[i].matches);
+    out.end_object();
+  }
+  out.end_array();
+  if (target.spec) {
+    out.key("target").value(target.source);
+    if (target.layer_type.empty()) {
+      out.key("layer_type").null();
+    } else {
+      out.key("layer_type").value(target.layer_type);
+    }
+    out.key("matches").value(mismatches.empty());
+    out.key("mismatches").begin_array();
+    for (const analysis::Mismatch& m : mismatches) {
+      out.begin_object();
+      out.key("aspect").value(m.aspect);
+      out.key("implementation").value(m.implementation);
+      out.key("model").value(m.model);
+      out.key("message").value(m.message);
+      out.end_object();
+    }
+    out.end_array();
+  }
+  out.end_object();
+  stream << out.str() << "\n";
+}
+
+// The header and the structural findings: which dims rotate, how they pair, which way they turn.
+void print_structure(std::ostream& out, const analysis::Diagnosis& d) {
   out << "Diagnosis of " << d.num_rows << " rows (" << d.num_distinct_positions << " distinct positions, up to "
       << d.max_position << "), head_dim " << d.head_dim << "\n";
   out << "  rotated dims       ";
@@ -282,6 +266,11 @@ int run_diagnose(Args& args) {
   } else {
     out << cannot_tell << "\n";
   }
+}
+
+// The angle findings: offset, phase, scaling, precision, frequencies and the nearest preset.
+void print_angles(std::ostream& out, const analysis::Diagnosis& d, const std::string& storage) {
+  const std::string cannot_tell(analysis::kCannotTell);
   out << "  position offset    ";
   if (d.position_offset) {
     out << *d.position_offset << " (phase residual " << format_number(d.position_offset_residual, 3) << " rad)\n";
@@ -325,6 +314,9 @@ int run_diagnose(Args& args) {
         << (best.matches ? "matches" : "does not match") << ", max |ln ratio| " << format_number(best.max_log_deviation, 3)
         << ")\n";
   }
+}
+
+void print_pairs(std::ostream& out, const analysis::Diagnosis& d) {
   for (const std::string& note : d.notes) out << "  note: " << note << "\n";
   out << "\n  pair  elements      inv_freq      residual_rad\n";
   for (size_t i = 0; i < d.pairs.size(); ++i) {
@@ -334,22 +326,76 @@ int run_diagnose(Args& args) {
                        pair.identified ? format_number(pair.inv_freq, 6).c_str() : "?",
                        format_number(pair.max_residual_rad, 3).c_str());
   }
-  if (target) {
-    out << "\nAgainst " << target->name << " (" << loaded->source
-        << (chosen.name.empty() ? "" : ", layer type " + chosen.name) << "): ";
-    if (mismatches.empty()) {
-      out << (d.cannot_tell.empty() ? "no mismatch\n" : "no mismatch in what these samples show\n");
-    } else {
-      out << mismatches.size() << (mismatches.size() == 1 ? " mismatch\n" : " mismatches\n");
-      for (const analysis::Mismatch& m : mismatches) out << "  " << m.aspect << ": " << m.message << "\n";
-    }
-    // Not a clean bill: what the samples cannot pin down was not compared.
-    if (!d.cannot_tell.empty()) {
-      std::string untold;
-      for (const std::string& property : d.cannot_tell) untold += (untold.empty() ? "" : ", ") + property;
-      out << "  not compared: " << untold << " (" << analysis::kCannotTell << ")\n";
-    }
+}
+
+void print_comparison(std::ostream& out, const analysis::Diagnosis& d, const Target& target,
+                      const std::vector<analysis::Mismatch>& mismatches) {
+  out << "\nAgainst " << target.spec->name << " (" << target.source
+      << (target.layer_type.empty() ? "" : ", layer type " + target.layer_type) << "): ";
+  if (mismatches.empty()) {
+    out << (d.cannot_tell.empty() ? "no mismatch\n" : "no mismatch in what these samples show\n");
+  } else {
+    out << mismatches.size() << (mismatches.size() == 1 ? " mismatch\n" : " mismatches\n");
+    for (const analysis::Mismatch& m : mismatches) out << "  " << m.aspect << ": " << m.message << "\n";
   }
+  // Not a clean bill: what the samples cannot pin down was not compared.
+  if (!d.cannot_tell.empty()) {
+    std::string untold;
+    for (const std::string& property : d.cannot_tell) untold += (untold.empty() ? "" : ", ") + property;
+    out << "  not compared: " << untold << " (" << analysis::kCannotTell << ")\n";
+  }
+}
+
+}  // namespace
+
+int run_diagnose(Args& args) {
+  const std::optional<std::string> x_path = args.value("--x", "a .npy file");
+  const std::optional<std::string> y_path = args.value("--y", "a .npy file");
+  const std::optional<std::string> positions_path = args.value("--positions", "a .npy file");
+  bool has_target = false;
+  for (const std::string& token : args.tokens()) {
+    if (token.rfind("--preset", 0) == 0 || token.rfind("--config", 0) == 0) has_target = true;
+  }
+  std::optional<LoadedConfig> loaded;
+  if (has_target) loaded = load_config(args);
+  const std::optional<std::string> layer_type = args.value("--layer-type");
+  const bool as_json = args.has_switch("--json");
+  args.finish();
+  if (!x_path) throw UsageError("diagnose: --x is required (the inputs, a .npy file)");
+  if (!y_path) throw UsageError("diagnose: --y is required (the implementation's outputs, a .npy file)");
+  if (!positions_path) throw UsageError("diagnose: --positions is required (int64 positions, a .npy file)");
+  if (layer_type && !loaded) {
+    throw UsageError(detail::concat("diagnose: --layer-type needs --preset or --config (got --layer-type ", *layer_type,
+                                    " alone)"));
+  }
+  // One comparison: a per-layer-type target needs --layer-type (its types differ in theta).
+  const LayerTypeSpec chosen = loaded ? one_layer_type("diagnose", *loaded, layer_type) : LayerTypeSpec{};
+  const Target target{chosen.spec, loaded ? loaded->source : std::string(), chosen.name};
+  if (args.parse_only()) return 0;
+
+  const Samples samples = read_samples(*x_path, *y_path, *positions_path);
+  const Rows& x = samples.x;
+  const Rows& y = samples.y;
+  analysis::DiagnoseOptions options;
+  options.storage_epsilon = std::max(x.epsilon, y.epsilon);
+  const analysis::Diagnosis d =
+      analysis::diagnose({x.values, y.values, samples.positions, samples.head_dim}, options);
+  std::vector<analysis::Mismatch> mismatches;
+  if (target.spec) mismatches = analysis::compare_to_spec(d, *target.spec);
+  // 3, not 0, when a target was given and the samples left something uncompared: a script that
+  // gates on the exit status must not read "no mismatch in what these samples show" as a pass.
+  const int exit_code = !mismatches.empty() ? 1 : (target.spec && !d.cannot_tell.empty()) ? 3 : 0;
+  const std::string storage = x.epsilon >= y.epsilon ? x.dtype : y.dtype;  // the coarser of the two
+
+  if (as_json) {
+    write_diagnosis_json(args.out(), d, storage, target, mismatches);
+    return exit_code;
+  }
+  std::ostream& out = args.out();
+  print_structure(out, d);
+  print_angles(out, d, storage);
+  print_pairs(out, d);
+  if (target.spec) print_comparison(out, d, target, mismatches);
   return exit_code;
 }
 

@@ -92,6 +92,135 @@ std::vector<double> rotate(const Inputs& in, const std::vector<double>& x, int64
   return out;
 }
 
+// What the table and rotation checks share: the case's model, its positions, the length Hugging
+// Face's forward sees for them, and the scale of the tolerances.
+struct CaseContext {
+  const RopeSpec& spec;
+  const std::vector<int64_t>& positions;
+  int64_t seq_len;
+  int64_t pairs;
+  double scale_bound;  // max(1, attention_scaling): the tables' values are scaled by it
+};
+
+// The exact table, float64 and float32 rows, against exact_f64's cos and sin (rows in the
+// cat(freqs, freqs) layout: pair i is column i).
+void check_exact_table(const CaseContext& context, const std::vector<double>& exact_cos,
+                       const std::vector<double>& exact_sin, GoldenCaseResult& result) {
+  const RopeSpec& spec = context.spec;
+  const int64_t seq_len = context.seq_len, pairs = context.pairs;
+  const double scale_bound = context.scale_bound;
+  const auto n = static_cast<int64_t>(context.positions.size());
+  auto at = [&](const std::vector<double>& rows, int64_t r, int64_t i) { return rows[r * 2 * pairs + i]; };
+  const CosSinTable exact_table(spec, {.storage = Storage::OnTheFly, .seq_len = seq_len});
+  Ratio f64_ratio;
+  int64_t worst_f32 = 0;
+  std::vector<double> c(pairs), s(pairs);
+  std::vector<float> cf(pairs), sf(pairs);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t p = context.positions[r];
+    exact_table.row_f64(p, c.data(), s.data());
+    exact_table.row(p, cf.data(), sf.data());
+    const double tolerance = 1e-15 * (1.0 + static_cast<double>(p)) * scale_bound;
+    for (int64_t i = 0; i < pairs; ++i) {
+      const std::string where = detail::concat("position ", p, " pair ", i);
+      f64_ratio.add(std::abs(c[i] - at(exact_cos, r, i)), tolerance, where);
+      f64_ratio.add(std::abs(s[i] - at(exact_sin, r, i)), tolerance, where);
+      worst_f32 = std::max({worst_f32, ulps_f32(cf[i], static_cast<float>(at(exact_cos, r, i))),
+                            ulps_f32(sf[i], static_cast<float>(at(exact_sin, r, i)))});
+    }
+  }
+  result.checks.push_back(f64_ratio.check("exact table float64 vs exact_f64 (1e-15 (1+p) max(1,s))"));
+  result.checks.push_back({"exact table float32 vs exact_f64 rounded (<= 1 ulp)", worst_f32 <= 1,
+                           static_cast<double>(worst_f32), detail::concat(worst_f32, " ulp")});
+}
+
+// The Hugging Face-compatible tables: from HF's own inv_freq against hf_f32's cos and sin, and
+// the float32 inv_freq chain from the config against HF's inv_freq.
+void check_hf_tables(const CaseContext& context, const std::vector<double>& hf_inv, const std::vector<double>& hf_cos,
+                     const std::vector<double>& hf_sin, GoldenCaseResult& result) {
+  const RopeSpec& spec = context.spec;
+  const int64_t seq_len = context.seq_len, pairs = context.pairs;
+  const double scale_bound = context.scale_bound;
+  const auto n = static_cast<int64_t>(context.positions.size());
+  auto at = [&](const std::vector<double>& rows, int64_t r, int64_t i) { return rows[r * 2 * pairs + i]; };
+  std::vector<float> hf_buffer(hf_inv.begin(), hf_inv.end());
+  const CosSinTable hf_table(spec, {.precision = Precision::HFCompat, .storage = Storage::OnTheFly,
+                                    .seq_len = seq_len, .hf_inv_freq = hf_buffer});
+  Ratio ratio;
+  std::vector<float> c(pairs), s(pairs);
+  const double tolerance = 2.0 * std::ldexp(1.0, -23) * scale_bound;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t p = context.positions[r];
+    if (p >= (int64_t{1} << 24)) continue;  // HF rounds the position itself there
+    hf_table.row(p, c.data(), s.data());
+    for (int64_t i = 0; i < pairs; ++i) {
+      const std::string where = detail::concat("position ", p, " pair ", i);
+      ratio.add(std::abs(c[i] - at(hf_cos, r, i)), tolerance, where);
+      ratio.add(std::abs(s[i] - at(hf_sin, r, i)), tolerance, where);
+    }
+  }
+  result.checks.push_back(ratio.check("hf table (HF inv_freq) vs hf_f32 cos/sin, p < 2^24 (2 ulps of scaling)"));
+
+  const CosSinTable from_config(spec, {.precision = Precision::HFCompat, .storage = Storage::OnTheFly,
+                                       .seq_len = seq_len});
+  int64_t worst = 0;
+  for (int64_t i = 0; i < pairs; ++i) {
+    worst = std::max(worst, ulps_f32(from_config.inv_freq_f32()[i], static_cast<float>(hf_inv[i])));
+  }
+  result.checks.push_back({"hf chain inv_freq from config vs hf_f32 (<= 1 ulp)", worst <= 1,
+                           static_cast<double>(worst), detail::concat(worst, " ulp")});
+}
+
+// q and k in both conventions, float64 reference with exact values.
+void check_rotations(const CaseContext& context, const json::Value& root, const json::Value& exact, Inputs& in,
+                     GoldenCaseResult& result) {
+  const RopeSpec& spec = context.spec;
+  const int64_t seq_len = context.seq_len, pairs = context.pairs;
+  const double scale_bound = context.scale_bound;
+  const auto n = static_cast<int64_t>(in.positions.size());
+  const json::Value& inputs = member(root, "inputs");
+  in.q = tensor(inputs, "q");
+  in.k = tensor(inputs, "k");
+  const auto& q_shape = member(member(inputs, "q"), "shape").as_array();
+  const auto& k_shape = member(member(inputs, "k"), "shape").as_array();
+  in.q_heads = q_shape[1].as_int64();
+  in.k_heads = k_shape[1].as_int64();
+  in.head_dim = q_shape[2].as_int64();
+  for (Style style : {Style::NeoX, Style::GPTJ}) {
+    RopeSpec styled = spec;
+    styled.style = style;
+    const CosSinTable table(styled, {.storage = Storage::OnTheFly, .seq_len = seq_len});
+    const char* suffix = style == Style::NeoX ? "half_split" : "interleaved";
+    Ratio ratio;
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<double>& x = which == 0 ? in.q : in.k;
+      const int64_t heads = which == 0 ? in.q_heads : in.k_heads;
+      const std::vector<double> got = rotate(in, x, heads, styled, table);
+      const std::vector<double> expected =
+          tensor(exact, detail::concat(which == 0 ? "q_embed_" : "k_embed_", suffix));
+      for (int64_t r = 0; r < n; ++r) {
+        const double tolerance = 1e-15 * (1.0 + static_cast<double>(in.positions[r])) * scale_bound;
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t base = (r * heads + h) * in.head_dim;
+          for (int64_t i = 0; i < pairs; ++i) {
+            const int64_t ia = style == Style::NeoX ? i : 2 * i;
+            const int64_t ic = style == Style::NeoX ? i + pairs : 2 * i + 1;
+            const double magnitude = std::abs(x[base + ia]) + std::abs(x[base + ic]);
+            const std::string where = detail::concat(which == 0 ? "q" : "k", " position ", in.positions[r], " head ", h,
+                                                     " pair ", i);
+            ratio.add(std::abs(got[base + ia] - expected[base + ia]), tolerance * magnitude, where);
+            ratio.add(std::abs(got[base + ic] - expected[base + ic]), tolerance * magnitude, where);
+          }
+          for (int64_t d = spec.rotary_dim; d < in.head_dim; ++d) {
+            ratio.add(std::abs(got[base + d] - expected[base + d]), 0.0, "pass-through");
+          }
+        }
+      }
+    }
+    result.checks.push_back(ratio.check(detail::concat("q/k ", suffix, " vs exact_f64")));
+  }
+}
+
 void verify_positive(const json::Value& root, GoldenCaseResult& result) {
   // The config goes through the text parser, exactly as a user's config.json would.
   const HfRopeConfig config = parse_hf_config(json::serialize(member(root, "config")), result.file);
@@ -145,109 +274,11 @@ void verify_positive(const json::Value& root, GoldenCaseResult& result) {
   const std::vector<double> exact_sin = tensor(exact, "sin");
   const std::vector<double> hf_cos = tensor(hf, "cos");
   const std::vector<double> hf_sin = tensor(hf, "sin");
-  const auto n = static_cast<int64_t>(in.positions.size());
-  // Values of pair i at row r in the cat(freqs, freqs) layout: column i.
-  auto at = [&](const std::vector<double>& rows, int64_t r, int64_t i) { return rows[r * 2 * pairs + i]; };
 
-  // Exact table.
-  const CosSinTable exact_table(spec, {.storage = Storage::OnTheFly, .seq_len = seq_len});
-  {
-    Ratio f64_ratio;
-    int64_t worst_f32 = 0;
-    std::vector<double> c(pairs), s(pairs);
-    std::vector<float> cf(pairs), sf(pairs);
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = in.positions[r];
-      exact_table.row_f64(p, c.data(), s.data());
-      exact_table.row(p, cf.data(), sf.data());
-      const double tolerance = 1e-15 * (1.0 + static_cast<double>(p)) * scale_bound;
-      for (int64_t i = 0; i < pairs; ++i) {
-        const std::string where = detail::concat("position ", p, " pair ", i);
-        f64_ratio.add(std::abs(c[i] - at(exact_cos, r, i)), tolerance, where);
-        f64_ratio.add(std::abs(s[i] - at(exact_sin, r, i)), tolerance, where);
-        worst_f32 = std::max({worst_f32, ulps_f32(cf[i], static_cast<float>(at(exact_cos, r, i))),
-                              ulps_f32(sf[i], static_cast<float>(at(exact_sin, r, i)))});
-      }
-    }
-    result.checks.push_back(f64_ratio.check("exact table float64 vs exact_f64 (1e-15 (1+p) max(1,s))"));
-    result.checks.push_back({"exact table float32 vs exact_f64 rounded (<= 1 ulp)", worst_f32 <= 1,
-                             static_cast<double>(worst_f32), detail::concat(worst_f32, " ulp")});
-  }
-
-  // Hugging Face-compatible tables.
-  {
-    std::vector<float> hf_buffer(hf_inv.begin(), hf_inv.end());
-    const CosSinTable hf_table(spec, {.precision = Precision::HFCompat, .storage = Storage::OnTheFly,
-                                      .seq_len = seq_len, .hf_inv_freq = hf_buffer});
-    Ratio ratio;
-    std::vector<float> c(pairs), s(pairs);
-    const double tolerance = 2.0 * std::ldexp(1.0, -23) * scale_bound;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = in.positions[r];
-      if (p >= (int64_t{1} << 24)) continue;  // HF rounds the position itself there
-      hf_table.row(p, c.data(), s.data());
-      for (int64_t i = 0; i < pairs; ++i) {
-        const std::string where = detail::concat("position ", p, " pair ", i);
-        ratio.add(std::abs(c[i] - at(hf_cos, r, i)), tolerance, where);
-        ratio.add(std::abs(s[i] - at(hf_sin, r, i)), tolerance, where);
-      }
-    }
-    result.checks.push_back(ratio.check("hf table (HF inv_freq) vs hf_f32 cos/sin, p < 2^24 (2 ulps of scaling)"));
-
-    const CosSinTable from_config(spec, {.precision = Precision::HFCompat, .storage = Storage::OnTheFly,
-                                         .seq_len = seq_len});
-    int64_t worst = 0;
-    for (int64_t i = 0; i < pairs; ++i) {
-      worst = std::max(worst, ulps_f32(from_config.inv_freq_f32()[i], static_cast<float>(hf_inv[i])));
-    }
-    result.checks.push_back({"hf chain inv_freq from config vs hf_f32 (<= 1 ulp)", worst <= 1,
-                             static_cast<double>(worst), detail::concat(worst, " ulp")});
-  }
-
-  // q and k in both conventions, float64 reference with exact values.
-  {
-    const json::Value& inputs = member(root, "inputs");
-    in.q = tensor(inputs, "q");
-    in.k = tensor(inputs, "k");
-    const auto& q_shape = member(member(inputs, "q"), "shape").as_array();
-    const auto& k_shape = member(member(inputs, "k"), "shape").as_array();
-    in.q_heads = q_shape[1].as_int64();
-    in.k_heads = k_shape[1].as_int64();
-    in.head_dim = q_shape[2].as_int64();
-    for (Style style : {Style::NeoX, Style::GPTJ}) {
-      RopeSpec styled = spec;
-      styled.style = style;
-      const CosSinTable table(styled, {.storage = Storage::OnTheFly, .seq_len = seq_len});
-      const char* suffix = style == Style::NeoX ? "half_split" : "interleaved";
-      Ratio ratio;
-      for (int which = 0; which < 2; ++which) {
-        const std::vector<double>& x = which == 0 ? in.q : in.k;
-        const int64_t heads = which == 0 ? in.q_heads : in.k_heads;
-        const std::vector<double> got = rotate(in, x, heads, styled, table);
-        const std::vector<double> expected =
-            tensor(exact, detail::concat(which == 0 ? "q_embed_" : "k_embed_", suffix));
-        for (int64_t r = 0; r < n; ++r) {
-          const double tolerance = 1e-15 * (1.0 + static_cast<double>(in.positions[r])) * scale_bound;
-          for (int64_t h = 0; h < heads; ++h) {
-            const int64_t base = (r * heads + h) * in.head_dim;
-            for (int64_t i = 0; i < pairs; ++i) {
-              const int64_t ia = style == Style::NeoX ? i : 2 * i;
-              const int64_t ic = style == Style::NeoX ? i + pairs : 2 * i + 1;
-              const double magnitude = std::abs(x[base + ia]) + std::abs(x[base + ic]);
-              const std::string where = detail::concat(which == 0 ? "q" : "k", " position ", in.positions[r], " head ", h,
-                                                       " pair ", i);
-              ratio.add(std::abs(got[base + ia] - expected[base + ia]), tolerance * magnitude, where);
-              ratio.add(std::abs(got[base + ic] - expected[base + ic]), tolerance * magnitude, where);
-            }
-            for (int64_t d = spec.rotary_dim; d < in.head_dim; ++d) {
-              ratio.add(std::abs(got[base + d] - expected[base + d]), 0.0, "pass-through");
-            }
-          }
-        }
-      }
-      result.checks.push_back(ratio.check(detail::concat("q/k ", suffix, " vs exact_f64")));
-    }
-  }
+  const CaseContext context{spec, in.positions, seq_len, pairs, scale_bound};
+  check_exact_table(context, exact_cos, exact_sin, result);
+  check_hf_tables(context, hf_inv, hf_cos, hf_sin, result);
+  check_rotations(context, root, exact, in, result);
 }
 
 }  // namespace
