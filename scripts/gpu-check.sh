@@ -56,12 +56,12 @@ if [[ ${GPU_CHECK_PROBE_ONLY:-0} == 1 ]]; then
   exit $status
 fi
 
-step "the Triton tests on CUDA (tests/python/test_triton_rope.py, ROTARY_TEST_DEVICE=cuda)"
+step "the Triton tests on CUDA (tests/python/test_triton_{rope,attention}.py, ROTARY_TEST_DEVICE=cuda)"
 ROTARY_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
-  -k "not refusals" >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
+  tests/python/test_triton_attention.py -k "not refusals" >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
 tail -5 "$OUT/pytest.log"
 ROTARY_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
-  -k "refusals" >>"$OUT/pytest.log" 2>&1 || fail "CUDA tests (refusals)"
+  tests/python/test_triton_attention.py -k "refusals" >>"$OUT/pytest.log" 2>&1 || fail "CUDA tests (refusals)"
 tail -3 "$OUT/pytest.log"
 
 step "measurements (scripts/gpu_check.py)"

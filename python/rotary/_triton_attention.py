@@ -1,0 +1,240 @@
+"""Attention with fused RoPE in one Triton kernel launch: the prefill forward (docs/gpu.md,
+"Attention"). The kernel is python/rotary/_triton_attention_kernel.py.
+
+attention(q, k, v, ...) computes softmax(s) v per (batch row, q head), s = q_i . k_j * scale
+(optionally soft-capped) over the keys the mask leaves visible, with q and k rotated by a rotary
+Spec's (or Table's) float32 table rows as the kernel loads them. The masks are
+rotary.torch.attention's (docs/attention.md, "Masks"): query i sits at position
+p = query_offset + i, key j at j; key j is visible iff j <= p (causal) and p - j < window
+(window > 0). A query that sees no key gets zeros (and log-sum-exp -inf).
+
+What it does not do is refused by name before the launch (RotaryError naming the argument and the
+value): no autograd, no varlen (cu_seqlens), no per-sequence offsets or kv_lengths, no ALiBi, no
+absolute tables, no float64, no M-RoPE / xPos specs. CUDA tensors, and CPU tensors only under
+Triton's interpreter (TRITON_INTERPRET=1), which is how tests/python/test_triton_attention.py runs
+it without a GPU. triton is imported on the first launch only.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ._attention import check_causal, optional_scale
+from ._rotary import RotaryError
+from ._table import Table, check_source, resolve
+from ._triton_rope import device_rows, interpreting
+from ._views import float_arg, int_arg
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+LAYOUTS = ("bhsd", "bshd")
+
+# Tile sizes. tl.dot needs every dimension >= 16; the interpreter runs one program at a time in
+# NumPy, where small tiles keep the masked work small. On a GPU: not yet measured (docs/gpu.md).
+LAUNCH = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
+INTERPRETER_LAUNCH = {"block_m": 16, "block_n": 16}
+
+
+def _kernel():
+    from . import _triton_attention_kernel
+    if _triton_attention_kernel.INTERPRETED != interpreting():
+        raise RotaryError(f"TRITON_INTERPRET must keep the value it had when the triton kernel was first used "
+                          f"(got {os.environ.get('TRITON_INTERPRET', 'unset')!r} now, the kernel was built "
+                          f"{'with' if _triton_attention_kernel.INTERPRETED else 'without'} the interpreter)")
+    return _triton_attention_kernel.attention_kernel
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _check_device(q) -> None:
+    """CUDA, and the CPU only under Triton's interpreter (_triton_rope.check_device's rule)."""
+    if q.device.type == "cuda" or (q.device.type == "cpu" and interpreting()):
+        return
+    if q.device.type == "cpu":
+        raise RotaryError("the triton attention runs on cpu tensors only under Triton's interpreter: set "
+                          "TRITON_INTERPRET=1 before the first triton call (got q on cpu without it); "
+                          "rotary.torch.attention runs rotary's CPU kernels")
+    raise RotaryError(f"the triton attention runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) "
+                      f"(got q on {q.device})")
+
+
+def _check_tensors(q, k, v, layout):
+    """[batch, heads, len, dim] views of q, k, v (layout "bhsd" or "bshd"), checked."""
+    if layout not in LAYOUTS:
+        raise RotaryError(f"layout must be 'bhsd' or 'bshd' for the triton attention (got {layout!r})")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor):
+            raise RotaryError(f"{name} must be a torch.Tensor (got {type(tensor).__name__})")
+        if tensor.dtype not in _DTYPES:
+            raise RotaryError(f"{name} dtype must be float32, bfloat16 or float16 for the triton attention (got "
+                              f"{tensor.dtype}); rotary.torch.attention runs float64 on the CPU")
+        if tensor.dim() != 4:
+            raise RotaryError(f"{name} must be 4-D [{', '.join(layout)}] (got shape {tuple(tensor.shape)})")
+        if tensor.dtype != q.dtype:
+            raise RotaryError(f"{name} dtype must be q's dtype {q.dtype} (got {tensor.dtype})")
+        if tensor.device != q.device:
+            raise RotaryError(f"{name} must be on q's device {q.device} (got {tensor.device})")
+    _check_device(q)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RotaryError("the triton attention has no backward yet (got q, k or v with requires_grad=True); "
+                          "rotary.torch.attention records gradients on the CPU")
+    views = [t if layout == "bhsd" else t.transpose(1, 2) for t in (q, k, v)]
+    (batch, q_heads, _, dim), (kb, kv_heads, kv_len, kd), (vb, vh, vl, _) = (tuple(t.shape) for t in views)
+    if (kb, vb) != (batch, batch) or vh != kv_heads or vl != kv_len:
+        raise RotaryError(f"k and v must have q's batch and each other's heads and length (got q "
+                          f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, layout {layout!r})")
+    if kd != dim:
+        raise RotaryError(f"k's head dim must be q's {dim} (got {kd})")
+    if dim == 0:
+        raise RotaryError("q's head dim must be >= 1 (got 0)")
+    if kv_heads == 0 or q_heads % kv_heads:
+        raise RotaryError(f"q heads must be a multiple of k heads (GQA) (got {q_heads} and {kv_heads})")
+    return views
+
+
+def _positions(name, positions, batch, length, device):
+    """int64 [batch, length] NumPy positions of a tensor argument (or None), checked."""
+    if positions is None:
+        return None
+    if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.is_complex() \
+            or positions.dtype == torch.bool:
+        what = type(positions).__name__ if not isinstance(positions, torch.Tensor) else f"dtype {positions.dtype}"
+        raise RotaryError(f"{name} must be an integer torch.Tensor or None (got {what})")
+    if tuple(positions.shape) != (batch, length):
+        raise RotaryError(f"{name} must have shape [{batch}, {length}] (got {tuple(positions.shape)})")
+    values = positions.detach().to("cpu").numpy().astype(np.int64)
+    if values.size and values.min() < 0:
+        raise RotaryError(f"{name} must be >= 0 (got {int(values.min())})")
+    return values
+
+
+def _rope(spec_or_table, precision, seq_len, rotary_offset, dim, q_positions, k_positions, batch, q_len, kv_len,
+          query_offset):
+    """The native table, its style, and the positions (None: query_offset + i and j)."""
+    source = check_source(spec_or_table)
+    spec = source.spec if isinstance(source, Table) else source
+    if spec.position_streams != 1:
+        raise RotaryError(f"the triton attention rotates by one position per token (got spec {spec.name!r} with "
+                          f"{spec.position_streams} position streams)")
+    if spec.xpos_scale_base is not None:
+        raise RotaryError(f"the triton attention has no xPos scaling (got spec {spec.name!r} with "
+                          f"xpos_scale_base {spec.xpos_scale_base})")
+    if not isinstance(source, Table) and spec.sequence_dependent and seq_len is None:
+        raise RotaryError(f"seq_len must be given for spec {spec.name!r}, whose table depends on the sequence "
+                          f"length (got seq_len None)")
+    styled, native = resolve(source, precision, None, lambda: seq_len)
+    pairs = native.num_pairs
+    if rotary_offset + 2 * pairs > dim:
+        raise RotaryError(f"rotary_offset + rotary_dim must be <= head_dim {dim} (got rotary_offset {rotary_offset}, "
+                          f"rotary_dim {2 * pairs})")
+    qp = _positions("q_positions", q_positions, batch, q_len, None)
+    kp = _positions("k_positions", k_positions, batch, kv_len, None)
+    if (qp is None) != (kp is None):
+        raise RotaryError("q_positions and k_positions go together (got only "
+                          f"{'q_positions' if kp is None else 'k_positions'})")
+    last = max(query_offset + q_len, kv_len) - 1 if qp is None else \
+        max(int(qp.max()) if qp.size else 0, int(kp.max()) if kp.size else 0)
+    if last > native.max_position:
+        raise RotaryError(f"positions must be <= the table's last position {native.max_position} (got {last})")
+    return styled.style, native, qp, kp
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window: int = 0,
+              scale: Optional[float] = None, spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
+              k_positions: Optional[torch.Tensor] = None, query_offset: int = 0, softcap: Optional[float] = None,
+              precision: Optional[str] = None, seq_len: Optional[int] = None, rotary_offset: int = 0,
+              layout: str = "bhsd", return_lse: bool = False):
+    """Attention with fused RoPE in one Triton launch (forward only). q [batch, q_heads, q_len, d],
+    k [batch, kv_heads, kv_len, d], v [batch, kv_heads, kv_len, dv] ("bhsd"; "bshd" swaps heads and
+    length), q_heads a multiple of kv_heads; float32, bfloat16 or float16, all alike. Returns the
+    output in q's dtype and layout [.., q_len, dv], and with return_lse=True also the float32
+    log-sum-exp of each query's scaled (soft-capped) scores, [batch, q_heads, q_len].
+
+    causal / window / query_offset: rotary.torch.attention's masks. scale: default 1/sqrt(d).
+    spec_or_table: fused RoPE (None: plain attention); q_positions / k_positions: int [batch,
+    len] RoPE positions (default query_offset + i and j); precision / seq_len / rotary_offset as
+    rotary.torch.attention's. softcap: Gemma 2's logit soft-capping, s = cap * tanh(s / cap)."""
+    causal = check_causal(causal)
+    window = int_arg("window", window, minimum=0)
+    query_offset = int_arg("query_offset", query_offset, minimum=0)
+    rotary_offset = int_arg("rotary_offset", rotary_offset, minimum=0)
+    if seq_len is not None:
+        seq_len = int_arg("seq_len", seq_len, minimum=0)
+    scale = optional_scale(scale)
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise RotaryError(f"scale must be finite and positive (got {scale})")
+    if softcap is not None:
+        softcap = float_arg("softcap", softcap)
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise RotaryError(f"softcap must be finite and positive, or None (got {softcap})")
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise RotaryError(f"return_lse must be True or False (got {return_lse!r})")
+    qv, kv, vv = _check_tensors(q, k, v, layout)
+    batch, q_heads, q_len, dim = qv.shape
+    kv_heads, kv_len, v_dim = kv.shape[1], kv.shape[2], vv.shape[3]
+    if spec_or_table is None:
+        for name, value in (("q_positions", q_positions), ("k_positions", k_positions), ("precision", precision),
+                            ("seq_len", seq_len)):
+            if value is not None:
+                raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} {value!r})")
+        if rotary_offset:
+            raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset "
+                              f"{rotary_offset})")
+    out_shape = (batch, q_heads, q_len, v_dim) if layout == "bhsd" else (batch, q_len, q_heads, v_dim)
+    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, q_heads, q_len), dtype=torch.float32, device=q.device)
+    ov = out if layout == "bhsd" else out.transpose(1, 2)
+    rope = None
+    if spec_or_table is not None:
+        rope = _rope(spec_or_table, precision, seq_len, rotary_offset, dim, q_positions, k_positions, batch, q_len,
+                     kv_len, query_offset)
+    if batch * q_heads * q_len == 0 or v_dim == 0:
+        return (out, lse.fill_(float("-inf"))) if return_lse else out
+    _launch(qv, kv, vv, ov, lse, rope, q_heads // kv_heads, causal, window,
+            1.0 / math.sqrt(dim) if scale is None else scale, softcap, query_offset, rotary_offset)
+    return (out, lse) if return_lse else out
+
+
+def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, query_offset, rotary_offset):
+    batch, q_heads, q_len, dim = qv.shape
+    kv_len, v_dim = kv.shape[2], vv.shape[3]
+    device = qv.device
+    if rope is None:
+        cos = sin = q_rows = k_rows = torch.zeros(1, dtype=torch.float32, device=device)  # unread
+        style, pairs, arange = "neox", 0, True
+    else:
+        style, native, qp, kp = rope
+        pairs = native.num_pairs
+        if qp is None and query_offset > 2 * (q_len + kv_len) + 256:
+            # Queries far past the keys: the rows of their own positions, not rows [0, query_offset + q_len).
+            qp = (query_offset + np.arange(q_len, dtype=np.int64))[None, :].repeat(batch, 0)
+            kp = np.arange(kv_len, dtype=np.int64)[None, :].repeat(batch, 0)
+        if qp is None:
+            # Rows [0, n) with row p at position p (a call past the device cache's size gets the
+            # rows of positions 0..n-1 as distinct rows: again row p at position p).
+            cos, sin, _ = device_rows(native, None, max(query_offset + q_len, kv_len), device)
+            q_rows = k_rows = cos
+            arange = True
+        else:
+            both = np.concatenate([qp, kp], axis=1)
+            cos, sin, rows = device_rows(native, both, both.shape[1], device)
+            rows = torch.from_numpy(both.reshape(-1)).to(device) if rows is None else rows
+            rows = rows.reshape(batch, q_len + kv_len)
+            q_rows, k_rows = rows[:, :q_len].contiguous(), rows[:, q_len:].contiguous()
+            arange = False
+    tiles = INTERPRETER_LAUNCH if device.type == "cpu" else LAUNCH
+    block_m, block_n = tiles["block_m"], tiles["block_n"]
+    extra = {} if device.type == "cpu" else {"num_warps": LAUNCH["num_warps"], "num_stages": LAUNCH["num_stages"]}
+    grid = (-(-q_len // block_m), batch * q_heads)
+    _kernel()[grid](
+        qv, kv, vv, ov, lse, cos, sin, q_rows, k_rows, *qv.stride(), *kv.stride(), *vv.stride(), *ov.stride(),
+        *lse.stride(), q_len, kv_len, q_heads, group, dim, v_dim, scale, 1.0 if softcap is None else softcap,
+        query_offset, window, pairs, rotary_offset, CAUSAL=causal, WINDOW=window > 0, ROPE=rope is not None,
+        NEOX=style == "neox", ARANGE=arange, SOFTCAP=softcap is not None, RETURN_LSE=True, BLOCK_M=block_m,
+        BLOCK_N=block_n, BLOCK_D=max(16, _next_power_of_two(dim)), BLOCK_DV=max(16, _next_power_of_two(v_dim)),
+        **extra)

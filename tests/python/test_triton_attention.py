@@ -1,0 +1,345 @@
+"""rotary._triton_attention (attention with fused RoPE in one Triton launch, docs/gpu.md,
+"Attention") on CPU tensors in Triton's interpreter (TRITON_INTERPRET=1): random small calls
+against a float64 reference and against rotary.torch.attention's CPU kernels, and the refusals.
+
+The reference: q, k, v widened to float64 (exact), q and k rotated by rt.apply_rotary in float64
+at their positions, s = q.k * scale (cap * tanh(s / cap) with softcap), the mask, softmax, times v;
+a query that sees no key gets zeros and log-sum-exp -inf.
+
+Bounds (docs/attention.md, "Error analysis", whose steps the kernel follows; u = 2^-24). For a
+query with n visible keys, A_j = scale * sum_e |q~_e| |k~_e| (q~, k~: |x| without RoPE, and
+s_att * (|a| + |b|) >= |a||C| + |b||S| for a rotated pair (a, b), s_att the table's attention
+scaling, |C|, |S| <= s_att):
+1. scores: the rotation 2u (|a||C| + |b||S|) per element for q and for k, the scale's product u,
+   the float32 dot product of d terms gamma_d: |s^ - s| <= E = (d + 6) u max_j A_j. Soft-capping:
+   tanh' <= 1 passes E through; s / cap rounds (u |s|), the tanh from exp is within 4u absolutely,
+   the product by cap rounds (u cap): E += u max_j |s_j| + 5u cap.
+2. weights: exp's argument s - m rounds (u |s - m| <= 104u where exp is not 0) and exp itself
+   (1 ulp in the interpreter's NumPy; a GPU's ex2.approx of (s - m) log2 e: its own 2 ulps and
+   the product's u |s - m|): eta = E + 220u relative per weight, moving the output by
+   <= Vbar 2 eta (1 + 2 eta), Vbar = max over visible j of |v_je|.
+3. sums: l and o are float32 sums of n terms and a rescale per key tile:
+   acc = (n + 4 tiles + 4) u each, 2 acc Vbar together.
+4. storage: float32 out u |ref|; bfloat16 / float16: one unit of the format at max(|got|, |ref|)
+   (the kernel rounds once, half a unit; the allowance holds either side of a boundary).
+tolerance_e = Vbar_e (2 eta (1 + 2 eta) + 2 acc) + storage.
+log-sum-exp: m + log(l) = log sum_j exp(s^_j) (1 + delta_j) with |delta_j| <= eta, l's sum acc,
+and the final log and sum round: |lse^ - lse| <= 2 eta + 2 acc + 4u (|lse| + 2 log(n + 1)).
+Against rotary.torch.attention's CPU kernels (the same float32 table rows, no soft-capping): both
+within their bound of the reference, so within twice this tolerance of each other.
+
+The interpreter reads TRITON_INTERPRET when the kernel is defined (its first launch), so the
+fixture sets it before any launch. ROTARY_TEST_DEVICE=cuda runs the same tests on a GPU: the
+triton calls get CUDA copies of the inputs and their results come back to the CPU.
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import rotary
+import rotary.torch as rt
+
+pytest.importorskip("triton", reason="triton is not installed (scripts/requirements.txt pins it)")
+
+U = 2.0 ** -24
+LLAMA = rotary.Spec.preset("llama-3.1-8b")
+YARN = rotary.Spec.preset("qwen2.5-7b-yarn")
+FORMAT_BITS = {torch.bfloat16: (7, 2.0 ** -133), torch.float16: (10, 2.0 ** -24)}
+DEVICE = os.environ.get("ROTARY_TEST_DEVICE", "cpu")
+if DEVICE != "cpu" and not (DEVICE == "cuda" and torch.cuda.is_available()):
+    raise RuntimeError(f"ROTARY_TEST_DEVICE must be 'cpu' or 'cuda' with a GPU torch can see (got {DEVICE!r})")
+TILE = 16  # the interpreter's key tile (the GPU's is larger: fewer tiles, inside the same bound)
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def dev(t):
+    return None if t is None else t.to(DEVICE)
+
+
+def triton_attention(q, k, v, **kwargs):
+    """rotary._triton_attention.attention on DEVICE copies; (out, lse) on the CPU."""
+    from rotary._triton_attention import attention
+    for key in ("q_positions", "k_positions"):
+        if kwargs.get(key) is not None:
+            kwargs[key] = dev(kwargs[key])
+    out, lse = attention(dev(q), dev(k), dev(v), return_lse=True, **kwargs)
+    return out.cpu(), lse.cpu()
+
+
+def visible_mask(q_len, kv_len, causal, window, query_offset):
+    p = query_offset + torch.arange(q_len)[:, None]
+    j = torch.arange(kv_len)[None, :]
+    visible = torch.ones(q_len, kv_len, dtype=torch.bool)
+    if causal:
+        visible &= j <= p
+    if window > 0:
+        visible &= p - j < window
+    return visible
+
+
+def magnitudes(x, spec, s_att):
+    """|x|, with each rotated element replaced by s_att * (|a| + |b|) of its pair (float64)."""
+    x = x.abs()
+    if spec is None:
+        return x
+    r = spec.rotary_dim
+    block = x[..., :r]
+    if spec.style == "neox":
+        partner = torch.cat([block[..., r // 2:], block[..., :r // 2]], -1)
+    else:
+        partner = block.reshape(*block.shape[:-1], r // 2, 2).flip(-1).reshape(block.shape)
+    return torch.cat([s_att * (block + partner), x[..., r:]], -1)
+
+
+def reference(q, k, v, *, causal=False, window=0, scale=None, spec=None, query_offset=0, softcap=None,
+              q_positions=None, k_positions=None, precision=None, seq_len=None):
+    """float64 (out, lse, tolerance of out, tolerance of lse) for bhsd q, k, v."""
+    q, k, v = q.double(), k.double(), v.double()
+    batch, heads, q_len, d = q.shape
+    kv_len, group = k.shape[2], heads // k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    s_att = 1.0
+    if spec is not None:
+        qp = q_positions if q_positions is not None else (query_offset + torch.arange(q_len)).expand(batch, q_len)
+        kp = k_positions if k_positions is not None else torch.arange(kv_len).expand(batch, kv_len)
+        qr, _ = rt.apply_rotary(q, None, qp.contiguous(), spec, layout="bhsd", precision=precision, seq_len=seq_len)
+        kr, _ = rt.apply_rotary(k, None, kp.contiguous(), spec, layout="bhsd", precision=precision, seq_len=seq_len)
+        table = spec if isinstance(spec, rotary.Table) else rotary.Table(spec)
+        s_att = float(table.rows([0])[0][0, 0])  # cos 0 times the attention scaling
+        spec = table.spec
+    else:
+        qr, kr = q, k
+    kr, kv_, k_abs = (t.repeat_interleave(group, 1) for t in (kr, v, magnitudes(k, spec, s_att)))
+    s = torch.einsum("bhid,bhjd->bhij", qr, kr) * scale
+    a = torch.einsum("bhid,bhjd->bhij", magnitudes(q, spec, s_att), k_abs) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    visible = visible_mask(q_len, kv_len, causal, window, query_offset).expand(batch, heads, q_len, kv_len)
+    s_masked = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(s_masked, -1)
+    weights = torch.exp(s_masked - lse[..., None]).nan_to_num(0.0)  # rows without a key: 0
+    out = weights @ kv_
+    n = visible.sum(-1).double()
+    e = (d + 6) * U * a.masked_fill(~visible, 0).amax(-1)
+    if softcap is not None:
+        e = e + U * s.abs().masked_fill(~visible, 0).amax(-1) + 5 * U * softcap
+    eta = e + 220 * U
+    acc = (n + 4 * (math.ceil(kv_len / TILE) + 1) + 4) * U
+    vbar = (visible[..., None] * kv_.abs()[:, :, None, :, :]).amax(-2)
+    tol = vbar * (2 * eta * (1 + 2 * eta) + 2 * acc)[..., None]
+    tol_lse = 2 * eta + 2 * acc + 4 * U * (lse.abs().nan_to_num(0.0, 0.0, 0.0) + 2 * torch.log(n + 1))
+    return out, lse, tol, tol_lse
+
+
+def storage(got, ref, dtype):
+    """The storage allowance of step 4."""
+    if dtype == torch.float32:
+        return U * ref.abs()
+    p, smallest = FORMAT_BITS[dtype]
+    m = torch.maximum(got.double().abs(), ref.abs()).clamp_min(smallest)
+    return torch.exp2(torch.floor(torch.log2(m)) - p).clamp_min(smallest)
+
+
+def check(name, got, lse, ref, ref_lse, tol, tol_lse, dtype):
+    got64 = got.double()
+    bound = tol + storage(got, ref, dtype)
+    err = (got64 - ref).abs()
+    ratio = torch.where(err == 0, torch.zeros_like(err), err / bound)  # 0 / 0: a row without keys
+    worst = float(ratio.max()) if err.numel() else 0.0
+    assert worst <= 1.0, f"{name}: |triton - ref| / bound = {worst}"
+    empty = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), empty) and bool((lse[empty] < 0).all()), f"{name}: lse of empty rows"
+    assert torch.all(got64[empty] == 0), f"{name}: a row without keys is not zeros"
+    lse_err = (lse.double() - ref_lse)[~empty].abs()
+    assert bool((lse_err <= tol_lse[~empty]).all()), f"{name}: lse off by {float(lse_err.max())}"
+    return worst
+
+
+def random_call(seed):
+    gen = torch.Generator().manual_seed(seed)
+    pick = lambda options: options[int(torch.randint(len(options), (1,), generator=gen))]  # noqa: E731
+    d = pick((16, 32, 64))
+    kv_heads = pick((1, 2))
+    heads = kv_heads * pick((1, 2, 3))
+    batch = pick((1, 2))
+    q_len, kv_len = (int(x) for x in torch.randint(1, 41, (2,), generator=gen))
+    dtype = pick((torch.float32, torch.bfloat16, torch.float16))
+    mask = pick(("none", "causal", "window", "causal window"))
+    causal = "causal" in mask
+    window = int(torch.randint(1, 12, (1,), generator=gen)) if "window" in mask else 0
+    query_offset = int(torch.randint(0, max(1, kv_len - q_len + 3), (1,), generator=gen)) if causal or window else 0
+    spec = pick((None, LLAMA, YARN))
+    if spec is not None:
+        spec = spec.replace(head_dim=d, rotary_dim=pick((d, d // 2)), style=pick(("neox", "gptj")),
+                            num_attention_heads=heads, num_key_value_heads=kv_heads)
+    kwargs = dict(causal=causal, window=window, query_offset=query_offset, spec=spec,
+                  scale=pick((None, 0.3)), softcap=pick((None, None, 5.0)))
+    if spec is not None and pick((False, True)):  # far positions (the masks stay on indices)
+        base = int(torch.randint(0, 100_000 - 80, (1,), generator=gen))
+        kwargs["q_positions"] = base + query_offset + torch.arange(q_len).expand(batch, q_len)
+        kwargs["k_positions"] = base + torch.arange(kv_len).expand(batch, kv_len)
+    q = torch.randn(batch, heads, q_len, d, generator=gen).to(dtype)
+    k = torch.randn(batch, kv_heads, kv_len, d, generator=gen).to(dtype)
+    v = torch.randn(batch, kv_heads, kv_len, d, generator=gen).to(dtype)
+    return q, k, v, kwargs
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_random_calls_against_the_float64_reference_and_the_cpu_kernels(seed):
+    q, k, v, kwargs = random_call(seed)
+    spec = kwargs.pop("spec")
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    assert got.dtype == q.dtype and got.shape == ref.shape and lse.dtype == torch.float32
+    check(f"seed {seed} {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
+    if kwargs["softcap"] is None:  # rotary.torch.attention has no soft-capping
+        cpu_kwargs = {key: value for key, value in kwargs.items() if key != "softcap"}
+        cpu = rt.attention(q, k, v, spec_or_table=spec, **cpu_kwargs)
+        both = 2 * (tol + storage(got, ref, q.dtype))
+        assert bool(((got.double() - cpu.double()).abs() <= both).all()), f"seed {seed}: against the CPU kernels"
+
+
+@pytest.mark.parametrize("source", ["hf precision", "table", "dynamic ntk"])
+def test_precision_tables_and_seq_len_reach_the_rows(source):
+    # The table a call resolves: precision "hf", a Table passed as it is, and a dynamic-NTK spec at
+    # the given seq_len (past its trained 64 positions, so the frequencies differ from seq_len 64).
+    gen = torch.Generator().manual_seed(43)
+    q, k, v = (torch.randn(1, 2, 18, 32, generator=gen) for _ in range(3))
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=2, num_key_value_heads=2)
+    kwargs = {"causal": True, "query_offset": 900}
+    if source == "hf precision":  # float32 angles: far from the exact ones at positions near 100,000
+        kwargs.update(precision="hf", q_positions=99_900 + torch.arange(18)[None], k_positions=99_000 +
+                      torch.arange(18)[None])
+    elif source == "table":
+        spec = rotary.Table(spec)
+    else:
+        spec = rotary.Spec.from_hf_config({"hidden_size": 64, "num_attention_heads": 2, "max_position_embeddings": 64,
+                                           "rope_theta": 10000.0, "rope_scaling": {"rope_type": "dynamic",
+                                                                                   "factor": 2.0}})
+        kwargs["seq_len"] = 1000
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    check(source, got, lse, ref, ref_lse, tol, tol_lse, torch.float32)
+    if source != "table":  # the rows of the exact precision / of another seq_len are flagged
+        other_kwargs = dict(kwargs, precision=None)
+        if "seq_len" in kwargs:
+            other_kwargs["seq_len"] = 64
+        other, other_lse, _, _ = reference(q, k, v, spec=spec, **other_kwargs)
+        with pytest.raises(AssertionError):
+            check(source, got, lse, other, other_lse, tol, tol_lse, torch.float32)
+
+
+def test_bshd_layout_and_query_offset_give_the_bhsd_result():
+    gen = torch.Generator().manual_seed(40)
+    q, k, v = (torch.randn(2, 4 if i == 0 else 2, 21, 32, generator=gen) for i in range(3))
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=4, num_key_value_heads=2)
+    want, want_lse = triton_attention(q, k, v, causal=True, query_offset=0, spec_or_table=spec)
+    from rotary._triton_attention import attention
+    got, lse = attention(dev(q.transpose(1, 2)), dev(k.transpose(1, 2)), dev(v.transpose(1, 2)), causal=True,
+                         spec_or_table=spec, layout="bshd", return_lse=True)
+    assert got.shape == (2, 21, 4, 32)
+    assert torch.equal(got.cpu().transpose(1, 2), want) and torch.equal(lse.cpu(), want_lse)
+
+
+def test_the_bound_flags_a_mask_off_by_one_key():
+    # The tolerance is not vacuous: a reference whose causal edge sits one key later differs by
+    # more than the bound in some row.
+    gen = torch.Generator().manual_seed(41)
+    q, k, v = (torch.randn(1, 2, 24, 32, generator=gen) for _ in range(3))
+    got, lse = triton_attention(q, k, v, causal=True, query_offset=3)
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, causal=True, query_offset=4)
+    with pytest.raises(AssertionError, match="bound"):
+        check("off by one", got, lse, ref, ref_lse, tol, tol_lse, torch.float32)
+
+
+def test_queries_far_past_the_keys_read_their_own_rows():
+    # query_offset 90,000 with 20 keys: the launch passes the queries' own positions (not the
+    # table's rows [0, 90,013)); causal, every key visible to every query.
+    gen = torch.Generator().manual_seed(42)
+    q, k, v = torch.randn(1, 2, 13, 32, generator=gen), torch.randn(1, 1, 20, 32, generator=gen), \
+        torch.randn(1, 1, 20, 32, generator=gen)
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=2, num_key_value_heads=1)
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, causal=True, query_offset=90_000, spec=spec)
+    got, lse = triton_attention(q, k, v, causal=True, query_offset=90_000, spec_or_table=spec)
+    check("far queries", got, lse, ref, ref_lse, tol, tol_lse, torch.float32)
+
+
+def test_a_query_without_keys_gets_zeros_and_lse_minus_infinity():
+    q, k, v = torch.randn(1, 1, 3, 16), torch.randn(1, 1, 5, 16), torch.randn(1, 1, 5, 16)
+    # window 2 with query_offset 10: query i sees keys 9 + i and 10 + i, past the 5 keys.
+    got, lse = triton_attention(q, k, v, window=2, query_offset=10)
+    assert torch.equal(got, torch.zeros(1, 1, 3, 16)) and torch.equal(lse, torch.full((1, 1, 3), -math.inf))
+
+
+def refuse(message, *args, **kwargs):
+    from rotary._triton_attention import attention
+    with pytest.raises(rotary.RotaryError) as error:
+        attention(*args, **kwargs)
+    assert str(error.value) == message
+
+
+def test_refusals_name_the_argument():
+    q, k = dev(torch.randn(1, 2, 3, 32)), dev(torch.randn(1, 1, 4, 32))
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    refuse("q dtype must be float32, bfloat16 or float16 for the triton attention (got torch.float64); "
+           "rotary.torch.attention runs float64 on the CPU", q.double(), k.double(), k.double())
+    refuse("v dtype must be q's dtype torch.float32 (got torch.float16)", q, k, k.half())
+    refuse("k must be 4-D [b, h, s, d] (got shape (4, 32))", q, k[0, 0], k)
+    refuse("k's head dim must be q's 32 (got 16)", q, k[..., :16], k)
+    refuse("q's head dim must be >= 1 (got 0)", q[..., :0], k[..., :0], k)
+    refuse("q heads must be a multiple of k heads (GQA) (got 2 and 3)", q, k.expand(1, 3, 4, 32), k.expand(1, 3, 4, 32))
+    refuse("k and v must have q's batch and each other's heads and length (got q (1, 2, 3, 32), k (1, 1, 4, 32), "
+           "v (1, 1, 3, 32), layout 'bhsd')", q, k, k[:, :, :3])
+    refuse("layout must be 'bhsd' or 'bshd' for the triton attention (got 'sbhd')", q, k, k, layout="sbhd")
+    refuse("window must be >= 0 (got -1)", q, k, k, window=-1)
+    refuse("query_offset must be >= 0 (got -2)", q, k, k, query_offset=-2)
+    refuse("causal must be True or False (got 1)", q, k, k, causal=1)
+    refuse("scale must be finite and positive (got -1.0)", q, k, k, scale=-1.0)
+    refuse("softcap must be finite and positive, or None (got 0.0)", q, k, k, softcap=0.0)
+    refuse("softcap must be finite and positive, or None (got inf)", q, k, k, softcap=math.inf)
+    refuse("return_lse must be True or False (got 1)", q, k, k, return_lse=1)
+    refuse("q_positions is for fused RoPE and needs spec_or_table (got q_positions tensor([[0, 1, 2]]))", q, k, k,
+           q_positions=torch.tensor([[0, 1, 2]]))
+    refuse("rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)", q, k, k, rotary_offset=2)
+    refuse("q_positions and k_positions go together (got only q_positions)", q, k, k, spec_or_table=spec,
+           q_positions=torch.tensor([[0, 1, 2]]))
+    refuse("k_positions must be >= 0 (got -1)", q, k, k, spec_or_table=spec, q_positions=torch.tensor([[0, 1, 2]]),
+           k_positions=torch.tensor([[0, 1, 2, -1]]))
+    refuse("k_positions must have shape [1, 4] (got (1, 3))", q, k, k, spec_or_table=spec,
+           q_positions=torch.tensor([[0, 1, 2]]), k_positions=torch.tensor([[0, 1, 2]]))
+    refuse("rotary_offset + rotary_dim must be <= head_dim 32 (got rotary_offset 4, rotary_dim 32)", q, k, k,
+           spec_or_table=spec, rotary_offset=4)
+    fixed = rotary.Table(spec, fixed_positions=8)
+    refuse(f"positions must be <= the table's last position {fixed._native.max_position} (got 12)", q, k, k,
+           spec_or_table=fixed, query_offset=10)
+    mrope = rotary.Spec.preset("qwen2-vl-7b")
+    refuse("the triton attention rotates by one position per token (got spec 'qwen2-vl-7b' with 3 position "
+           "streams)", q, k, k, spec_or_table=mrope)
+    dynamic = rotary.Spec.from_hf_config({"hidden_size": 128, "num_attention_heads": 4, "max_position_embeddings": 64,
+                                          "rope_theta": 10000.0, "rope_scaling": {"rope_type": "dynamic",
+                                                                                  "factor": 2.0}})
+    refuse("seq_len must be given for spec 'config', whose table depends on the sequence length (got seq_len "
+           "None)", q, k, k, spec_or_table=dynamic)
+    meta = torch.empty(1, 1, 2, 16, device="meta")
+    refuse("the triton attention runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) (got q on meta)", meta,
+           meta, meta)
+    grad = q.clone().requires_grad_()
+    refuse("the triton attention has no backward yet (got q, k or v with requires_grad=True); "
+           "rotary.torch.attention records gradients on the CPU", grad, k, k)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    if DEVICE != "cpu":
+        pytest.skip("CPU tensors only")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    refuse("the triton attention runs on cpu tensors only under Triton's interpreter: set TRITON_INTERPRET=1 "
+           "before the first triton call (got q on cpu without it); rotary.torch.attention runs rotary's CPU kernels",
+           torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 16))
