@@ -49,8 +49,8 @@ _LOADERS: dict = {}
 # Why a device has no backend, per op, for the error (what the user can do about it).
 _NO_BACKEND_HINTS = {
     "apply": "move the tensors to a device with one",
-    "attention": "rotary's attention runs on the CPU (backend 'native'); the Triton backend for CUDA is not "
-                 "part of this build: move q, k and v to the CPU",
+    "attention": "rotary's attention backends run on the CPU (backend 'native'); rotary.torch.attention runs "
+                 "CUDA tensors through its Triton kernel (docs/gpu.md): move q, k and v to one of them",
 }
 
 

@@ -238,3 +238,23 @@ def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, qu
         NEOX=style == "neox", ARANGE=arange, SOFTCAP=softcap is not None, RETURN_LSE=True, BLOCK_M=block_m,
         BLOCK_N=block_n, BLOCK_D=max(16, _next_power_of_two(dim)), BLOCK_DV=max(16, _next_power_of_two(v_dim)),
         **extra)
+
+
+def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_offset, layout, spec_or_table,
+                         rotary_offset, precision, seq_len, implementation):
+    """rotary.torch.attention on CUDA tensors, after its argument checks: the Triton kernel
+    (attention above). What the kernel does not compute is refused by name, never sent to the
+    host: the per-sequence and varlen arguments, ALiBi and absolute tables, out=, the float64
+    reference, layouts other than bhsd / bshd, and gradients."""
+    if implementation != "kernels":
+        raise RotaryError(f"implementation must be 'kernels' for CUDA tensors: the float64 reference runs on the CPU "
+                          f"(got {implementation!r})")
+    for name in ("query_offsets", "kv_lengths", "kv_starts", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes",
+                 "absolute", "out"):
+        if others.get(name) is not None:
+            raise RotaryError(f"{name} is not supported on CUDA tensors yet (the Triton attention kernel, docs/gpu.md: "
+                              f"got {name}); move q, k and v to the CPU for it")
+    return attention(q, k, v, causal=causal, window=window, scale=scale, spec_or_table=spec_or_table,
+                     q_positions=others.get("q_positions"), k_positions=others.get("k_positions"),
+                     query_offset=query_offset, precision=precision, seq_len=seq_len, rotary_offset=rotary_offset,
+                     layout=layout)

@@ -48,8 +48,9 @@ def test_attention_on_a_device_without_a_backend_is_refused_by_name():
     with pytest.raises(rotary.RotaryError) as error:
         _backends.select_backend(OnDevice("cuda:0"), op="attention")
     assert str(error.value) == (
-        "q is on cuda:0 and no backend for cuda is available for attention: rotary's attention runs on the CPU "
-        "(backend 'native'); the Triton backend for CUDA is not part of this build: move q, k and v to the CPU")
+        "q is on cuda:0 and no backend for cuda is available for attention: rotary's attention backends run on the "
+        "CPU (backend 'native'); rotary.torch.attention runs CUDA tensors through its Triton kernel (docs/gpu.md): "
+        "move q, k and v to one of them")
     with pytest.raises(rotary.RotaryError, match=r"^k is on meta and no backend for meta is available for attention"):
         _backends.select_backend(torch.empty(1, device="meta"), op="attention", name="k")
 

@@ -343,3 +343,24 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     refuse("the triton attention runs on cpu tensors only under Triton's interpreter: set TRITON_INTERPRET=1 "
            "before the first triton call (got q on cpu without it); rotary.torch.attention runs rotary's CPU kernels",
            torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 16), torch.randn(1, 1, 2, 16))
+
+
+def test_rotary_torch_attention_sends_cuda_calls_to_the_kernel():
+    # rotary.torch.attention on CUDA tensors runs this kernel (from_torch_attention, after the
+    # function's own checks); here called directly on DEVICE tensors, as the dispatch calls it.
+    # What the kernel lacks is refused by name, never run on the host.
+    from rotary._triton_attention import from_torch_attention
+    gen = torch.Generator().manual_seed(41)
+    q = torch.randn(1, 4, 9, 32, generator=gen)
+    k, v = torch.randn(1, 2, 9, 32, generator=gen), torch.randn(1, 2, 9, 32, generator=gen)
+    spec = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=32, rotary_dim=32, num_attention_heads=4,
+                                                      num_key_value_heads=2)
+    call = dict(causal=True, scale=None, window=0, query_offset=0, layout="bhsd", spec_or_table=spec,
+                rotary_offset=0, precision=None, seq_len=None, implementation="kernels")
+    got = from_torch_attention(dev(q), dev(k), dev(v), {}, **call).cpu()
+    want = rt.attention(q, k, v, causal=True, spec_or_table=spec)  # the CPU kernels
+    assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
+    with pytest.raises(rotary.RotaryError, match=r"^kv_lengths is not supported on CUDA tensors yet"):
+        from_torch_attention(dev(q), dev(k), dev(v), {"kv_lengths": torch.tensor([9])}, **call)
+    with pytest.raises(rotary.RotaryError, match=r"^implementation must be 'kernels' for CUDA tensors"):
+        from_torch_attention(dev(q), dev(k), dev(v), {}, **dict(call, implementation="reference"))
