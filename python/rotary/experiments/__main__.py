@@ -1,5 +1,6 @@
 """python -m rotary.experiments length-generalization [--quick] [--seed S] [--seeds N] [--out DIR] ...
-python -m rotary.experiments plot results.json [--out DIR]"""
+python -m rotary.experiments plot results.json [--out DIR]
+python -m rotary.experiments long-context [--quick] [--out DIR]"""
 from __future__ import annotations
 
 import argparse
@@ -61,9 +62,28 @@ def main(argv=None) -> int:
                                            "results.json (by default beside it).")
     plot.add_argument("results", help="a results.json written by length-generalization")
     plot.add_argument("--out", default=None, help="directory for the plots (default: the results' directory)")
+    lc = commands.add_parser(
+        "long-context", help="SmolLM2-135M past its trained context (8192) with each RoPE scaling, no fine-tuning",
+        description="Perplexity by position bucket over 16384 tokens of real text and passkey retrieval at 8k, "
+                    "12k and 16k tokens, for plain RoPE, linear, NTK-aware, dynamic NTK and YaRN (factor 2). "
+                    "docs/experiments.md describes it and its results.")
+    lc.add_argument("--quick", action="store_true",
+                    help="the test's run: 512 tokens, one passkey cell of 256 (about a minute)")
+    lc.add_argument("--out", default="long-context-out", help="directory for results.json, results.md and the plot")
     args = parser.parse_args(argv)
 
     from rotary import RotaryError
+
+    if args.experiment == "long-context":
+        from . import long_context
+
+        config = long_context.Config.quick() if args.quick else long_context.Config()
+        command = "python -m rotary.experiments " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        results = long_context.run(config, args.out, command=command)
+        print(f"{results['seconds']['total']:.0f} s; results in {args.out}/results.json, results.md, "
+              "perplexity_by_position.svg")
+        return 0
 
     if args.experiment == "plot":
         import json
