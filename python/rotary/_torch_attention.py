@@ -555,6 +555,9 @@ def rotary_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     where = f"attn_implementation='rotary' ({type(module).__name__})"
     causal, window, scale = backend_terms(where, module, query, key, value, attention_mask, dropout, scaling,
                                           is_causal, sliding_window, kwargs)
+    if query.device.type == "cuda":  # the Triton kernel (docs/gpu.md, "Attention"); forward only
+        from ._triton_attention import hf_attention
+        return hf_attention(query, key, value, attention_mask, causal, window, scale), None
     if eager_tensors((query, key, value), (attention_mask,)):
         out = _hf_attention_impl(query, key, value, attention_mask, causal, window, scale)
     else:
@@ -584,8 +587,9 @@ def backend_terms(where: str, module: torch.nn.Module, query: torch.Tensor, key:
         raise RotaryError(f"{where}: a sliding window on non-causal attention (got window {window}, is_causal False) "
                           "bounds both sides in transformers; rotary's window bounds the past only")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.device.type != "cpu":
-            raise RotaryError(f"{where}: {name} must be a CPU tensor (got {tensor.device})")
+        if tensor.device.type not in ("cpu", "cuda") or tensor.device != query.device:
+            raise RotaryError(f"{where}: {name} must be a CPU tensor, or a CUDA tensor on query's device (got "
+                              f"{tensor.device}, query on {query.device})")
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
         raise RotaryError(f"{where}: attention_mask must be a tensor or None (got {type(attention_mask).__name__})")
     scale = None if scaling is None else float(scaling)

@@ -303,6 +303,9 @@ def rotary_fused_attention_forward(module: torch.nn.Module, query: torch.Tensor,
         raise RotaryError(f"{where}: called twice in one attention forward; refused")
     causal, window, scale = backend_terms(where, module, query, key, value, attention_mask, dropout, scaling, is_causal,
                                           sliding_window, kwargs)
+    if query.device.type != "cpu":
+        raise RotaryError(f"{where}: query must be a CPU tensor (got {query.device}): fused RoPE runs rotary's CPU "
+                          "kernels; on CUDA use attn_implementation='rotary' without fuse_rope")
     if not causal:
         raise RotaryError(f"{where}: fused RoPE serves causal attention only (got is_causal False)")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):

@@ -258,3 +258,46 @@ def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_
                      q_positions=others.get("q_positions"), k_positions=others.get("k_positions"),
                      query_offset=query_offset, precision=precision, seq_len=seq_len, rotary_offset=rotary_offset,
                      layout=layout)
+
+
+def hf_attention(q, k, v, mask, causal: bool, window: int, scale: Optional[float]) -> torch.Tensor:
+    """attn_implementation="rotary" on CUDA tensors (_torch_attention.rotary_attention_forward):
+    transformers' layout, q [b, h, q, d], k / v [b, kv_h, kv, d] already rotated by the model, its
+    4-D mask or None; returns [b, q, h, d_v]. The mask is read as the CPU backend reads it
+    (_attention_masks._mask_plans: each batch row's visible keys and its first query's position),
+    then one launch for the batch when every row has all keys and the same offset, else one per
+    row on views of the row's visible keys (left padding). A mask no plan describes is refused
+    there, by name."""
+    from ._attention_masks import _mask_plans
+    batch, heads, q_len, _ = q.shape
+    kv_len = k.shape[2]
+    if mask is None:
+        # As the CPU backend: transformers passes None only where torch's top-left causal rule is
+        # exact, or for one query; a window that would cut contradicts the missing mask.
+        top_left = causal and q_len > 1
+        farthest = (q_len - 1) if top_left else (kv_len - 1)
+        if window and farthest >= window:
+            raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
+                              f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
+                              f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
+                              "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+        return attention(q, k, v, causal=top_left, window=window, scale=scale).transpose(1, 2)
+    plans = _mask_plans(mask, batch, q_len, kv_len, causal, window)
+    first = plans[0]
+    if first is not None and first.key_start == 0 and first.key_end == kv_len and first.offset >= 0 and \
+            all(p == first for p in plans):
+        return attention(q, k, v, causal=causal, window=window, scale=scale,
+                         query_offset=first.offset).transpose(1, 2)
+    out = torch.zeros((batch, q_len, heads, v.shape[-1]), dtype=q.dtype, device=q.device)
+    for b, plan in enumerate(plans):
+        if plan is None:
+            continue  # no query of the row sees a key: zeros
+        offset = plan.offset - plan.key_start  # in the row's key index space from key_start
+        first_query = min(max(0, -offset), q_len) if causal else 0
+        if first_query == q_len:
+            continue
+        rows = attention(q[b:b + 1, :, first_query:], k[b:b + 1, :, plan.key_start:plan.key_end],
+                         v[b:b + 1, :, plan.key_start:plan.key_end], causal=causal, window=window, scale=scale,
+                         query_offset=offset + first_query)
+        out[b, first_query:] = rows[0].transpose(0, 1)
+    return out

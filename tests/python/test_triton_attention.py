@@ -364,3 +364,44 @@ def test_rotary_torch_attention_sends_cuda_calls_to_the_kernel():
         from_torch_attention(dev(q), dev(k), dev(v), {"kv_lengths": torch.tensor([9])}, **call)
     with pytest.raises(rotary.RotaryError, match=r"^implementation must be 'kernels' for CUDA tensors"):
         from_torch_attention(dev(q), dev(k), dev(v), {}, **dict(call, implementation="reference"))
+
+
+def _padded_causal_mask(lengths, q_len, kv_len):
+    """transformers' 4-D additive mask for left-padded rows: row b's last lengths[b] keys are real,
+    query i sits at key kv_len - q_len + i, causal."""
+    mask = torch.full((len(lengths), 1, q_len, kv_len), torch.finfo(torch.float32).min)
+    for b, n in enumerate(lengths):
+        for i in range(q_len):
+            last = kv_len - q_len + i
+            mask[b, 0, i, max(0, kv_len - n):last + 1] = 0.0
+    return mask
+
+
+@pytest.mark.parametrize("case", ["no mask", "full rows", "left padding", "sliding window"])
+def test_the_transformers_backend_on_cuda_runs_the_kernel(case):
+    # attn_implementation="rotary" with CUDA tensors calls _triton_attention.hf_attention (q, k, v
+    # in transformers' layout, already rotated; the model's 4-D mask): the CPU backend's results,
+    # one launch for uniform rows, one per row for left padding.
+    from rotary._torch_attention import _hf_attention_impl
+    from rotary._triton_attention import hf_attention
+    gen = torch.Generator().manual_seed(51)
+    batch, q_len, kv_len = 3, 6, 10
+    q = torch.randn(batch, 4, q_len, 32, generator=gen)
+    k, v = torch.randn(batch, 2, kv_len, 32, generator=gen), torch.randn(batch, 2, kv_len, 32, generator=gen)
+    window = 0
+    if case == "no mask":
+        mask, kv = None, q_len  # transformers passes None for top-left causal
+        k, v = k[:, :, :kv], v[:, :, :kv]
+    elif case == "full rows":
+        mask = _padded_causal_mask([kv_len] * batch, q_len, kv_len)
+    elif case == "left padding":
+        mask = _padded_causal_mask([kv_len, 7, 3], q_len, kv_len)
+    else:
+        window = 4
+        mask = _padded_causal_mask([kv_len] * batch, q_len, kv_len)
+        for i in range(q_len):
+            mask[:, 0, i, :max(0, kv_len - q_len + i - window + 1)] = torch.finfo(torch.float32).min
+    got = hf_attention(dev(q), dev(k), dev(v), dev(mask), True, window, None).cpu()
+    want = _hf_attention_impl(q, k, v, mask, True, window, None)
+    assert got.shape == want.shape == (batch, q_len, 4, 32)
+    assert torch.allclose(got, want, rtol=0, atol=2e-6), float((got - want).abs().max())
