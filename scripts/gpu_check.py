@@ -10,7 +10,10 @@ CUDA tests; docs/gpu.md). Three parts, each recorded in one JSON file even when 
    apply_rotary_pos_emb eager and under torch.compile, Liger-Kernel's Triton RoPE (when its wheel
    was carried), and rotary's pure-torch backend. The kernel alone (launch without the Python
    checks) is timed too, and a sweep of the launch shape (heads per program, warps).
-3. summary: one line per row, printed last.
+3. attention: rotary._triton_attention (plain and with fused RoPE) against torch's SDPA (flash
+   backend, and its own choice) at Llama-3-8B shapes: prefill 4,096 tokens, decode from a 4,096
+   and a 32,768 cache; TFLOP/s and the KV read rate beside a copy of the KV bytes.
+4. summary: one line per row, printed last.
 
 --smoke runs every part on tiny shapes on the CPU under TRITON_INTERPRET=1 (timed with a host
 clock): a check that the script itself works, before device time is spent on it.
@@ -31,7 +34,7 @@ def parse():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-check-out"), help="folder of gpu_check.json")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU under TRITON_INTERPRET=1")
-    parser.add_argument("--parts", default="dropin,bench", help="comma-separated: dropin, bench")
+    parser.add_argument("--parts", default="dropin,bench,attention", help="comma-separated: dropin, bench, attention")
     return parser.parse_args()
 
 
@@ -297,6 +300,64 @@ def bench():
         record("bench", f"launch sweep {str(dtype).removeprefix('torch.')}", sweep(dtype, grid))
 
 
+# ---- 3. attention (the Triton kernel against torch's SDPA) -------------------------------------------
+def attention_shapes():
+    if ARGS.smoke:
+        return [("smoke prefill", 1, 4, 2, 32, 32, 32), ("smoke decode", 1, 4, 2, 1, 48, 32)]
+    # (name, batch, q heads, kv heads, q_len, kv_len, head_dim): Llama-3-8B's heads.
+    return [("prefill 4096", 1, 32, 8, 4096, 4096, 128), ("decode from 4096", 1, 32, 8, 1, 4096, 128),
+            ("decode from 32768", 1, 32, 8, 1, 32768, 128)]
+
+
+def bench_attention(name, batch, heads, kv_heads, q_len, kv_len, dim, dtype):
+    from rotary import _triton_attention
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(batch, heads, q_len, dim, generator=gen).to(device=DEVICE, dtype=dtype)
+    k = torch.randn(batch, kv_heads, kv_len, dim, generator=gen).to(device=DEVICE, dtype=dtype)
+    v = torch.randn(batch, kv_heads, kv_len, dim, generator=gen).to(device=DEVICE, dtype=dtype)
+    offset = kv_len - q_len
+    spec = PLAIN.replace(head_dim=dim, rotary_dim=dim)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    pairs = q_len * kv_len - (q_len * (q_len - 1) // 2 if q_len == kv_len else 0)  # causal (query, key) pairs
+    flops = 4 * batch * heads * pairs * dim
+    rows = {}
+
+    def time_row(label, fn):
+        try:
+            ms = median_ms(fn)
+            rows[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "KV GB/s": kv_bytes / ms / 1e6}
+        except Exception:  # noqa: BLE001
+            rows[label] = {"error": traceback.format_exc(limit=4)}
+
+    time_row("copy of the KV bytes", lambda: (k.clone(), v.clone()))
+    time_row("rotary triton", lambda: _triton_attention.attention(q, k, v, causal=True, query_offset=offset))
+    time_row("rotary triton, fused RoPE", lambda: _triton_attention.attention(
+        q, k, v, causal=True, query_offset=offset, spec_or_table=spec))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    causal = q_len == kv_len  # SDPA's is_causal is top-left: exact at prefill; one query sees every key
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            time_row("torch SDPA (flash)", lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=True))
+    except Exception:  # noqa: BLE001
+        rows["torch SDPA (flash)"] = {"error": traceback.format_exc(limit=4)}
+    time_row("torch SDPA (auto)", lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=True))
+    got = _triton_attention.attention(q, k, v, causal=True, query_offset=offset).float()
+    want = sdpa(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
+    rows["max abs vs SDPA float32"] = float((got - want).abs().max())
+    return rows
+
+
+def attention_part():
+    for dtype in (torch.bfloat16, torch.float32):
+        for shape in attention_shapes():
+            key = f"attention {shape[0]} {str(dtype).removeprefix('torch.')}"
+            try:
+                record("attention", key, bench_attention(*shape, dtype))
+            except Exception:  # noqa: BLE001
+                record("attention", key, {"error": traceback.format_exc(limit=6)})
+
+
 def summary():
     lines = []
     env = RESULTS.get("environment", {})
@@ -304,6 +365,14 @@ def summary():
                  f"transformers {env.get('transformers')}; liger {env.get('liger_kernel')}")
     for part, entries in RESULTS["parts"].items():
         for key, value in entries.items():
+            if part == "attention" and isinstance(value, dict):
+                for label, row in value.items():
+                    if isinstance(row, dict) and "ms" in row:
+                        lines.append(f"{key:36s} {label:28s} {row['ms'] * 1e3:10.1f} us {row['TFLOP/s']:7.1f} TFLOP/s "
+                                     f"{row['KV GB/s']:8.1f} KV GB/s")
+                    else:
+                        lines.append(f"{key:36s} {label:28s} {str(row)[-200:]}")
+                continue
             if part == "bench" and isinstance(value, dict) and "copy (same bytes)" in value:
                 copy_ms = value["copy (same bytes)"].get("ms")
                 for label, row in value.items():
@@ -332,6 +401,8 @@ def main():
         dropin()
     if "bench" in parts:
         bench()
+    if "attention" in parts:
+        attention_part()
     summary()
 
 
