@@ -170,7 +170,8 @@ def shapes():
 
 
 def kernel_only(q, k, spec):
-    """The jitted kernel's launch for this call, without apply_rotary's checks (a closure)."""
+    """The jitted kernel's launch for this call, without apply_rotary's checks (a closure): the
+    call's own launch arguments, captured, then prepared once (_triton_rope.prepared_launch)."""
     captured = []
     launch = _triton_rope.launch
     _triton_rope.launch = lambda *args: captured.append(args) or launch(*args)
@@ -178,24 +179,7 @@ def kernel_only(q, k, spec):
         rt.apply_rotary(q, k, None, spec, layout="bshd", backend="triton")
     finally:
         _triton_rope.launch = launch
-    q_, k_, q_out, k_out, native, style, positions, direction, rotary_offset = captured[0]
-    q_out, k_out = torch.empty_like(q_), torch.empty_like(k_)
-    batch, seq, heads_q, dim = q_.shape
-    cos, sin, rows = _triton_rope.device_rows(native, positions, seq, q.device)
-    heads_k = k_.shape[2]
-    pairs = native.num_pairs
-    block_h = min(_triton_rope._next_power_of_two(max(heads_q, heads_k)), _triton_rope.LAUNCH["block_h"])
-    blocks = -(-heads_q // block_h) + -(-heads_k // block_h)
-    kernel = _triton_rope._kernel()
-
-    def run():
-        kernel[(batch * seq, blocks)](
-            q_, k_, q_out, k_out, cos if rows is None else rows, cos, sin, *q_.stride(), *k_.stride(), *q_out.stride(), *k_out.stride(),
-            seq, heads_q, heads_k, dim, dim, rotary_offset, pairs, NEOX=style == "neox", BACKWARD=False,
-            COPY_REST=False, BLOCK_P=_triton_rope._next_power_of_two(pairs),
-            BLOCK_D=_triton_rope._next_power_of_two(dim), BLOCK_H=block_h, ARANGE=rows is None,
-            num_warps=_triton_rope.LAUNCH["num_warps"])
-    return run
+    return _triton_rope.prepared_launch(*captured[0])
 
 
 # Plain RoPE (no scaling scheme), so that the baselines' cos/sin below are the same function.

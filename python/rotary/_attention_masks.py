@@ -109,3 +109,18 @@ def _mask_plans(mask: torch.Tensor, batch: int, q_len: int, kv_len: int, causal:
     plans = _plan_rows(_boolean_mask(mask, batch, q_len, kv_len), causal, window)
     _PLAN_CACHE[key] = (weakref.ref(mask), mask._version, plans)
     return plans
+
+
+def top_left_for_missing_mask(causal: bool, window: int, q_len: int, kv_len: int) -> bool:
+    """attention_mask None, read as transformers means it: its sdpa_mask returns None only where
+    torch's is_causal (top-left) is exact, or for one query (which sees every key); for a sliding
+    layer only while the window cannot cut (kv_len < window). Returns whether the call is top-left
+    causal; a window that would cut contradicts the missing mask and is refused."""
+    top_left = causal and q_len > 1
+    farthest = (q_len - 1) if top_left else (kv_len - 1)
+    if window and farthest >= window:
+        raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
+                          f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
+                          f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
+                          "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+    return top_left

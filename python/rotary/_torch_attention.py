@@ -42,6 +42,7 @@ from ._torch_ops import _DTYPES, eager_tensors
 from ._views import check_layout, int_arg, ints_descriptor
 # The transformers mask as rotary's per-row terms (read here by the fused backend and the tests).
 from ._attention_masks import _RowPlan, _boolean_mask, _mask_plans, _plan_rows  # noqa: F401
+from ._attention_masks import top_left_for_missing_mask
 
 _OP_NAME = "rotary::attention"
 
@@ -438,16 +439,7 @@ def _hf_attention_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     f64 = q.dtype == torch.float64
     implementation = "reference" if f64 else "kernels"
     if mask is None:
-        # transformers' sdpa_mask returns None only where torch's is_causal (top-left) is exact, or
-        # for one query (which sees every key); for a sliding layer only while the window cannot
-        # cut (kv_len < window). A window that would cut here contradicts the mask: refused.
-        top_left = causal and q_len > 1
-        farthest = (q_len - 1) if top_left else (kv_len - 1)
-        if window and farthest >= window:
-            raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
-                              f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
-                              f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
-                              "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+        top_left = top_left_for_missing_mask(causal, window, q_len, kv_len)
         _rotary.attention(*views, scale, top_left, 0, None, 0, None, None, None, None, None, None, 0, -1,
                           implementation)
         return out

@@ -17,7 +17,6 @@ it without a GPU. triton is imported on the first launch only.
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import numpy as np
@@ -26,7 +25,7 @@ import torch
 from ._attention import check_causal, optional_scale
 from ._rotary import RotaryError
 from ._table import Table, check_source, resolve
-from ._triton_rope import device_rows, interpreting
+from ._triton_rope import check_device, device_rows, jitted_kernel, next_power_of_two
 from ._views import float_arg, int_arg
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -36,31 +35,6 @@ LAYOUTS = ("bhsd", "bshd")
 # NumPy, where small tiles keep the masked work small. On a GPU: not yet measured (docs/gpu.md).
 LAUNCH = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
 INTERPRETER_LAUNCH = {"block_m": 16, "block_n": 16}
-
-
-def _kernel():
-    from . import _triton_attention_kernel
-    if _triton_attention_kernel.INTERPRETED != interpreting():
-        raise RotaryError(f"TRITON_INTERPRET must keep the value it had when the triton kernel was first used "
-                          f"(got {os.environ.get('TRITON_INTERPRET', 'unset')!r} now, the kernel was built "
-                          f"{'with' if _triton_attention_kernel.INTERPRETED else 'without'} the interpreter)")
-    return _triton_attention_kernel.attention_kernel
-
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def _check_device(q) -> None:
-    """CUDA, and the CPU only under Triton's interpreter (_triton_rope.check_device's rule)."""
-    if q.device.type == "cuda" or (q.device.type == "cpu" and interpreting()):
-        return
-    if q.device.type == "cpu":
-        raise RotaryError("the triton attention runs on cpu tensors only under Triton's interpreter: set "
-                          "TRITON_INTERPRET=1 before the first triton call (got q on cpu without it); "
-                          "rotary.torch.attention runs rotary's CPU kernels")
-    raise RotaryError(f"the triton attention runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) "
-                      f"(got q on {q.device})")
 
 
 def _check_tensors(q, k, v, layout):
@@ -79,7 +53,7 @@ def _check_tensors(q, k, v, layout):
             raise RotaryError(f"{name} dtype must be q's dtype {q.dtype} (got {tensor.dtype})")
         if tensor.device != q.device:
             raise RotaryError(f"{name} must be on q's device {q.device} (got {tensor.device})")
-    _check_device(q)
+    check_device(q, "the triton attention", "rotary.torch.attention runs rotary's CPU kernels")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise RotaryError("the triton attention has no backward yet (got q, k or v with requires_grad=True); "
                           "rotary.torch.attention records gradients on the CPU")
@@ -231,12 +205,13 @@ def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, qu
     block_m, block_n = tiles["block_m"], tiles["block_n"]
     extra = {} if device.type == "cpu" else {"num_warps": LAUNCH["num_warps"], "num_stages": LAUNCH["num_stages"]}
     grid = (-(-q_len // block_m), batch * q_heads)
-    _kernel()[grid](
+    from . import _triton_attention_kernel  # imports triton
+    jitted_kernel(_triton_attention_kernel, "attention_kernel")[grid](
         qv, kv, vv, ov, lse, cos, sin, q_rows, k_rows, *qv.stride(), *kv.stride(), *vv.stride(), *ov.stride(),
         *lse.stride(), q_len, kv_len, q_heads, group, dim, v_dim, scale, 1.0 if softcap is None else softcap,
         query_offset, window, pairs, rotary_offset, CAUSAL=causal, WINDOW=window > 0, ROPE=rope is not None,
         NEOX=style == "neox", ARANGE=arange, SOFTCAP=softcap is not None, RETURN_LSE=True, BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_D=max(16, _next_power_of_two(dim)), BLOCK_DV=max(16, _next_power_of_two(v_dim)),
+        BLOCK_N=block_n, BLOCK_D=max(16, next_power_of_two(dim)), BLOCK_DV=max(16, next_power_of_two(v_dim)),
         **extra)
 
 
@@ -268,19 +243,11 @@ def hf_attention(q, k, v, mask, causal: bool, window: int, scale: Optional[float
     then one launch for the batch when every row has all keys and the same offset, else one per
     row on views of the row's visible keys (left padding). A mask no plan describes is refused
     there, by name."""
-    from ._attention_masks import _mask_plans
+    from ._attention_masks import _mask_plans, top_left_for_missing_mask
     batch, heads, q_len, _ = q.shape
     kv_len = k.shape[2]
-    if mask is None:
-        # As the CPU backend: transformers passes None only where torch's top-left causal rule is
-        # exact, or for one query; a window that would cut contradicts the missing mask.
-        top_left = causal and q_len > 1
-        farthest = (q_len - 1) if top_left else (kv_len - 1)
-        if window and farthest >= window:
-            raise RotaryError(f"attention_mask is None (no sliding window in the mask) but the layer has "
-                              f"sliding_window {window} and a query {farthest} keys past its farthest key (got "
-                              f"q_len {q_len}, kv_len {kv_len}); build the mask with the window "
-                              "(create_sliding_window_causal_mask) or clear the layer's sliding_window")
+    if mask is None:  # as the CPU backend reads it
+        top_left = top_left_for_missing_mask(causal, window, q_len, kv_len)
         return attention(q, k, v, causal=top_left, window=window, scale=scale).transpose(1, 2)
     plans = _mask_plans(mask, batch, q_len, kv_len, causal, window)
     first = plans[0]

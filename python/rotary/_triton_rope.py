@@ -44,16 +44,16 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def check_device(q: torch.Tensor) -> None:
-    """The triton backend runs on CUDA, and on the CPU only under Triton's interpreter."""
+def check_device(q: torch.Tensor, what: str = "backend 'triton'",
+                 on_cpu: str = "backend 'auto' runs rotary's CPU kernels") -> None:
+    """The Triton kernels (`what`) run on CUDA, and on the CPU only under Triton's interpreter;
+    on_cpu: what to use instead on the CPU, for the message."""
     if q.device.type == "cuda" or (q.device.type == "cpu" and interpreting()):
         return
     if q.device.type == "cpu":
-        raise RotaryError("backend 'triton' runs on cpu tensors only under Triton's interpreter: set "
-                          "TRITON_INTERPRET=1 before the first triton call (got q on cpu without it); "
-                          "backend 'auto' runs rotary's CPU kernels")
-    raise RotaryError(f"backend 'triton' runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) "
-                      f"(got q on {q.device})")
+        raise RotaryError(f"{what} runs on cpu tensors only under Triton's interpreter: set TRITON_INTERPRET=1 "
+                          f"before the first triton call (got q on cpu without it); {on_cpu}")
+    raise RotaryError(f"{what} runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) (got q on {q.device})")
 
 
 def check_call(q, k, spec) -> None:
@@ -135,18 +135,23 @@ def _device_positions(positions: np.ndarray, device: torch.device) -> torch.Tens
 
 
 # ---- the kernel -------------------------------------------------------------------------------------
-def _kernel():
-    """The jitted kernel (python/rotary/_triton_rope_kernel.py, which imports triton)."""
-    from . import _triton_rope_kernel
-    if _triton_rope_kernel.INTERPRETED != interpreting():
-        # triton.jit picks the interpreter when the kernel is defined: that import's mode holds.
+def _triton_rope_kernel_module():
+    from . import _triton_rope_kernel  # imports triton
+    return _triton_rope_kernel
+
+
+def jitted_kernel(module, name: str):
+    """Kernel `name` of a kernel module (which imports triton; the RoPE and the attention kernels'
+    modules), in the interpreter mode its import settled: triton.jit picks the interpreter when the
+    kernel is defined, so a later change of TRITON_INTERPRET is an error naming both values."""
+    if module.INTERPRETED != interpreting():
         raise RotaryError(f"TRITON_INTERPRET must keep the value it had when the triton kernel was first used "
                           f"(got {os.environ.get('TRITON_INTERPRET', 'unset')!r} now, the kernel was built "
-                          f"{'with' if _triton_rope_kernel.INTERPRETED else 'without'} the interpreter)")
-    return _triton_rope_kernel.rope_kernel
+                          f"{'with' if module.INTERPRETED else 'without'} the interpreter)")
+    return getattr(module, name)
 
 
-def _next_power_of_two(n: int) -> int:
+def next_power_of_two(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
@@ -157,28 +162,39 @@ def _next_power_of_two(n: int) -> int:
 LAUNCH = {"block_h": 16, "num_warps": 4}
 
 
+def prepared_launch(q, k, q_out, k_out, native, style: str, positions: Optional[np.ndarray], direction: str,
+                    rotary_offset: int):
+    """The launch of one call, as a function of no arguments (None: nothing to launch). The rows
+    and the launch shape are settled here, once; calling the result launches the kernel alone
+    (what the GPU check times). Arguments as launch's."""
+    batch, seq, heads_q, dim_q = q.shape
+    heads_k, dim_k = (0, dim_q) if k is None else (k.shape[2], k.shape[3])
+    tokens = batch * seq
+    if tokens == 0 or heads_q + heads_k == 0:
+        return None
+    cos, sin, rows = device_rows(native, positions, seq, q.device)
+    k, k_out = (q, q_out) if k is None else (k, k_out)  # unread when heads_k is 0
+    pairs = native.num_pairs
+    copy_rest = q_out.data_ptr() != q.data_ptr() and 2 * pairs < max(dim_q, dim_k)
+    block_h = min(next_power_of_two(max(heads_q, heads_k)), LAUNCH["block_h"])
+    blocks = -(-heads_q // block_h) + -(-heads_k // block_h)
+    kernel = jitted_kernel(_triton_rope_kernel_module(), "rope_kernel")
+    args = (q, k, q_out, k_out, cos if rows is None else rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(),
+            *k_out.stride(), seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs)
+    constants = dict(NEOX=style == "neox", BACKWARD=direction == "backward", COPY_REST=copy_rest,
+                     BLOCK_P=next_power_of_two(pairs), BLOCK_D=next_power_of_two(max(dim_q, dim_k)),
+                     BLOCK_H=block_h, ARANGE=rows is None, num_warps=LAUNCH["num_warps"])
+    return lambda: kernel[(tokens, blocks)](*args, **constants)
+
+
 def launch(q, k, q_out, k_out, native, style: str, positions: Optional[np.ndarray], direction: str,
            rotary_offset: int) -> None:
     """One launch over q's and k's heads. q, k, q_out, k_out: [batch, seq, heads, head_dim] views
     (any strides; k, k_out may be None); positions: int64 [batch, seq] (checked by the caller), or
     None for 0, 1, ..., seq - 1 in every sequence."""
-    batch, seq, heads_q, dim_q = q.shape
-    heads_k, dim_k = (0, dim_q) if k is None else (k.shape[2], k.shape[3])
-    tokens = batch * seq
-    if tokens == 0 or heads_q + heads_k == 0:
-        return
-    cos, sin, rows = device_rows(native, positions, seq, q.device)
-    k, k_out = (q, q_out) if k is None else (k, k_out)  # unread when heads_k is 0
-    pairs = native.num_pairs
-    copy_rest = q_out.data_ptr() != q.data_ptr() and 2 * pairs < max(dim_q, dim_k)
-    block_h = min(_next_power_of_two(max(heads_q, heads_k)), LAUNCH["block_h"])
-    blocks = -(-heads_q // block_h) + -(-heads_k // block_h)
-    _kernel()[(tokens, blocks)](
-        q, k, q_out, k_out, cos if rows is None else rows, cos, sin, *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
-        seq, heads_q, heads_k, dim_q, dim_k, rotary_offset, pairs, NEOX=style == "neox",
-        BACKWARD=direction == "backward", COPY_REST=copy_rest, BLOCK_P=_next_power_of_two(pairs),
-        BLOCK_D=_next_power_of_two(max(dim_q, dim_k)), BLOCK_H=block_h, ARANGE=rows is None,
-        num_warps=LAUNCH["num_warps"])
+    run = prepared_launch(q, k, q_out, k_out, native, style, positions, direction, rotary_offset)
+    if run is not None:
+        run()
 
 
 # ---- the custom ops (as rotary::apply_rotary's in _torch_ops.py) -------------------------------------
