@@ -33,9 +33,7 @@ fixture sets it before any launch. ROTARY_TEST_DEVICE=cuda runs the same tests o
 triton calls get CUDA copies of the inputs and their results come back to the CPU.
 """
 import math
-import os
 
-import numpy as np
 import pytest
 import torch
 
@@ -48,20 +46,8 @@ U = 2.0 ** -24
 LLAMA = rotary.Spec.preset("llama-3.1-8b")
 YARN = rotary.Spec.preset("qwen2.5-7b-yarn")
 FORMAT_BITS = {torch.bfloat16: (7, 2.0 ** -133), torch.float16: (10, 2.0 ** -24)}
-DEVICE = os.environ.get("ROTARY_TEST_DEVICE", "cpu")
-if DEVICE != "cpu" and not (DEVICE == "cuda" and torch.cuda.is_available()):
-    raise RuntimeError(f"ROTARY_TEST_DEVICE must be 'cpu' or 'cuda' with a GPU torch can see (got {DEVICE!r})")
+from triton_device import DEVICE, dev, interpreter  # noqa: E402,F401 (interpreter: the autouse fixture)
 TILE = 16  # the interpreter's key tile (the GPU's is larger: fewer tiles, inside the same bound)
-
-
-@pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def dev(t):
-    return None if t is None else t.to(DEVICE)
 
 
 def triton_attention(q, k, v, **kwargs):

@@ -41,20 +41,7 @@ U = 2.0 ** -24
 LLAMA = rotary.Spec.preset("llama-3.1-8b")
 YARN = rotary.Spec.preset("qwen2.5-7b-yarn")
 FORMAT_BITS = {torch.bfloat16: (7, 2.0 ** -133), torch.float16: (10, 2.0 ** -24)}
-DEVICE = os.environ.get("ROTARY_TEST_DEVICE", "cpu")
-if DEVICE != "cpu" and not (DEVICE == "cuda" and torch.cuda.is_available()):
-    raise RuntimeError(f"ROTARY_TEST_DEVICE must be 'cpu' or 'cuda' with a GPU torch can see (got {DEVICE!r})")
-
-
-@pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def dev(t):
-    """t on the device the triton calls run on (the same tensor on the CPU); None stays None."""
-    return None if t is None else t.to(DEVICE)
+from triton_device import dev, interpreter  # noqa: E402,F401 (interpreter: the autouse fixture)
 
 
 def triton(q, k, positions, spec, **kwargs):
