@@ -216,8 +216,8 @@ Header parse_prefix(std::string_view file, int64_t file_size, std::string_view s
   }
   const std::string_view text = file.substr(8, static_cast<size_t>(length));
   if (const int64_t bad = first_invalid_utf8(text); bad >= 0) {
-    throw Error(detail::concat(source, ": header is not UTF-8 (invalid byte 0x", std::hex,
-                               static_cast<int>(static_cast<unsigned char>(text[static_cast<size_t>(bad)])), std::dec,
+    throw Error(detail::concat(source, ": header is not UTF-8 (invalid byte 0x",
+                               detail::hex_text(static_cast<unsigned char>(text[static_cast<size_t>(bad)])),
                                " at header offset ", bad, ")"));
   }
   if (text.empty() || text[0] != '{') {
