@@ -9,7 +9,9 @@
 #   .gpu/libhwy*.deb       Highway (rotary's SIMD library): `apt-get download libhwy-dev libhwy1`
 #   .gpu/*.whl             pybind11, scikit-build-core (the build), liger-kernel (a baseline):
 #                          `pip download --no-deps -d .gpu pybind11==3.0.1 scikit_build_core==0.11.6 liger-kernel`
-# Each step has its own time limit; a failed step is reported and the later ones still run
+# GPU_CHECK_SEGV=1 adds the crash probe (scripts/gpu_probe_segv.sh); GPU_CHECK_PROBE_ONLY=1 runs
+# the probes alone. GPU_CHECK_PARTS (gpu_check.py's --parts) and GPU_CHECK_TESTS (test files)
+# narrow a run; GPU_CHECK_MEASURE_S and GPU_CHECK_TESTS_S are their time limits. Each step has its own time limit; a failed step is reported and the later ones still run
 # where they can. The whole check took 3 minutes on an H100 machine with 16 cores (before the
 # attention timings were added: allow 4-5).
 set -uo pipefail
@@ -47,27 +49,40 @@ timeout 240 python3 -m pip install -q --no-deps --no-build-isolation --no-index 
   -C install.strip=false -C build-dir=/tmp/rotary-build . >"$OUT/build.log" 2>&1 || { fail "build (tail of build.log:)"; tail -30 "$OUT/build.log"; }
 export PYTHONPATH=/tmp/rotary-site:$PYTHONPATH
 python3 -c "import rotary; print('rotary', rotary.__version__, rotary.__file__)" || fail "import rotary"
+so=$(ls /tmp/rotary-site/rotary/_rotary*.so 2>/dev/null | head -1)
+# On the lent H100 and H200 machines the extension defines libstdc++'s own iostream symbols beside
+# the shared libstdc++ it loads, and an ostream's number formatting crashed there (docs/gpu.md);
+# rotary formats its messages without iostreams since. Reported, not failed.
+if [[ -n $so ]] && nm -D --defined-only "$so" | grep -q __is_ios_failure_handler; then
+  echo "note: $so defines libstdc++'s iostream symbols (a static copy of parts of libstdc++)"
+fi
 
 step "C++ errors reach Python as RotaryError (scripts/gpu_probe_errors.sh)"
 timeout 120 bash scripts/gpu_probe_errors.sh 2>&1 | tee "$OUT/errors.txt"
-if [[ ${GPU_CHECK_PROBE_ONLY:-0} == 1 ]]; then
+if [[ ${GPU_CHECK_PROBE_ONLY:-0} == 1 || ${GPU_CHECK_SEGV:-0} == 1 ]]; then
   step "where a crash happens (scripts/gpu_probe_segv.sh)"
   timeout 60 bash scripts/gpu_probe_segv.sh 2>&1 | tee "$OUT/segv.txt"
+fi
+if [[ ${GPU_CHECK_PROBE_ONLY:-0} == 1 ]]; then
   step "done (the probes only)"
   exit $status
 fi
 
-step "the Triton tests on CUDA (tests/python/test_triton_{rope,attention}.py, ROTARY_TEST_DEVICE=cuda)"
-ROTARY_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
-  tests/python/test_triton_attention.py -k "not refusals" >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
-tail -5 "$OUT/pytest.log"
-ROTARY_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider tests/python/test_triton_rope.py \
-  tests/python/test_triton_attention.py -k "refusals" >>"$OUT/pytest.log" 2>&1 || fail "CUDA tests (refusals)"
-tail -3 "$OUT/pytest.log"
-
-step "measurements (scripts/gpu_check.py)"
-PYTHONUNBUFFERED=1 timeout 240 python3 scripts/gpu_check.py --out "$OUT" >"$OUT/gpu_check.log" 2>&1 || fail "gpu_check.py"
+step "measurements (scripts/gpu_check.py --parts ${GPU_CHECK_PARTS:-dropin,bench,attention})"
+PYTHONUNBUFFERED=1 timeout ${GPU_CHECK_MEASURE_S:-300} python3 scripts/gpu_check.py --out "$OUT" \
+  --parts "${GPU_CHECK_PARTS:-dropin,bench,attention}" >"$OUT/gpu_check.log" 2>&1 || fail "gpu_check.py"
 tail -3 "$OUT/gpu_check.log"
+
+tests=${GPU_CHECK_TESTS:-tests/python/test_triton_rope.py tests/python/test_triton_attention.py}
+step "the Triton tests on CUDA ($tests, ROTARY_TEST_DEVICE=cuda)"
+# shellcheck disable=SC2086 (a list of files)
+ROTARY_TEST_DEVICE=cuda timeout ${GPU_CHECK_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider $tests \
+  -k "not refusals" >"$OUT/pytest.log" 2>&1 || fail "CUDA tests"
+tail -5 "$OUT/pytest.log"
+# shellcheck disable=SC2086
+ROTARY_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider $tests -k "refusals" \
+  >>"$OUT/pytest.log" 2>&1 || fail "CUDA tests (refusals)"
+tail -3 "$OUT/pytest.log"
 step "done (status $status)"
 cat "$OUT/summary.txt" 2>/dev/null
 exit $status

@@ -293,6 +293,34 @@ def attention_shapes():
             ("decode from 32768", 1, 32, 8, 1, 32768, 128)]
 
 
+# The attention kernel's variants: the dot precision (rotary._triton_attention.DOT) and the launch
+# (block_m, block_n, num_warps, num_stages); splits None is the kernel's own choice.
+PREFILL_LAUNCHES = [(128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)]
+DECODE_LAUNCHES = [(16, 64, 4, 3, None), (16, 128, 4, 3, None), (16, 64, 4, 3, 16), (16, 64, 4, 3, 64),
+                   (16, 32, 2, 3, None)]
+
+
+def attention_variant(dot, launch, splits=None):
+    """Sets the kernel's dot precision (every dtype) and launch; returns the previous settings."""
+    from rotary import _triton_attention as ta
+    saved = (dict(ta.DOT), dict(ta.LAUNCH), dict(ta.INTERPRETER_LAUNCH))
+    for dtype in ta.DOT:
+        ta.DOT[dtype] = dot
+    if DEVICE == "cuda":
+        ta.LAUNCH.update(block_m=launch[0], block_n=launch[1], num_warps=launch[2], num_stages=launch[3],
+                         splits=splits)
+    else:
+        ta.INTERPRETER_LAUNCH.update(splits=splits)
+    return saved
+
+
+def restore_attention(saved):
+    from rotary import _triton_attention as ta
+    for target, values in zip((ta.DOT, ta.LAUNCH, ta.INTERPRETER_LAUNCH), saved):
+        target.clear()
+        target.update(values)
+
+
 def bench_attention(name, batch, heads, kv_heads, q_len, kv_len, dim, dtype):
     from rotary import _triton_attention
     gen = torch.Generator().manual_seed(5)
@@ -312,23 +340,53 @@ def bench_attention(name, batch, heads, kv_heads, q_len, kv_len, dim, dtype):
             rows[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "KV GB/s": kv_bytes / ms / 1e6}
         except Exception:  # noqa: BLE001
             rows[label] = {"error": traceback.format_exc(limit=4)}
+        print(f"{name} {dtype} {label}: {rows[label]}", flush=True)
+
+    def run(rope=False):
+        return _triton_attention.attention(q, k, v, causal=True, query_offset=offset,
+                                           spec_or_table=spec if rope else None)
 
     time_row("copy of the KV bytes", lambda: (k.clone(), v.clone()))
-    time_row("rotary triton", lambda: _triton_attention.attention(q, k, v, causal=True, query_offset=offset))
-    time_row("rotary triton, fused RoPE", lambda: _triton_attention.attention(
-        q, k, v, causal=True, query_offset=offset, spec_or_table=spec))
     sdpa = torch.nn.functional.scaled_dot_product_attention
     causal = q_len == kv_len  # SDPA's is_causal is top-left: exact at prefill; one query sees every key
-    try:
+    if dtype != torch.float32:  # the flash backend has no float32
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             time_row("torch SDPA (flash)", lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=True))
-    except Exception:  # noqa: BLE001
-        rows["torch SDPA (flash)"] = {"error": traceback.format_exc(limit=4)}
     time_row("torch SDPA (auto)", lambda: sdpa(q, k, v, is_causal=causal, enable_gqa=True))
-    got = _triton_attention.attention(q, k, v, causal=True, query_offset=offset).float()
     want = sdpa(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
-    rows["max abs vs SDPA float32"] = float((got - want).abs().max())
+    decode = q_len < 16
+    modes = ("storage", "tf32x3") if dtype != torch.float32 else ("tf32x3",)
+    launches = [launch + (None,) for launch in PREFILL_LAUNCHES] if not decode else DECODE_LAUNCHES
+    if ARGS.smoke:
+        launches = launches[:1] + [launch for launch in launches if launch[4] is not None][:1]
+    best = {}
+    for mode in modes:
+        for launch in launches:
+            saved = attention_variant(mode, launch[:4], launch[4])
+            try:
+                label = f"rotary {mode} {launch}"
+                time_row(label, run)
+                if "ms" in rows[label]:
+                    rows[label]["max abs vs SDPA float32"] = float((run().float() - want).abs().max())
+                    if mode not in best or rows[label]["ms"] < rows[best[mode]]["ms"]:
+                        best[mode] = label
+            finally:
+                restore_attention(saved)
+    for mode, label in best.items():  # fused RoPE at each precision's best launch
+        launch = eval(label.split(" ", 2)[2])  # noqa: S307 (our own tuple's text)
+        saved = attention_variant(mode, launch[:4], launch[4])
+        try:
+            time_row(f"rotary {mode} {launch} fused RoPE", lambda: run(rope=True))
+        finally:
+            restore_attention(saved)
+    if dtype != torch.float32 and not decode:  # the exact products once, at the default launch
+        saved = attention_variant("ieee", PREFILL_LAUNCHES[2], None)
+        try:
+            time_row(f"rotary ieee {PREFILL_LAUNCHES[2]}", run)
+        finally:
+            restore_attention(saved)
+    time_row("rotary default", run)
     return rows
 
 
@@ -352,10 +410,10 @@ def summary():
             if part == "attention" and isinstance(value, dict):
                 for label, row in value.items():
                     if isinstance(row, dict) and "ms" in row:
-                        lines.append(f"{key:36s} {label:28s} {row['ms'] * 1e3:10.1f} us {row['TFLOP/s']:7.1f} TFLOP/s "
+                        lines.append(f"{key:36s} {label:44s} {row['ms'] * 1e3:10.1f} us {row['TFLOP/s']:7.1f} TFLOP/s "
                                      f"{row['KV GB/s']:8.1f} KV GB/s")
                     else:
-                        lines.append(f"{key:36s} {label:28s} {str(row)[-200:]}")
+                        lines.append(f"{key:36s} {label:44s} {str(row)[-200:]}")
                 continue
             if part == "bench" and isinstance(value, dict) and "copy (same bytes)" in value:
                 copy_ms = value["copy (same bytes)"].get("ms")

@@ -31,10 +31,20 @@ from ._views import float_arg, int_arg
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 LAYOUTS = ("bhsd", "bshd")
 
-# Tile sizes. tl.dot needs every dimension >= 16; the interpreter runs one program at a time in
-# NumPy, where small tiles keep the masked work small. On a GPU: not yet measured (docs/gpu.md).
-LAUNCH = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2}
-INTERPRETER_LAUNCH = {"block_m": 16, "block_n": 16}
+# The launch: tile sizes, warps, pipeline stages and the key splits (None: chosen by the program
+# count, _splits). tl.dot needs every dimension >= 16; the interpreter runs one program at a time in
+# NumPy, where small tiles keep the masked work small. scripts/gpu_check.py sweeps the GPU's.
+# On the H200 (docs/gpu.md) 64 x 32 tiles, 4 warps and 2 stages were the fastest tf32x3 prefill
+# launch in bfloat16 and within 10% in float32, and fit its shared memory in every dot precision
+# with fused RoPE (tests/python/test_triton_attention.py compiles them for sm_90). A GPU with less
+# shared memory gets smaller launches (_SMALLER_LAUNCHES) instead of the error.
+LAUNCH = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2, "splits": None}
+INTERPRETER_LAUNCH = {"block_m": 16, "block_n": 16, "splits": None}
+# The dot products' input precision per dtype (_triton_attention_kernel's docstring, docs/gpu.md):
+# "ieee" (exact float32 products), "tf32x3" (float32 within a few units, on tensor cores) or
+# "storage" (operands rounded to bfloat16 / float16, as flash-attention does; float32 gets "ieee").
+DOT = {torch.float32: "tf32x3", torch.bfloat16: "tf32x3", torch.float16: "tf32x3"}
+DOT_CODES = {"ieee": 0, "tf32x3": 1, "storage": 2}
 
 
 def _check_tensors(q, k, v, layout):
@@ -174,9 +184,69 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     return (out, lse) if return_lse else out
 
 
+def _splits(programs: int, kv_len: int, block_n: int, device: torch.device) -> int:
+    """Key splits per program (Flash-Decoding): enough programs for two per multiprocessor when
+    the rows alone give fewer, each split at least 4 key tiles long."""
+    setting = (INTERPRETER_LAUNCH if device.type == "cpu" else LAUNCH)["splits"]
+    if setting is not None:
+        return max(1, min(int(setting), -(-kv_len // block_n)))
+    if device.type != "cuda":
+        return 1
+    target = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    if programs >= target:
+        return 1
+    return max(1, min(-(-target // programs), kv_len // (4 * block_n)))
+
+
+# (device, dtype, constants, tiles, options) -> the launch that fit: a GPU whose shared memory is
+# smaller than the launch needs gets the first smaller one that fits, found once per kernel variant.
+_FITTED = {}
+
+
+def _smaller_launches(block_m, block_n, options):
+    """The launches to try after (block_m, block_n, options) ran out of shared memory: fewer
+    pipeline stages, then narrower key tiles, then fewer query rows (tl.dot needs 16)."""
+    stages = options.get("num_stages", 1)
+    for next_stages in range(stages - 1, 0, -1):
+        yield block_m, block_n, dict(options, num_stages=next_stages)
+    options = dict(options, num_stages=1) if options else options
+    while block_n > 16:
+        block_n //= 2
+        yield block_m, block_n, options
+    while block_m > 16:
+        block_m //= 2
+        yield block_m, block_n, options
+
+
+def _launch_fitting(key, launch, block_m, block_n, options):
+    fitted = _FITTED.get(key)
+    if fitted is not None:
+        return launch(*fitted)
+    try:
+        launch(block_m, block_n, options)
+        _FITTED[key] = (block_m, block_n, options)
+        return
+    except Exception as error:  # noqa: BLE001 (triton's OutOfResources, by name: triton is imported lazily)
+        if type(error).__name__ != "OutOfResources":
+            raise
+        last = error
+    for smaller in _smaller_launches(block_m, block_n, options):
+        try:
+            launch(*smaller)
+        except Exception as error:  # noqa: BLE001
+            if type(error).__name__ != "OutOfResources":
+                raise
+            last = error
+            continue
+        _FITTED[key] = smaller
+        return
+    raise RotaryError(f"the triton attention does not fit this GPU's shared memory even at 16 x 16 tiles with one "
+                      f"stage (got {last})")
+
+
 def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, query_offset, rotary_offset):
     batch, q_heads, q_len, dim = qv.shape
-    kv_len, v_dim = kv.shape[2], vv.shape[3]
+    kv_heads, kv_len, v_dim = kv.shape[1], kv.shape[2], vv.shape[3]
     device = qv.device
     if rope is None:
         cos = sin = q_rows = k_rows = torch.zeros(1, dtype=torch.float32, device=device)  # unread
@@ -202,17 +272,48 @@ def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, qu
             q_rows, k_rows = rows[:, :q_len].contiguous(), rows[:, q_len:].contiguous()
             arange = False
     tiles = INTERPRETER_LAUNCH if device.type == "cpu" else LAUNCH
-    block_m, block_n = tiles["block_m"], tiles["block_n"]
+    rows_per_kv_head = group * q_len
+    block_m = max(16, min(tiles["block_m"], next_power_of_two(rows_per_kv_head)))
+    block_n = tiles["block_n"]
     extra = {} if device.type == "cpu" else {"num_warps": LAUNCH["num_warps"], "num_stages": LAUNCH["num_stages"]}
-    grid = (-(-q_len // block_m), batch * q_heads)
-    from . import _triton_attention_kernel  # imports triton
-    jitted_kernel(_triton_attention_kernel, "attention_kernel")[grid](
-        qv, kv, vv, ov, lse, cos, sin, q_rows, k_rows, *qv.stride(), *kv.stride(), *vv.stride(), *ov.stride(),
-        *lse.stride(), q_len, kv_len, q_heads, group, dim, v_dim, scale, 1.0 if softcap is None else softcap,
-        query_offset, window, pairs, rotary_offset, CAUSAL=causal, WINDOW=window > 0, ROPE=rope is not None,
-        NEOX=style == "neox", ARANGE=arange, SOFTCAP=softcap is not None, RETURN_LSE=True, BLOCK_M=block_m,
-        BLOCK_N=block_n, BLOCK_D=max(16, next_power_of_two(dim)), BLOCK_DV=max(16, next_power_of_two(v_dim)),
-        **extra)
+    splits = _splits(-(-rows_per_kv_head // block_m) * batch * kv_heads, kv_len, block_n, device)
+    split_len = kv_len if splits == 1 else -(-kv_len // (splits * block_n)) * block_n
+    splits = -(-kv_len // split_len) if kv_len else 1
+    if splits > 1:
+        part_acc = torch.empty((splits, batch * q_heads, q_len, v_dim), dtype=torch.float32, device=device)
+        part_m = torch.empty((splits, batch * q_heads, q_len), dtype=torch.float32, device=device)
+        part_l = torch.empty_like(part_m)
+    else:
+        part_acc = part_m = part_l = lse  # unwritten
+    dot = DOT[qv.dtype]
+    if dot not in DOT_CODES:
+        raise RotaryError(f"_triton_attention.DOT[{qv.dtype}] must be one of {sorted(DOT_CODES)} (got {dot!r})")
+    if dot == "storage" and qv.dtype == torch.float32:
+        dot = "ieee"  # float32 storage: exact float32 products
+    rotary_dim = 2 * pairs
+    from . import _triton_attention_kernel as kernels  # imports triton
+    constants = dict(CAUSAL=causal, WINDOW=window > 0, ROPE=rope is not None, NEOX=style == "neox", ARANGE=arange,
+                     SOFTCAP=softcap is not None,
+                     HAS_REST=rope is None or rotary_offset > 0 or rotary_offset + rotary_dim < dim,
+                     SPLIT=splits > 1, DOT=DOT_CODES[dot], BLOCK_D=max(16, next_power_of_two(dim)),
+                     BLOCK_P=max(16, next_power_of_two(pairs)), BLOCK_DV=max(16, next_power_of_two(v_dim)))
+    key = (device, qv.dtype, tuple(sorted(constants.items())), block_m, block_n, tuple(sorted(extra.items())))
+
+    def launch(tile_m, tile_n, options):
+        jitted_kernel(kernels, "attention_kernel")[(-(-rows_per_kv_head // tile_m), batch * kv_heads, splits)](
+            qv, kv, vv, ov, lse, part_acc, part_m, part_l, cos, sin, q_rows, k_rows, *qv.stride(), *kv.stride(),
+            *vv.stride(), *ov.stride(), *lse.stride(), q_len, kv_len, kv_heads, group, dim, v_dim, scale,
+            1.0 if softcap is None else softcap, query_offset, window, pairs, rotary_offset, split_len,
+            BLOCK_M=tile_m, BLOCK_N=tile_n, **constants, **options)
+
+    # split_len stays a multiple of every smaller block_n (powers of two), so a smaller launch
+    # covers the same key splits.
+    _launch_fitting(key, launch, block_m, block_n, extra)
+    if splits > 1:
+        block = min(64, max(16, next_power_of_two(q_len)))
+        jitted_kernel(kernels, "combine_kernel")[(-(-q_len // block), batch * q_heads)](
+            ov, lse, part_acc, part_m, part_l, *ov.stride(), *lse.stride(), q_len, q_heads, v_dim, splits,
+            BLOCK_M=block, BLOCK_DV=max(16, next_power_of_two(v_dim)))
 
 
 def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_offset, layout, spec_or_table,

@@ -1,14 +1,31 @@
-"""The Triton kernel of rotary._triton_attention (attention with fused RoPE, prefill forward;
-docs/gpu.md, "Attention"). Importing this module imports triton: only _triton_attention._kernel
-does, on the first launch. triton.jit reads TRITON_INTERPRET when the kernel is defined, as for
+"""The Triton kernels of rotary._triton_attention (attention with fused RoPE, forward; docs/gpu.md,
+"Attention"). Importing this module imports triton: only _triton_attention._launch does, on the
+first launch. triton.jit reads TRITON_INTERPRET when the kernel is defined, as for
 _triton_rope_kernel.
 
-A flash-attention forward (Dao et al. 2022, "FlashAttention", Algorithm 1; online softmax over
-key blocks): a program per (block of BLOCK_M queries, batch row, q head). q and k tiles are loaded
-exactly into float32 and, with fused RoPE, rotated there as the apply kernel rotates (a*C - b*S,
-b*C + a*S with the table's float32 C and S, _triton_rope_kernel.rotate_heads) but kept in float32;
-q is then multiplied by the float32 scale. Scores, weights and the output are accumulated in
-float32 (tl.dot with input_precision="ieee": no TF32), and the output is divided by the weight sum
+A flash-attention forward (Dao et al. 2022, "FlashAttention", Algorithm 1: online softmax over
+key tiles), with two changes of the decode-oriented FlashAttention follow-ups ("Flash-Decoding",
+Dao et al. 2023): the rows of a program are the (q head, query) pairs of one kv head, so that the
+q heads of a GQA group share each K and V tile they load, and the keys can be split among
+programs (SPLITS > 1), each writing its partial (max, sum, unnormalized output) for combine_kernel
+to merge, so that a decode step with few rows still fills the GPU.
+
+RoPE is fused into the tile loads without gathers: each tile is loaded as the first and the
+second elements of its rotated pairs (NeoX: columns off + p and off + P + p; GPT-J: off + 2p and
+off + 2p + 1) and the columns outside the rotary block (the rest), and rotated in float32 as the
+apply kernel rotates: (a*C - b*S, b*C + a*S) with the table's float32 C and S. The score is the
+sum of the three products, q1.k1 + q2.k2 + rest_q.rest_k, times the float32 scale.
+
+The dot products take one of three input precisions (DOT, chosen per dtype by the caller):
+- DOT_IEEE: float32 operands, exact float32 products (input_precision="ieee": no tensor cores on
+  NVIDIA's GPUs before Blackwell, the slowest);
+- DOT_TF32X3: float32 operands split into three TF32 products on tensor cores (each product
+  within a few float32 units, docs/gpu.md);
+- DOT_STORAGE: operands rounded to the inputs' storage type (bfloat16 / float16), float32
+  accumulation: flash-attention's own choice. Unrotated bfloat16 q and k are exact there; rotated
+  ones round once, as an unfused apply would have stored them; the softmax weights p round once
+  before P.V.
+Softmax and accumulation are float32 in every mode, and the output is divided by the weight sum
 and rounded once to the storage type.
 """
 import os
@@ -18,40 +35,77 @@ import triton.language as tl
 
 from ._triton_rope_kernel import to_storage
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# A constexpr, so that the compiled kernels may read it (a plain global is a compile error on a GPU,
+# which the interpreter does not check); `bool(INTERPRETED)` is its value in Python.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+DOT_IEEE = 0
+DOT_TF32X3 = 1
+DOT_STORAGE = 2
 
 
 @triton.jit
-def load_rotated(x, rows, t, t_mask, x_ss, x_sd, head_dim, cos, sin, pairs, rotary_offset,
-                 ROPE: tl.constexpr, NEOX: tl.constexpr, BLOCK_D: tl.constexpr):
-    """[BLOCK, BLOCK_D] float32: tokens t (their table rows `rows`) of one head, rotated in the
-    block [rotary_offset, rotary_offset + 2 * pairs) when ROPE; zeros past head_dim and t_mask."""
+def load_columns(base, row_off, row_mask, sd, cols, col_mask):
+    """[rows, cols] float32: element (r, c) at base + row_off[r] + cols[c] * sd, 0 where masked."""
+    mask = row_mask[:, None] & col_mask[None, :]
+    return tl.load(base + row_off[:, None] + cols[None, :] * sd, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def rotated_halves(base, row_off, row_mask, sd, table_rows, cos, sin, pairs, rotary_offset,
+                   NEOX: tl.constexpr, BLOCK_P: tl.constexpr):
+    """([rows, BLOCK_P], [rows, BLOCK_P]) float32: the first and second elements of each rotated
+    pair, rotated by the table's rows `table_rows` (one per row); zeros past `pairs`."""
+    p = tl.arange(0, BLOCK_P)
+    p_mask = p < pairs
+    if NEOX:  # pairs (i, i + pairs)
+        first = rotary_offset + p
+        second = first + pairs
+    else:  # pairs (2i, 2i + 1)
+        first = rotary_offset + 2 * p
+        second = first + 1
+    a = load_columns(base, row_off, row_mask, sd, first, p_mask)
+    b = load_columns(base, row_off, row_mask, sd, second, p_mask)
+    mask = row_mask[:, None] & p_mask[None, :]
+    entry = table_rows[:, None] * pairs + p[None, :]
+    c = tl.load(cos + entry, mask=mask, other=0.0)
+    s = tl.load(sin + entry, mask=mask, other=0.0)
+    return a * c - b * s, b * c + a * s
+
+
+@triton.jit
+def rest_columns(base, row_off, row_mask, sd, head_dim, pairs, rotary_offset, ROPE: tl.constexpr,
+                 BLOCK_D: tl.constexpr):
+    """[rows, BLOCK_D] float32: the columns outside the rotary block (all of them without RoPE)."""
     d = tl.arange(0, BLOCK_D)
-    mask = t_mask[:, None] & (d < head_dim)[None, :]
-    xt = x + t[:, None] * x_ss
-    value = tl.load(xt + d[None, :] * x_sd, mask=mask, other=0.0).to(tl.float32)
+    keep = d < head_dim
     if ROPE:
-        rel = d - rotary_offset
-        in_block = (rel >= 0) & (rel < 2 * pairs)
-        if NEOX:  # pairs (i, i + pairs)
-            first = rel < pairs
-            pair = tl.where(first, rel, rel - pairs)
-            partner = tl.where(first, rel + pairs, rel - pairs)
-        else:  # pairs (2i, 2i + 1)
-            first = (rel % 2) == 0
-            pair = rel // 2
-            partner = tl.where(first, rel + 1, rel - 1)
-        pair = tl.where(in_block, pair, 0)
-        partner = tl.where(in_block, partner, 0) + rotary_offset
-        rot_mask = mask & in_block[None, :]
-        other = tl.load(xt + partner[None, :] * x_sd, mask=rot_mask, other=0.0).to(tl.float32)
-        table = rows[:, None] * pairs + pair[None, :]
-        c = tl.load(cos + table, mask=rot_mask, other=0.0)
-        s = tl.load(sin + table, mask=rot_mask, other=0.0)
-        # first of a pair: a*C - b*S (value a, other b); second: b*C + a*S (value b, other a).
-        rotated = tl.where(first[None, :], value * c - other * s, value * c + other * s)
-        value = tl.where(in_block[None, :], rotated, value)
-    return value
+        keep = keep & ((d < rotary_offset) | (d >= rotary_offset + 2 * pairs))
+    return load_columns(base, row_off, row_mask, sd, d, keep)
+
+
+@triton.jit
+def operand(x, like, DOT: tl.constexpr):
+    """x as a dot operand: float32, or rounded to `like`'s storage type (DOT_STORAGE). The
+    interpreter multiplies bfloat16 tiles as raw bits, so there the rounded values go back to
+    float32 (exactly) and the product is float32's, the same numbers."""
+    if DOT == 2:
+        x = to_storage(x, like)
+        if INTERPRETED:
+            x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def dot(a, b, acc, DOT: tl.constexpr):
+    """acc + a @ b in float32 with DOT's input precision (operands already from `operand`)."""
+    if DOT == 1:
+        return tl.dot(a, b, acc, input_precision="tf32x3")
+    elif DOT == 2:
+        if INTERPRETED:
+            return tl.dot(a, b, acc, input_precision="ieee")
+        return tl.dot(a, b, acc)
+    else:
+        return tl.dot(a, b, acc, input_precision="ieee")
 
 
 # The row reductions through tl.reduce with these combine functions: tl.max and tl.sum are
@@ -78,57 +132,80 @@ def tanh(x):
 
 
 @triton.jit
-def attention_kernel(q, k, v, o, lse, cos, sin, q_rows, k_rows,
+def attention_kernel(q, k, v, o, lse, part_acc, part_m, part_l, cos, sin, q_rows, k_rows,
                      q_sb, q_sh, q_ss, q_sd, k_sb, k_sh, k_ss, k_sd, v_sb, v_sh, v_ss, v_sd,
                      o_sb, o_sh, o_ss, o_sd, l_sb, l_sh, l_ss,
-                     q_len, kv_len, q_heads, group, head_dim, v_dim, scale, softcap, query_offset, window,
-                     pairs, rotary_offset,
+                     q_len, kv_len, kv_heads, group, head_dim, v_dim, scale, softcap, query_offset, window,
+                     pairs, rotary_offset, split_len,
                      CAUSAL: tl.constexpr, WINDOW: tl.constexpr, ROPE: tl.constexpr, NEOX: tl.constexpr,
-                     ARANGE: tl.constexpr, SOFTCAP: tl.constexpr, RETURN_LSE: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+                     ARANGE: tl.constexpr, SOFTCAP: tl.constexpr, HAS_REST: tl.constexpr, SPLIT: tl.constexpr,
+                     DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_P: tl.constexpr, BLOCK_DV: tl.constexpr):
     # Offsets in int64: a large tensor's element offsets pass 2^31.
-    block_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // q_heads
-    h = bh % q_heads
-    kvh = h // group  # GQA: q head h reads kv head h // group
-    i = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    i_mask = i < q_len
+    tile = tl.program_id(0)
+    bkv = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    b = bkv // kv_heads
+    kvh = bkv % kv_heads
+    # Row r of the kv head's group * q_len rows: q head kvh * group + r // q_len, query r % q_len.
+    rows = group * q_len
+    r = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    r_mask = r < rows
+    g = r // q_len
+    i = r - g * q_len
+    h = (kvh * group + g).to(tl.int64)
     i_pos = query_offset + i  # the query's position in the key sequence (masks)
-    q_base = q + b * q_sb + h * q_sh
-    k_base = k + b * k_sb + kvh * k_sh
-    v_base = v + b * v_sb + kvh * v_sh
+    q_off = b * q_sb + h * q_sh + i.to(tl.int64) * q_ss
     if ARANGE:  # RoPE rows: query i at query_offset + i, key j at j
         q_row = i_pos.to(tl.int64)
     else:
-        q_row = tl.load(q_rows + b * q_len + i, mask=i_mask, other=0)
-    qt = load_rotated(q_base, q_row, i.to(tl.int64), i_mask, q_ss, q_sd, head_dim, cos, sin, pairs, rotary_offset,
-                      ROPE, NEOX, BLOCK_D) * scale
+        q_row = tl.load(q_rows + b * q_len + i, mask=r_mask, other=0)
+    if ROPE:
+        q1, q2 = rotated_halves(q, q_off, r_mask, q_sd, q_row, cos, sin, pairs, rotary_offset, NEOX, BLOCK_P)
+        q1 = operand(q1, v, DOT)
+        q2 = operand(q2, v, DOT)
+    if HAS_REST:
+        q0 = operand(rest_columns(q, q_off, r_mask, q_sd, head_dim, pairs, rotary_offset, ROPE, BLOCK_D), v, DOT)
     dv = tl.arange(0, BLOCK_DV)
+    dv_mask = dv < v_dim
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.full((BLOCK_M,), 0.0, tl.float32)
     acc = tl.full((BLOCK_M, BLOCK_DV), 0.0, tl.float32)
-    # The key range any query of the block can see (the masks below decide per element).
-    lo = 0
-    hi = kv_len
+    # The keys any row of the tile can see (the masks below decide per element): the tile's queries
+    # are i_lo..i_hi when it lies in one q head, else all of them.
+    r_first = tile * BLOCK_M
+    r_last = tl.minimum(r_first + BLOCK_M, rows) - 1
+    one_head = (r_first // q_len) == (r_last // q_len)
+    i_lo = tl.where(one_head, r_first - (r_first // q_len) * q_len, 0)
+    i_hi = tl.where(one_head, r_last - (r_last // q_len) * q_len, q_len - 1)
+    lo = split * split_len
+    hi = tl.minimum(kv_len, lo + split_len)
     if CAUSAL:
-        hi = tl.minimum(hi, query_offset + (block_m + 1) * BLOCK_M)
+        hi = tl.minimum(hi, query_offset + i_hi + 1)
     if WINDOW:
-        lo = tl.maximum(0, query_offset + block_m * BLOCK_M - window + 1)
-        lo = (lo // BLOCK_N) * BLOCK_N
+        lo = tl.maximum(lo, ((query_offset + i_lo - window + 1) // BLOCK_N) * BLOCK_N)
+    k_head = k + b * k_sb + kvh * k_sh
+    v_head = v + b * v_sb + kvh * v_sh
     for start in range(lo, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         j_mask = j < kv_len
+        k_off = j.to(tl.int64) * k_ss
         if ARANGE:
             k_row = j.to(tl.int64)
         else:
             k_row = tl.load(k_rows + b * kv_len + j, mask=j_mask, other=0)
-        kt = load_rotated(k_base, k_row, j.to(tl.int64), j_mask, k_ss, k_sd, head_dim, cos, sin, pairs,
-                          rotary_offset, ROPE, NEOX, BLOCK_D)
-        s = tl.dot(qt, tl.trans(kt), input_precision="ieee")
+        s = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        if ROPE:
+            k1, k2 = rotated_halves(k_head, k_off, j_mask, k_sd, k_row, cos, sin, pairs, rotary_offset, NEOX, BLOCK_P)
+            s = dot(q1, tl.trans(operand(k1, v, DOT)), s, DOT)
+            s = dot(q2, tl.trans(operand(k2, v, DOT)), s, DOT)
+        if HAS_REST:
+            k0 = rest_columns(k_head, k_off, j_mask, k_sd, head_dim, pairs, rotary_offset, ROPE, BLOCK_D)
+            s = dot(q0, tl.trans(operand(k0, v, DOT)), s, DOT)
+        s = s * scale
         if SOFTCAP:  # Gemma 2: cap * tanh(s / cap), before the mask
             s = softcap * tanh(s / softcap)
-        visible = i_mask[:, None] & j_mask[None, :]
+        visible = r_mask[:, None] & j_mask[None, :]
         if CAUSAL:
             visible = visible & (j[None, :] <= i_pos[:, None])
         if WINDOW:
@@ -139,16 +216,62 @@ def attention_kernel(q, k, v, o, lse, cos, sin, q_rows, k_rows,
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, sum_of)
-        v_mask = j_mask[:, None] & (dv < v_dim)[None, :]
-        vt = tl.load(v_base + j.to(tl.int64)[:, None] * v_ss + dv[None, :] * v_sd, mask=v_mask,
-                     other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
+        vt = tl.load(v_head + j.to(tl.int64)[:, None] * v_ss + dv[None, :] * v_sd,
+                     mask=j_mask[:, None] & dv_mask[None, :], other=0.0)
+        if DOT == 2:
+            pv = operand(p, v, DOT)
+            if INTERPRETED:
+                vt = vt.to(tl.float32)
+        else:
+            pv = p
+            vt = vt.to(tl.float32)
+        acc = dot(pv, vt, acc * alpha[:, None], DOT)
         m_i = m_new
-    seen = l_i > 0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]  # a query that sees no key gets zeros
-    o_base = o + b * o_sb + h * o_sh
-    o_mask = i_mask[:, None] & (dv < v_dim)[None, :]
-    tl.store(o_base + i.to(tl.int64)[:, None] * o_ss + dv[None, :] * o_sd, to_storage(out, o), mask=o_mask)
-    if RETURN_LSE:
+    if SPLIT:
+        # The partial of keys [lo, hi) for combine_kernel: [split, batch * q heads, q_len, ...].
+        part = (split * (tl.num_programs(1) * group) + bkv * group + g).to(tl.int64) * q_len + i
+        tl.store(part_m + part, m_i, mask=r_mask)
+        tl.store(part_l + part, l_i, mask=r_mask)
+        tl.store(part_acc + part[:, None] * v_dim + dv[None, :], acc, mask=r_mask[:, None] & dv_mask[None, :])
+    else:
+        seen = l_i > 0
+        out = acc / tl.where(seen, l_i, 1.0)[:, None]  # a query that sees no key gets zeros
+        o_off = b * o_sb + h * o_sh + i.to(tl.int64) * o_ss
+        tl.store(o + o_off[:, None] + dv[None, :] * o_sd, to_storage(out, o), mask=r_mask[:, None] & dv_mask[None, :])
         row_lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
-        tl.store(lse + b * l_sb + h * l_sh + i.to(tl.int64) * l_ss, row_lse, mask=i_mask)
+        tl.store(lse + b * l_sb + h * l_sh + i.to(tl.int64) * l_ss, row_lse, mask=r_mask)
+
+
+@triton.jit
+def combine_kernel(o, lse, part_acc, part_m, part_l, o_sb, o_sh, o_ss, o_sd, l_sb, l_sh, l_ss,
+                   q_len, q_heads, v_dim, splits, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """Merges the SPLITS partials of attention_kernel per (batch, q head, query): M = max m_s,
+    L = sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L, lse = M + log L."""
+    tile = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // q_heads
+    h = bh % q_heads
+    i = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    i_mask = i < q_len
+    dv = tl.arange(0, BLOCK_DV)
+    dv_mask = dv < v_dim
+    stride = tl.num_programs(1).to(tl.int64) * q_len  # from one split's partials to the next's
+    row = bh * q_len + i.to(tl.int64)
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    for s in range(0, splits):
+        m = tl.maximum(m, tl.load(part_m + s * stride + row, mask=i_mask, other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    l_sum = tl.full((BLOCK_M,), 0.0, tl.float32)
+    acc = tl.full((BLOCK_M, BLOCK_DV), 0.0, tl.float32)
+    for s in range(0, splits):
+        weight = tl.exp(tl.load(part_m + s * stride + row, mask=i_mask, other=float("-inf")) - m_safe)
+        l_sum += weight * tl.load(part_l + s * stride + row, mask=i_mask, other=0.0)
+        part = tl.load(part_acc + (s * stride + row)[:, None] * v_dim + dv[None, :],
+                       mask=i_mask[:, None] & dv_mask[None, :], other=0.0)
+        acc += weight[:, None] * part
+    seen = l_sum > 0
+    out = acc / tl.where(seen, l_sum, 1.0)[:, None]
+    o_off = b * o_sb + h * o_sh + i.to(tl.int64) * o_ss
+    tl.store(o + o_off[:, None] + dv[None, :] * o_sd, to_storage(out, o), mask=i_mask[:, None] & dv_mask[None, :])
+    row_lse = tl.where(seen, m_safe + tl.log(tl.where(seen, l_sum, 1.0)), float("-inf"))
+    tl.store(lse + b * l_sb + h * l_sh + i.to(tl.int64) * l_ss, row_lse, mask=i_mask)

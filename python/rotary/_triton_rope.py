@@ -144,10 +144,11 @@ def jitted_kernel(module, name: str):
     """Kernel `name` of a kernel module (which imports triton; the RoPE and the attention kernels'
     modules), in the interpreter mode its import settled: triton.jit picks the interpreter when the
     kernel is defined, so a later change of TRITON_INTERPRET is an error naming both values."""
-    if module.INTERPRETED != interpreting():
+    built_interpreted = bool(getattr(module.INTERPRETED, "value", module.INTERPRETED))  # a bool or tl.constexpr
+    if built_interpreted != interpreting():
         raise RotaryError(f"TRITON_INTERPRET must keep the value it had when the triton kernel was first used "
                           f"(got {os.environ.get('TRITON_INTERPRET', 'unset')!r} now, the kernel was built "
-                          f"{'with' if module.INTERPRETED else 'without'} the interpreter)")
+                          f"{'with' if built_interpreted else 'without'} the interpreter)")
     return getattr(module, name)
 
 

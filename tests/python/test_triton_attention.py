@@ -11,15 +11,25 @@ query with n visible keys, A_j = scale * sum_e |q~_e| |k~_e| (q~, k~: |x| withou
 s_att * (|a| + |b|) >= |a||C| + |b||S| for a rotated pair (a, b), s_att the table's attention
 scaling, |C|, |S| <= s_att):
 1. scores: the rotation 2u (|a||C| + |b||S|) per element for q and for k, the scale's product u,
-   the float32 dot product of d terms gamma_d: |s^ - s| <= E = (d + 6) u max_j A_j. Soft-capping:
+   the float32 dot product of d terms gamma_d: |s^ - s| <= E = (d + 6) u max_j A_j with exact
+   float32 products (the kernel's dot precision "ieee"). "tf32x3" splits each operand into two
+   TF32 numbers (11 significant bits each: the remainder within 2^-22 of the value) and drops the
+   product of the low parts: each product within 3 * 2^-22 = 12u, three sums of d products each,
+   which a GPU's tensor cores may truncate (2u per addition): E = (6d + 20) u max_j A_j.
+   "storage" (bfloat16 / float16 operands, unit roundoff u_s = 2^-8 / 2^-11): rotated q and k
+   round once each (unrotated ones are exact), E = ((2d + 6) u + 2 u_s + u_s^2) max_j A_j.
+   Soft-capping:
    tanh' <= 1 passes E through; s / cap rounds (u |s|), the tanh from exp is within 4u absolutely,
    the product by cap rounds (u cap): E += u max_j |s_j| + 5u cap.
 2. weights: exp's argument s - m rounds (u |s - m| <= 104u where exp is not 0) and exp itself
    (1 ulp in the interpreter's NumPy; a GPU's ex2.approx of (s - m) log2 e: its own 2 ulps and
    the product's u |s - m|): eta = E + 220u relative per weight, moving the output by
    <= Vbar 2 eta (1 + 2 eta), Vbar = max over visible j of |v_je|.
-3. sums: l and o are float32 sums of n terms and a rescale per key tile:
-   acc = (n + 4 tiles + 4) u each, 2 acc Vbar together.
+3. sums: l and o are float32 sums of n terms and a rescale per key tile, and with the keys split
+   among programs one more per split in the merge: acc = (n + 4 (tiles + splits) + 4) u each,
+   2 acc Vbar together.
+   "storage" also rounds each weight to the storage type before P.V (not in l): the output
+   moves by <= u_s Vbar more.
 4. storage: float32 out u |ref|; bfloat16 / float16: one unit of the format at max(|got|, |ref|)
    (the kernel rounds once, half a unit; the allowance holds either side of a boundary).
 tolerance_e = Vbar_e (2 eta (1 + 2 eta) + 2 acc) + storage.
@@ -85,9 +95,21 @@ def magnitudes(x, spec, s_att):
     return torch.cat([s_att * (block + partner), x[..., r:]], -1)
 
 
+def dot_precision(dtype):
+    """The kernel's dot precision for dtype (rotary._triton_attention.DOT; float32 "storage" is
+    "ieee")."""
+    from rotary._triton_attention import DOT
+    mode = DOT[dtype]
+    return "ieee" if mode == "storage" and dtype == torch.float32 else mode
+
+
 def reference(q, k, v, *, causal=False, window=0, scale=None, spec=None, query_offset=0, softcap=None,
-              q_positions=None, k_positions=None, precision=None, seq_len=None):
-    """float64 (out, lse, tolerance of out, tolerance of lse) for bhsd q, k, v."""
+              q_positions=None, k_positions=None, precision=None, seq_len=None, splits=1):
+    """float64 (out, lse, tolerance of out, tolerance of lse) for bhsd q, k, v, with the bound of
+    the kernel's dot precision for q's dtype and `splits` key splits."""
+    mode = dot_precision(q.dtype)
+    u_s = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(q.dtype, 0.0) if mode == "storage" else 0.0
+    rotated = spec is not None
     q, k, v = q.double(), k.double(), v.double()
     batch, heads, q_len, d = q.shape
     kv_len, group = k.shape[2], heads // k.shape[1]
@@ -114,13 +136,19 @@ def reference(q, k, v, *, causal=False, window=0, scale=None, spec=None, query_o
     weights = torch.exp(s_masked - lse[..., None]).nan_to_num(0.0)  # rows without a key: 0
     out = weights @ kv_
     n = visible.sum(-1).double()
-    e = (d + 6) * U * a.masked_fill(~visible, 0).amax(-1)
+    a_max = a.masked_fill(~visible, 0).amax(-1)
+    if mode == "ieee":
+        e = (d + 6) * U * a_max
+    elif mode == "tf32x3":
+        e = (6 * d + 20) * U * a_max
+    else:
+        e = ((2 * d + 6) * U + (2 * u_s + u_s * u_s if rotated else 0.0)) * a_max
     if softcap is not None:
         e = e + U * s.abs().masked_fill(~visible, 0).amax(-1) + 5 * U * softcap
     eta = e + 220 * U
-    acc = (n + 4 * (math.ceil(kv_len / TILE) + 1) + 4) * U
+    acc = (n + 4 * (math.ceil(kv_len / TILE) + 1 + splits) + 4) * U
     vbar = (visible[..., None] * kv_.abs()[:, :, None, :, :]).amax(-2)
-    tol = vbar * (2 * eta * (1 + 2 * eta) + 2 * acc)[..., None]
+    tol = vbar * (2 * eta * (1 + 2 * eta) + 2 * acc + u_s)[..., None]
     tol_lse = 2 * eta + 2 * acc + 4 * U * (lse.abs().nan_to_num(0.0, 0.0, 0.0) + 2 * torch.log(n + 1))
     return out, lse, tol, tol_lse
 
@@ -193,10 +221,112 @@ def test_random_calls_against_the_float64_reference_and_the_cpu_kernels(seed):
         assert bool(((got.double() - cpu.double()).abs() <= both).all()), f"seed {seed}: against the CPU kernels"
 
 
+def set_launch(monkeypatch, *, dot=None, splits=None):
+    """The kernel's dot precision for every dtype and its key splits, for one test (both launch
+    tables: the interpreter's and the GPU's)."""
+    from rotary import _triton_attention
+    if dot is not None:
+        for dtype in list(_triton_attention.DOT):
+            monkeypatch.setitem(_triton_attention.DOT, dtype, dot)
+    if splits is not None:
+        monkeypatch.setitem(_triton_attention.INTERPRETER_LAUNCH, "splits", splits)
+        monkeypatch.setitem(_triton_attention.LAUNCH, "splits", splits)
+
+
+@pytest.mark.parametrize("dot", ["ieee", "storage"])
+@pytest.mark.parametrize("seed", range(36, 48))
+def test_each_dot_precision_within_its_bound(seed, dot, monkeypatch):
+    # The default precision ("tf32x3") is the test above's; these are the other two, on calls whose
+    # dtype the random pick makes bfloat16 or float16 (storage rounding) as often as float32.
+    set_launch(monkeypatch, dot=dot)
+    q, k, v, kwargs = random_call(seed)
+    spec = kwargs.pop("spec")
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    check(f"seed {seed} dot {dot} {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
+
+
+def test_storage_precision_rounds_rotated_operands():
+    # Not vacuous: with fused RoPE in bfloat16, "storage" rounds the rotated q and k and the
+    # weights, so its output differs from "ieee"'s, by less than the storage bound's extra terms.
+    gen = torch.Generator().manual_seed(44)
+    q, k, v = (torch.randn(1, 2, 24, 32, generator=gen).to(torch.bfloat16) for _ in range(3))
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=2, num_key_value_heads=2)
+    from rotary import _triton_attention
+    outs = {}
+    for dot in ("ieee", "storage"):
+        saved = _triton_attention.DOT[torch.bfloat16]
+        _triton_attention.DOT[torch.bfloat16] = dot
+        try:
+            outs[dot], _ = triton_attention(q, k, v, causal=True, spec_or_table=spec)
+        finally:
+            _triton_attention.DOT[torch.bfloat16] = saved
+    assert not torch.equal(outs["ieee"], outs["storage"])
+
+
+@pytest.mark.parametrize("seed", range(48, 60))
+def test_key_splits_merge_within_the_bound(seed, monkeypatch):
+    # Three key splits (Flash-Decoding) merged by the combine kernel, on the random calls; and the
+    # decode shape that packs a GQA group's heads into one tile (one query, four q heads a kv head).
+    set_launch(monkeypatch, splits=3)
+    q, k, v, kwargs = random_call(seed)
+    spec = kwargs.pop("spec")
+    ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, splits=3, **kwargs)
+    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    check(f"seed {seed} splits 3 {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_decode_packs_the_gqa_group(splits, monkeypatch):
+    # One and three queries per q head, four q heads per kv head: the tile's rows span q heads
+    # (rows g * q_len + i), each with its own causal edge.
+    set_launch(monkeypatch, splits=splits)
+    gen = torch.Generator().manual_seed(45)
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=8, num_key_value_heads=2)
+    for q_len in (1, 3):
+        q = torch.randn(2, 8, q_len, 32, generator=gen)
+        k, v = (torch.randn(2, 2, 70, 32, generator=gen) for _ in range(2))
+        kwargs = dict(causal=True, query_offset=70 - q_len)
+        ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, splits=splits, **kwargs)
+        got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+        check(f"decode q_len {q_len} splits {splits}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
+
+
+H100_SHARED_MEMORY = 232448  # bytes a block may use on sm_90 (H100, H200): Triton's "Hardware limit"
+
+
+def test_the_kernel_compiles_for_sm90_and_fits_its_shared_memory():
+    # The interpreter runs a kernel as Python: a jitted function reading a plain global, or a
+    # launch too big for a GPU's shared memory, shows only when it is compiled. Triton's CUDA
+    # backend compiles for sm_90 without a GPU (scripts/triton_compile_check.py, in a process of
+    # its own: this one's kernels are interpreted). Every dot precision, with fused RoPE, at the
+    # default launch.
+    import json
+    import os
+    import subprocess
+    import sys
+    try:
+        from triton.backends import backends
+    except ImportError:
+        backends = {}
+    if "nvidia" not in backends:
+        pytest.skip("this triton has no CUDA backend")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "triton_compile_check.py")
+    run = subprocess.run([sys.executable, script, "--quick"], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert 0 < row["shared"] <= H100_SHARED_MEMORY, row
+
+
 @pytest.mark.parametrize("source", ["hf precision", "table", "dynamic ntk"])
-def test_precision_tables_and_seq_len_reach_the_rows(source):
+def test_precision_tables_and_seq_len_reach_the_rows(source, monkeypatch):
     # The table a call resolves: precision "hf", a Table passed as it is, and a dynamic-NTK spec at
     # the given seq_len (past its trained 64 positions, so the frequencies differ from seq_len 64).
+    # Exact float32 products: the tightest bound, which tells the tables' rows apart.
+    set_launch(monkeypatch, dot="ieee")
     gen = torch.Generator().manual_seed(43)
     q, k, v = (torch.randn(1, 2, 18, 32, generator=gen) for _ in range(3))
     spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=2, num_key_value_heads=2)
