@@ -25,6 +25,28 @@ from ._views import (
 
 DIRECTIONS = ("forward", "backward")
 
+# Fresh outputs of at least this many bytes start on a cache line and have their pages faulted in
+# before the kernel writes them (fresh_output); under it, np.empty's own block is cheaper than the
+# ~2 us per array that placing one costs (docs/performance.md, "Fresh outputs from Python").
+PLACED_OUTPUT_BYTES = 1 << 20
+CACHE_LINE_BYTES = 64  # also the widest vector the kernels store (AVX-512)
+
+
+def fresh_output(like: np.ndarray) -> np.ndarray:
+    """A new C-contiguous writable array of like's shape and dtype; one of PLACED_OUTPUT_BYTES or
+    more starts on a 64-byte boundary. NumPy's large blocks come from glibc's mmap chunks, 16 bytes
+    past a page, where every 64-byte vector store straddles two cache lines and the kernels cannot
+    use non-temporal stores (src/cpu/rotate_kernels-inl.h streams aligned vectors only): at
+    Llama-3-8B prefill size a float32 call took 2.2-2.9 times as long as into an aligned output. The
+    array is a view of a uint8 block (its .base); NumPy advises that block onto huge pages as it
+    does any large allocation."""
+    nbytes = like.size * like.itemsize
+    if nbytes < PLACED_OUTPUT_BYTES:
+        return np.empty(like.shape, dtype=like.dtype)
+    block = np.empty(nbytes + CACHE_LINE_BYTES, dtype=np.uint8)
+    start = -block.__array_interface__["data"][0] % CACHE_LINE_BYTES
+    return np.ndarray(like.shape, dtype=like.dtype, buffer=block, offset=start)
+
 
 def check_direction(direction) -> str:
     if direction not in DIRECTIONS:
@@ -62,11 +84,30 @@ def prepare_positions(positions, offsets, cu_seqlens, layout: str, q_shape, stre
     return per_token, seq_offsets, cu, batch, seq
 
 
+def check_out(out, q, k, inplace: bool):
+    """apply's out=: a pair (q_out, k_out) of NumPy arrays of q's and k's shapes and dtypes
+    ((q_out, None) when k is None). Writability and overlap with q and k are the C++ checks'."""
+    if inplace:
+        raise RotaryError("out= and inplace=True exclude each other (got both)")
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[0], np.ndarray)
+            and (isinstance(out[1], np.ndarray) if k is not None else out[1] is None)):
+        want = "(q_out, k_out)" if k is not None else "(q_out, None) when k is None"
+        got = type(out).__name__ if not isinstance(out, (tuple, list)) else \
+            "(" + ", ".join(type(x).__name__ for x in out) + ")"
+        raise RotaryError(f"out must be a pair of numpy arrays {want} (got {got})")
+    for name, given, like in (("q_out", out[0], q), ("k_out", out[1], k)):
+        if like is not None and (given.dtype != like.dtype or given.shape != like.shape):
+            raise RotaryError(f"{name} must have shape {like.shape} and dtype {like.dtype} "
+                              f"(got shape {given.shape}, {given.dtype})")
+    return out[0], out[1]
+
+
 def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike], spec_or_table: Union[Spec, Table],
           *, offsets: Optional[ArrayLike] = None, cu_seqlens: Optional[ArrayLike] = None, layout: str = "bhsd",
           style: Optional[str] = None, inplace: bool = False, direction: str = "forward",
           precision: Optional[str] = None, rotary_offset: int = 0, xpos_length: int = 0,
-          seq_len: Optional[int] = None, reference: bool = False) -> tuple[np.ndarray, Optional[np.ndarray]]:
+          seq_len: Optional[int] = None, reference: bool = False,
+          out: Optional[tuple] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """Rotates q and k (head counts may differ) by RoPE at each token's position.
 
     Every positional argument is required (k and positions may be None).
@@ -81,6 +122,9 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
                    rotary.Table.
     style:         'neox' / 'gptj' to override the spec's pairing.
     inplace:       write into q and k (returned); else new C-contiguous arrays are returned.
+    out:           (q_out, k_out): writable arrays of q's and k's shapes and dtypes to write into
+                   and return ((q_out, None) when k is None); excludes inplace. Reusing them
+                   saves a fresh output's first-touch page faults (docs/performance.md).
     direction:     'forward', or 'backward' (the transpose: the gradient).
     seq_len:       the seq_len the frequencies are for (dynamic NTK, LongRoPE); None: the call's
                    largest position + 1, Hugging Face's rule.
@@ -108,17 +152,20 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
                                                                spec.position_streams)
     _, native = resolve(spec_or_table, precision, style, lambda: named_seq_len if named_seq_len is not None else
                         call_seq_len(per_token, seq_offsets, cu, batch, seq, layout == "thd"))
-    if inplace:
+    if out is not None:
+        q_out, k_out = check_out(out, q, k, inplace)
+    elif inplace:
         q_out, k_out = q, k
     else:
-        q_out = np.empty(q.shape, dtype=q.dtype)
-        k_out = None if k is None else np.empty(k.shape, dtype=k.dtype)
+        q_out = fresh_output(q)
+        k_out = None if k is None else fresh_output(k)
+    prefault = out is None and not inplace and q_out.nbytes >= PLACED_OUTPUT_BYTES
     use_reference = bool(reference) or q.dtype == np.float64 or (k is not None and k.dtype == np.float64)
     _rotary.apply(
         q_view,
         k_view,
-        numpy_view(q_out, "q_out", layout),
-        None if k_out is None else numpy_view(k_out, "k_out", layout),
+        numpy_view(q_out, "q_out", layout, writable=True),
+        None if k_out is None else numpy_view(k_out, "k_out", layout, writable=True),
         ints_descriptor(per_token),
         ints_descriptor(seq_offsets),
         ints_descriptor(cu),
@@ -128,6 +175,7 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
         xpos_length,
         -1 if named_seq_len is None else named_seq_len,
         "reference" if use_reference else "kernels",
+        prefault,
     )
     return q_out, k_out
 

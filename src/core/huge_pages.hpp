@@ -1,8 +1,8 @@
 // src/core/huge_pages.hpp: asking Linux for transparent huge pages (2 MiB) under a large buffer
 // before its first touch. Internal: not installed; included as "core/huge_pages.hpp" (or
 // "src/core/huge_pages.hpp") by the table's slabs (table.cpp), the KV cache's blocks
-// (src/attention/kv_cache.cpp), the Python package's fresh outputs (src/python/module.cpp) and the
-// benchmarks' buffers (src/cpu/bandwidth/buffer.hpp).
+// (src/attention/kv_cache.cpp), the Python package's fresh outputs (src/python/fresh_outputs.hpp)
+// and the benchmarks' buffers (src/cpu/bandwidth/buffer.hpp).
 //
 // Why: with transparent huge pages in "madvise" mode (a common default, and this project's AMD EPYC
 // VMs), memory stays on 4 KiB pages unless asked. A kernel that streams a large buffer then pays a
@@ -36,6 +36,17 @@ inline void advise_huge_pages(void* data, size_t bytes) {
   (void)data;
   (void)bytes;
 #endif
+}
+
+// Faults in every page of [data, data + bytes) with one store of 0 per 4 KiB page (and its last
+// byte), for a fresh buffer that a kernel overwrites whole next: its page faults then come before
+// the kernel's stream of (non-temporal) stores rather than inside it (src/python/fresh_outputs.hpp
+// has the measurement). Advise huge pages first: a 2 MiB page then faults in once.
+inline void prefault_pages(void* data, size_t bytes) {
+  constexpr size_t kPageBytes = 4096;
+  auto* first = static_cast<volatile unsigned char*>(data);
+  for (size_t offset = 0; offset < bytes; offset += kPageBytes) first[offset] = 0;
+  if (bytes > 0) first[bytes - 1] = 0;
 }
 
 }  // namespace rotary::detail

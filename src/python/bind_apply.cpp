@@ -13,13 +13,33 @@
 #include "rotary/table.hpp"
 #include "tensor_arg.hpp"
 
+#include "fresh_outputs.hpp"
+
 namespace rotary::python {
 namespace {
+
+// The bytes of a C-contiguous view (the extent a fresh output covers), or 0 for any other view.
+int64_t contiguous_bytes(const TensorView& view) {
+  const TensorView dense = contiguous_view(view.data, view.dtype, view.layout, view.shape);
+  for (int axis = 0; axis < layout_rank(view.layout); ++axis) {
+    if (view.shape[axis] > 1 && view.stride_elems[axis] != dense.stride_elems[axis]) return 0;
+  }
+  return element_count(view, "out") * dtype_size(view.dtype);
+}
+
+// Faults in a fresh output (rotary.apply without out= or inplace, python/rotary/_apply.py) before
+// the kernel writes it (fresh_outputs.hpp). Called after the argument checks; a view that is not
+// C-contiguous is left alone, so that the stores stay inside the output.
+void prefault_output(const TensorView& out) {
+  if (out.data == nullptr) return;
+  const int64_t bytes = contiguous_bytes(out);
+  prefault_fresh_output(out.data, bytes, bytes / dtype_size(out.dtype));
+}
 
 void apply_call(const py::handle& q, const py::handle& k, const py::handle& q_out, const py::handle& k_out,
                 const py::handle& per_token, const py::handle& offsets, const py::handle& cu_seqlens,
                 const CosSinTable& table, const std::string& direction, int64_t rotary_offset, int64_t xpos_length,
-                int64_t seq_len, const std::string& implementation) {
+                int64_t seq_len, const std::string& implementation, bool prefault_outputs) {
   check_implementation(implementation);
   const TensorView vq = tensor_arg(q, "q"), vk = tensor_arg(k, "k");
   const TensorView vq_out = tensor_arg(q_out, "q_out"), vk_out = tensor_arg(k_out, "k_out");
@@ -50,6 +70,11 @@ void apply_call(const py::handle& q, const py::handle& k, const py::handle& q_ou
   } else if (implementation == "reference") {
     reference::apply(vq, vk, vq_out, vk_out, positions, table, options);
   } else {
+    if (prefault_outputs) {
+      check_apply_arguments(vq, vk, vq_out, vk_out, positions, table, options);
+      prefault_output(vq_out);
+      prefault_output(vk_out);
+    }
     rotary::apply(vq, vk, vq_out, vk_out, positions, table, options);
   }
 }
@@ -77,7 +102,7 @@ void apply_cos_sin_call(const py::handle& x, const py::handle& out, const py::ha
 void bind_apply(py::module_& m) {
   m.def("apply", &apply_call, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("per_token"),
         py::arg("offsets"), py::arg("cu_seqlens"), py::arg("table"), py::arg("direction"), py::arg("rotary_offset"),
-        py::arg("xpos_length"), py::arg("seq_len"), py::arg("implementation"));
+        py::arg("xpos_length"), py::arg("seq_len"), py::arg("implementation"), py::arg("prefault_outputs") = false);
   m.def("apply_cos_sin", &apply_cos_sin_call, py::arg("x"), py::arg("out"), py::arg("cos"), py::arg("sin"),
         py::arg("style"), py::arg("direction"), py::arg("rounding"), py::arg("name"));
 }

@@ -36,6 +36,7 @@
 
 // Internal (not installed): madvise for transparent huge pages.
 #include "core/huge_pages.hpp"
+#include "fresh_outputs.hpp"
 
 namespace rotary::python {
 namespace {
@@ -335,11 +336,24 @@ py::object torch_apply_eager(py::handle q_obj, py::handle k_obj, py::handle posi
   options.seq_len = *seq_len;
   // float64 tensors take the float64 definition, as in the slow path (_run).
   const bool f64 = *q_dtype == DType::F64 || (has_k && *k_dtype == DType::F64);
+  // Large fresh outputs are faulted in before the kernel's stores, once the checks have passed
+  // (fresh_outputs.hpp).
+  const bool prefault = !has_out && !inplace &&
+                        tensor_bytes(q_out, *q_dtype) >= 4 * static_cast<int64_t>(rotary::detail::kHugePageBytes);
   try {
     py::gil_scoped_release release;
     if (f64) {
       reference::apply(vq, vk, vq_out, vk_out, positions, table, options);
     } else {
+      if (prefault) {
+        check_apply_arguments(vq, vk, vq_out, vk_out, positions, table, options);
+        const int64_t q_bytes = tensor_bytes(q_out, *q_dtype);
+        prefault_fresh_output(vq_out.data, q_bytes, q_bytes / dtype_size(*q_dtype));
+        if (has_k) {
+          const int64_t k_bytes = tensor_bytes(k_out, *k_dtype);
+          prefault_fresh_output(vk_out.data, k_bytes, k_bytes / dtype_size(*k_dtype));
+        }
+      }
       rotary::apply(vq, vk, vq_out, vk_out, positions, table, options);
     }
   } catch (const Error&) {
