@@ -272,14 +272,21 @@ def sweep(dtype, grid):
     return out
 
 
-def bench():
+def record_shapes(part, prefix, shapes_of_part, measure):
+    """Records measure(*shape, dtype) for each shape and dtype under "<prefix><name> <dtype>", an
+    error's traceback in its place."""
     for dtype in (torch.bfloat16, torch.float32):
-        for shape in shapes():
-            key = f"{shape[0]} {str(dtype).removeprefix('torch.')}"
+        for shape in shapes_of_part:
+            key = f"{prefix}{shape[0]} {str(dtype).removeprefix('torch.')}"
             try:
-                record("bench", key, bench_shape(*shape, dtype))
+                record(part, key, measure(*shape, dtype))
             except Exception:  # noqa: BLE001
-                record("bench", key, {"error": traceback.format_exc(limit=6)})
+                record(part, key, {"error": traceback.format_exc(limit=6)})
+
+
+def bench():
+    record_shapes("bench", "", shapes(), bench_shape)
+    for dtype in (torch.bfloat16, torch.float32):
         grid = [(b, w) for b in (4, 8, 16) for w in (1, 2, 4)]
         record("bench", f"launch sweep {str(dtype).removeprefix('torch.')}", sweep(dtype, grid))
 
@@ -391,13 +398,7 @@ def bench_attention(name, batch, heads, kv_heads, q_len, kv_len, dim, dtype):
 
 
 def attention_part():
-    for dtype in (torch.bfloat16, torch.float32):
-        for shape in attention_shapes():
-            key = f"attention {shape[0]} {str(dtype).removeprefix('torch.')}"
-            try:
-                record("attention", key, bench_attention(*shape, dtype))
-            except Exception:  # noqa: BLE001
-                record("attention", key, {"error": traceback.format_exc(limit=6)})
+    record_shapes("attention", "attention ", attention_shapes(), bench_attention)
 
 
 def summary():

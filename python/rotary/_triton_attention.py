@@ -16,6 +16,7 @@ it without a GPU. triton is imported on the first launch only.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -25,7 +26,7 @@ import torch
 from ._attention import check_causal, optional_scale
 from ._rotary import RotaryError
 from ._table import Table, check_source, resolve
-from ._triton_rope import check_device, device_rows, jitted_kernel, next_power_of_two
+from ._triton_rope import check_device, check_spec, device_rows, jitted_kernel, next_power_of_two
 from ._views import float_arg, int_arg
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -102,12 +103,7 @@ def _rope(spec_or_table, precision, seq_len, rotary_offset, dim, q_positions, k_
     """The native table, its style, and the positions (None: query_offset + i and j)."""
     source = check_source(spec_or_table)
     spec = source.spec if isinstance(source, Table) else source
-    if spec.position_streams != 1:
-        raise RotaryError(f"the triton attention rotates by one position per token (got spec {spec.name!r} with "
-                          f"{spec.position_streams} position streams)")
-    if spec.xpos_scale_base is not None:
-        raise RotaryError(f"the triton attention has no xPos scaling (got spec {spec.name!r} with "
-                          f"xpos_scale_base {spec.xpos_scale_base})")
+    check_spec(spec, "the triton attention")
     if not isinstance(source, Table) and spec.sequence_dependent and seq_len is None:
         raise RotaryError(f"seq_len must be given for spec {spec.name!r}, whose table depends on the sequence "
                           f"length (got seq_len None)")
@@ -184,6 +180,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     return (out, lse) if return_lse else out
 
 
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: torch.device) -> int:
+    """The GPU's multiprocessor count, asked once per device (a decode step launches per layer)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _splits(programs: int, kv_len: int, block_n: int, device: torch.device) -> int:
     """Key splits per program (Flash-Decoding): enough programs for two per multiprocessor when
     the rows alone give fewer, each split at least 4 key tiles long."""
@@ -192,7 +194,7 @@ def _splits(programs: int, kv_len: int, block_n: int, device: torch.device) -> i
         return max(1, min(int(setting), -(-kv_len // block_n)))
     if device.type != "cuda":
         return 1
-    target = 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    target = 2 * _multiprocessors(device)
     if programs >= target:
         return 1
     return max(1, min(-(-target // programs), kv_len // (4 * block_n)))

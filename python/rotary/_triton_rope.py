@@ -62,12 +62,18 @@ def check_call(q, k, spec) -> None:
         if tensor is not None and tensor.dtype not in _DTYPES:
             raise RotaryError(f"backend 'triton' takes float32, bfloat16 or float16 tensors (got {name} of dtype "
                               f"{tensor.dtype}); backend 'auto' runs float64 through the float64 reference")
+    check_spec(spec, "backend 'triton'", "; use backend 'auto' or 'torch'")
+
+
+def check_spec(spec, what: str, instead: str = "") -> None:
+    """What the Triton kernels (`what`: the apply and the attention kernel) do not rotate: more
+    than one position stream (M-RoPE) and xPos; `instead` ends the message."""
     if spec.position_streams != 1:
-        raise RotaryError(f"backend 'triton' rotates by one position per token (got spec {spec.name!r} with "
-                          f"{spec.position_streams} position streams); use backend 'auto' or 'torch'")
+        raise RotaryError(f"{what} rotates by one position per token (got spec {spec.name!r} with "
+                          f"{spec.position_streams} position streams){instead}")
     if spec.xpos_scale_base is not None:
-        raise RotaryError(f"backend 'triton' has no xPos scaling (got spec {spec.name!r} with xpos_scale_base "
-                          f"{spec.xpos_scale_base}); use backend 'auto' or 'torch'")
+        raise RotaryError(f"{what} has no xPos scaling (got spec {spec.name!r} with xpos_scale_base "
+                          f"{spec.xpos_scale_base}){instead}")
 
 
 # ---- cos/sin rows on the device -------------------------------------------------------------------
