@@ -8,11 +8,13 @@
 //   BM_DecodeSplitAB the decode split over keys against the same call unsplit, in alternation
 //                    (caches of 4,096 and 32,768 tokens)
 //   BM_DecodeBf16DotAB  bf16 decode with vdpbf16ps scores against the float32 path, likewise
+//   BM_Decode16BitKInPlaceAB  bf16 / f16 decode with K read in place (widened as it loads)
+//                    against K widened into the tile first, likewise (vdpbf16ps off)
 //   BM_PrefillBf16DotAB bf16 causal prefill (unfused: q / k as stored) with vdpbf16ps scores in
 //                    the transposed form against the float32 form, likewise (1,024 / 4,096 tokens)
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
-// Arguments: dtype (0 float32, 1 bfloat16), threads (set_num_threads / stream threads).
+// Arguments: dtype (0 float32, 1 bfloat16, 2 float16), threads (set_num_threads / stream threads).
 // Counters: bytes_per_second = K + V bytes read per call (for BM_CopyKv: the bytes copied, so the
 // two GB/s columns compare directly: decode at the floor would show the copy's figure);
 // GFLOPs = 4 * q_heads * head_dim * (visible query-key pairs) per call (2 for q.k, 2 for p.v).
@@ -32,6 +34,7 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 #include "src/attention/bf16_dot.hpp"  // use_avx512_bf16: the A/B of the bf16 scores
+#include "src/attention/kernels.hpp"   // k_in_place_16bit: the A/B of the 16-bit K loads
 #include "src/attention/plan.hpp"      // split_over_keys: the A/B of the decode split
 
 namespace {
@@ -44,7 +47,9 @@ constexpr int64_t kQHeads = 32;
 constexpr int64_t kKvHeads = 8;
 constexpr int64_t kCacheTokens = 4096;
 
-DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
+DType dtype_arg(const benchmark::State& state) {
+  return state.range(0) == 0 ? DType::F32 : state.range(0) == 1 ? DType::BF16 : DType::F16;
+}
 
 const rotary::CosSinTable& llama_table() {
   static const rotary::CosSinTable table(rotary::preset(rotary::kDefaultPreset).spec,
@@ -159,6 +164,11 @@ void switch_ab(benchmark::State& state, std::atomic<bool>& knob, bool prefill) {
 void BM_DecodeSplitAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::split_over_keys, false); }
 void BM_DecodeBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, false); }
 void BM_PrefillBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, true); }
+void BM_Decode16BitKInPlaceAB(benchmark::State& state) {
+  rotary::attention_internal::use_avx512_bf16 = false;  // the bf16 scores then widen K, as f16's do
+  switch_ab(state, rotary::attention_internal::k_in_place_16bit, false);
+  rotary::attention_internal::use_avx512_bf16 = true;
+}
 
 void BM_CopyKv(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(2 * kCacheTokens * kKvHeads * kHeadDim * rotary::dtype_size(dtype_arg(state)));
@@ -192,6 +202,7 @@ BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeFused)->Apply(DecodeArgs)->UseRealTime();
 BENCHMARK(BM_DecodeSplitAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{0, 1}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_DecodeBf16DotAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1}, {1, 2}, {4096, 32768}})->UseRealTime();
+BENCHMARK(BM_Decode16BitKInPlaceAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1, 2}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_PrefillBf16DotAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);

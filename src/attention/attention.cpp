@@ -31,6 +31,8 @@ void attend(const Call& call, int64_t begin, int64_t end) {
 }
 
 std::atomic<bool> split_over_keys{true};
+std::atomic<int64_t> k_in_place_16bit_items{0};
+std::atomic<bool> k_in_place_16bit{true};
 
 namespace {
 

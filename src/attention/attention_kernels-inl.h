@@ -64,7 +64,7 @@ struct CallForm {
   int64_t dq = 0, dv = 0, dq_pad = 0, dv_pad = 0;
   int64_t s_stride = 0;  // decode form: a row of scores and a vector of slack
   bool bf16_dot = false;        // bf16 scores from q and K as stored, vdpbf16ps (bf16_dot.hpp)
-  bool f32_k_in_place = false;  // decode-form scores may read float32 K rows in place
+  bool k_in_place_ok = false;   // decode-form scores may read K rows in place (widened as loaded)
   bool v_in_place_ok = false;   // decode-form p.v may read V rows in place
 };
 
@@ -129,13 +129,14 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
 #endif
   if (c.bf16_dot) t.qt_pairs.assign(static_cast<size_t>((dq + 1) / 2 * max_rows_pad), 0u);
 
-  // In the decode form, with float32 storage, the scores read K rows where they are (no copy into
-  // the tile first) unless they are rotated or have an absolute row added on load; in every storage
-  // type p.v reads V rows in place, widened as it loads them (exact: the tile held the same
-  // floats). Only when the head dims are whole vectors: the loops run over dq_pad / dv_pad
-  // elements, which must then all lie inside the row.
-  // Never with a head dim of 0: such a view may have null data, and no row is read anyway.
-  c.f32_k_in_place = kType == DType::F32 && call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad && dq > 0;
+  // In the decode form the scores read K rows where they are (no copy into the tile first) unless
+  // they are rotated or have an absolute row added on load, and p.v reads V rows in place; 16-bit
+  // rows are widened as they load (exact: the tile held the same floats). Only when the head dims
+  // are whole vectors: the loops run over dq_pad / dv_pad elements, which must then all lie
+  // inside the row. Never with a head dim of 0: such a view may have null data, and no row is
+  // read anyway.
+  c.k_in_place_ok = call.k_rope == nullptr && call.k_add == nullptr && dq == dq_pad && dq > 0 &&
+                    (kType == DType::F32 || k_in_place_16bit.load(std::memory_order_relaxed));
   c.v_in_place_ok = dv == dv_pad && dv > 0;
   return c;
 }
@@ -160,10 +161,11 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
   f.transposed = rows >= N;
   f.dot_scores = c.bf16_dot && !f.transposed;
   f.dot_transposed = c.bf16_dot && f.transposed;
-  f.k_in_place = c.f32_k_in_place && !f.transposed;
+  f.k_in_place = c.k_in_place_ok && !f.transposed && !f.dot_scores;
   f.v_in_place = c.v_in_place_ok && !f.transposed;
   if (f.dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
   if (f.dot_transposed) bf16_dot_prefill_items.fetch_add(1, std::memory_order_relaxed);
+  if (kType != DType::F32 && f.k_in_place) k_in_place_16bit_items.fetch_add(1, std::memory_order_relaxed);
   int64_t first_key = seq.num_keys, last_key = 0;
   std::fill_n(t.bad.begin(), rows_pad, 0.0f);
   for (int64_t r = rows; r < rows_pad; ++r) {
@@ -301,13 +303,31 @@ HWY_INLINE void TransposedTile(const Call& call, const CallForm& c, const Item& 
   TransposedUpdate(t, f.rows, f.rows_pad, tile, tile_keys, c.dv_pad);
 }
 
+// DecodeScores for `count` rows (1 to kBlockRows), K rows of type kK.
+template <DType kK>
+HWY_INLINE void DecodeScoresRows(int64_t count, const float* HWY_RESTRICT q_rows, int64_t dq_pad, const void* k,
+                                 int64_t k_stride, int64_t j0, int64_t j1, float* HWY_RESTRICT s, int64_t s_stride,
+                                 PrefetchCursor* k_cursor) {
+  switch (count) {
+    case 1: DecodeScores<1, kK>(q_rows, dq_pad, k, k_stride, j0, j1, s, s_stride, k_cursor); break;
+    case 2: DecodeScores<2, kK>(q_rows, dq_pad, k, k_stride, j0, j1, s, s_stride, k_cursor); break;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 3: DecodeScores<3, kK>(q_rows, dq_pad, k, k_stride, j0, j1, s, s_stride, k_cursor); break;
+    default: DecodeScores<4, kK>(q_rows, dq_pad, k, k_stride, j0, j1, s, s_stride, k_cursor); break;
+#else
+    default: break;
+#endif
+  }
+}
+
 // Scores of a decode-form tile: per row its visible keys of the tile (t.j0 / t.j1, empty as
 // [0, 0)) and s_r[j] = <q'_r, k_j> over them into t.s, up to kBlockRows consecutive rows that see
 // the same keys at a time: DecodeScores from the float32 q tile and K rows at k_tile, k_stride
-// floats apart; or, dot_scores, q and K as stored (bf16), the scale applied to each finished dot
-// product.
+// elements apart (kType rows in place, f.k_in_place, else the float32 tile); or, dot_scores, q
+// and K as stored (bf16), the scale applied to each finished dot product.
+template <DType kType>
 HWY_INLINE void TileScores(const Call& call, const CallForm& c, const Item& item, const ItemForm& f, int64_t tile,
-                           int64_t tile_keys, const float* k_tile, int64_t k_stride, int64_t ahead_end,
+                           int64_t tile_keys, const void* k_tile, int64_t k_stride, int64_t ahead_end,
                            PrefetchCursor* k_cursor, Scratch& t) {
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
@@ -341,15 +361,10 @@ HWY_INLINE void TileScores(const Call& call, const CallForm& c, const Item& item
                            kKeyBlock, ahead_end - j0);
     } else {
       const float* q_rows = t.q.data() + r * dq_pad;
-      switch (count) {
-        case 1: DecodeScores<1>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
-        case 2: DecodeScores<2>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-        case 3: DecodeScores<3>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
-        default: DecodeScores<4>(q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor); break;
-#else
-        default: break;
-#endif
+      if (f.k_in_place) {
+        DecodeScoresRows<kType>(count, q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor);
+      } else {
+        DecodeScoresRows<DType::F32>(count, q_rows, dq_pad, k_tile, k_stride, j0, j1, s, s_stride, k_cursor);
       }
     }
     r += count;
@@ -496,14 +511,13 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
         TransposedTile(call, c, item, f, tile, tile_keys, t);
         continue;
       }
-      // K and V of the tile: float32 rows in place, or the tiles.
-      const float* k_tile = t.k.data();
+      // K and V of the tile: rows in place (in their storage type), or the float32 tiles.
+      const void* k_tile = t.k.data();
       int64_t k_stride = c.dq_pad;
-      if constexpr (kType == DType::F32) {
-        if (f.k_in_place) {
-          k_tile = static_cast<const float*>(call.k) + seq.k_base + tile * plan.k.stride_seq + item.kv_head * plan.k.stride_heads;
-          k_stride = plan.k.stride_seq;
-        }
+      if (f.k_in_place) {
+        k_tile = static_cast<const char*>(call.k) +
+                 (seq.k_base + tile * plan.k.stride_seq + item.kv_head * plan.k.stride_heads) * kBytes;
+        k_stride = plan.k.stride_seq;
       }
       const void* v_rows = f.v_in_place ? static_cast<const char*>(call.v) +
                                               (seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads) * kBytes
@@ -514,7 +528,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       const int64_t ahead_end = f.prefetch_end - tile;
       PrefetchCursor* k_cursor = f.k_in_place ? &k_prefetch : nullptr;
       PrefetchCursor* v_cursor = f.v_in_place && !v_bursts ? &v_prefetch : nullptr;
-      TileScores(call, c, item, f, tile, tile_keys, k_tile, k_stride, ahead_end, k_cursor, t);
+      TileScores<kType>(call, c, item, f, tile, tile_keys, k_tile, k_stride, ahead_end, k_cursor, t);
       SoftmaxUpdate(t, f.rows, c.s_stride, tile);
       AccumulateTile<kType>(call, c, f, v_rows, v_ahead, ahead_end, v_cursor, t);
     }

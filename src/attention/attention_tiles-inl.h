@@ -304,13 +304,15 @@ HWY_INLINE void AccumulateRows(Scratch& t, int64_t rows, const float* p, int64_t
 
 // Decode scores of R rows that see the same keys [j0, j1): s_r[j] = <q_r, k_j>, each K vector
 // loaded once for the R rows (R x 4 accumulators: 4 K loads and R q loads per 4R FMAs, where a
-// row at a time took 5 loads per 4 FMAs). q_r at q + r * dq_pad, K rows at k, k_stride floats
-// apart and readable over dq_pad floats (a zero-padded tile, or float32 K in place when the head
-// dim is whole vectors), s_r at s + r * s_stride. Per row the arithmetic is a row at a time's:
-// one accumulator per key over the vectors in order, SumOfFour per four keys, SumOfLanes for the
-// last keys, so grouping rows changes no result bit.
-template <int64_t R>
-HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const float* HWY_RESTRICT k, int64_t k_stride,
+// row at a time took 5 loads per 4 FMAs). q_r at q + r * dq_pad, K rows of type kK at k,
+// k_stride elements apart and readable over dq_pad elements (a zero-padded float32 tile, or K in
+// place in its storage type when the head dim is whole vectors: 16-bit rows are widened as they
+// load, exactly, so the scores are those of the widened tile bit for bit and the conversion
+// rides under the memory stream instead of a pass of its own), s_r at s + r * s_stride. Per row
+// the arithmetic is a row at a time's: one accumulator per key over the vectors in order,
+// SumOfFour per four keys, SumOfLanes for the last keys, so grouping rows changes no result bit.
+template <int64_t R, DType kK>
+HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const void* HWY_RESTRICT k, int64_t k_stride,
                              int64_t j0, int64_t j1, float* HWY_RESTRICT s, int64_t s_stride,
                              PrefetchCursor* prefetch) {
   const DF df;
@@ -321,7 +323,7 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const 
   const int64_t per_step = steps > 0 ? (block_lines + steps - 1) / steps : 0;  // steps 0: head_dim 0
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
-    const float* k0 = k + j * k_stride;
+    const int64_t k0 = j * k_stride;
     VF acc[R][4];
     for (int64_t r = 0; r < R; ++r)
       for (int64_t i = 0; i < 4; ++i) acc[r][i] = hn::Zero(df);
@@ -329,8 +331,8 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const 
       if (prefetch != nullptr && (step % 2 == 0 || step == steps)) {
         prefetch->follow(j, std::min(step * per_step, block_lines), 4 * per_step);
       }
-      const VF c0 = hn::LoadU(df, k0 + e), c1 = hn::LoadU(df, k0 + k_stride + e);
-      const VF c2 = hn::LoadU(df, k0 + 2 * k_stride + e), c3 = hn::LoadU(df, k0 + 3 * k_stride + e);
+      const VF c0 = cpu::LoadF32<kK>(k, k0 + e), c1 = cpu::LoadF32<kK>(k, k0 + k_stride + e);
+      const VF c2 = cpu::LoadF32<kK>(k, k0 + 2 * k_stride + e), c3 = cpu::LoadF32<kK>(k, k0 + 3 * k_stride + e);
       for (int64_t r = 0; r < R; ++r) {
         const VF qv = hn::LoadU(df, q + r * dq_pad + e);
         acc[r][0] = hn::MulAdd(qv, c0, acc[r][0]);
@@ -342,10 +344,12 @@ HWY_INLINE void DecodeScores(const float* HWY_RESTRICT q, int64_t dq_pad, const 
     for (int64_t r = 0; r < R; ++r) SumOfFour(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s + r * s_stride + j);
   }
   for (; j < j1; ++j) {
-    const float* k_row = k + j * k_stride;
+    const int64_t k_row = j * k_stride;
     for (int64_t r = 0; r < R; ++r) {
       VF a = hn::Zero(df);
-      for (int64_t e = 0; e < dq_pad; e += N) a = hn::MulAdd(hn::LoadU(df, q + r * dq_pad + e), hn::LoadU(df, k_row + e), a);
+      for (int64_t e = 0; e < dq_pad; e += N) {
+        a = hn::MulAdd(hn::LoadU(df, q + r * dq_pad + e), cpu::LoadF32<kK>(k, k_row + e), a);
+      }
       s[r * s_stride + j] = hn::GetLane(hn::SumOfLanes(df, a));
     }
   }

@@ -5,6 +5,7 @@
 // (HWY_DYNAMIC_DISPATCH), so force_cpu_target() chooses them as it chooses apply()'s.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "rotary/spec.hpp"
@@ -68,5 +69,12 @@ void attend(const Call& call, int64_t begin, int64_t end);
 void attend_f32(const Call& call, int64_t begin, int64_t end);
 void attend_bf16(const Call& call, int64_t begin, int64_t end);
 void attend_f16(const Call& call, int64_t begin, int64_t end);
+
+// Decode-form items of 16-bit storage whose scores read K rows in place, widened as they load,
+// since the process started (one relaxed add per item): how the tests see that the path ran.
+extern std::atomic<int64_t> k_in_place_16bit_items;
+// On unless a benchmark turns it off to time the same 16-bit decode with K widened into the tile
+// first (bench/attention_bench.cpp, BM_Decode16BitKInPlaceAB). Not an option: the bits are equal.
+extern std::atomic<bool> k_in_place_16bit;
 
 }  // namespace rotary::attention_internal

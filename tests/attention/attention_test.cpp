@@ -42,6 +42,7 @@
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
 #include "src/attention/bf16_dot.hpp"
+#include "src/attention/kernels.hpp"
 #include "src/attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
 
@@ -1036,6 +1037,57 @@ TEST(AttentionCpu, Bf16DotScoresMatchReferenceAndTheFallback) {
   } else {
     std::printf("[ note ] this CPU has no AVX512_BF16: the fallback alone ran\n");
   }
+}
+
+// bf16 and f16 decode read K rows in place, widened as they load (DecodeScores), where the
+// head dim is whole vectors; otherwise from the widened tile. Widening is exact and the float32
+// arithmetic is the float32 path's, so on every target the 16-bit output is the float32 call's on
+// the widened inputs, rounded once, bit for bit (vdpbf16ps off: it rounds differently by design).
+// The in-place path must have run (k_in_place_16bit_items) where the head dim allows it, and never
+// for an odd head dim, whose rows end inside a vector.
+TEST(AttentionCpu, SixteenBitDecodeReadsKeysInPlaceWithTheFloat32PathsBits) {
+  attention_internal::use_avx512_bf16 = false;
+  for (const std::string& target : cpu_targets()) {
+    ForcedTarget forced(target);
+    for (const DType dtype : {DType::BF16, DType::F16}) {
+      Rng rng(90 + static_cast<uint64_t>(dtype == DType::F16));
+      int64_t in_place = 0;
+      for (int trial = 0; trial < 12; ++trial) {
+        const int64_t dim = std::array<int64_t, 4>{64, 128, 48, 33}[static_cast<size_t>(trial % 4)];
+        const int64_t group = std::array<int64_t, 3>{1, 3, 4}[static_cast<size_t>(trial % 3)];
+        const int64_t keys = rng.uniform(1, 300), kv_heads = 2;
+        const std::array<int64_t, 3> pad{rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+        SCOPED_TRACE(target + " " + std::string(to_string(dtype)) + " trial " + std::to_string(trial) + ": dim " +
+                     std::to_string(dim) + ", group " + std::to_string(group) + ", keys " + std::to_string(keys));
+        Tensor q(dtype, Layout::BSHD, 1, 1, kv_heads * group, dim, pad), k(dtype, Layout::BSHD, 1, keys, kv_heads, dim, pad);
+        Tensor v(dtype, Layout::BSHD, 1, keys, kv_heads, dim, pad), out(dtype, Layout::BSHD, 1, 1, kv_heads * group, dim);
+        q.fill(rng), k.fill(rng), v.fill(rng);
+        const auto as_f32 = [](const Tensor& t) {
+          Tensor wide(DType::F32, Layout::BSHD, t.axes.batch, t.axes.seq, t.axes.heads, t.axes.dim);
+          for (int64_t s = 0; s < t.axes.seq; ++s)
+            for (int64_t h = 0; h < t.axes.heads; ++h)
+              for (int64_t e = 0; e < t.axes.dim; ++e) wide.set(0, s, h, e, t.at(0, s, h, e));
+          return wide;
+        };
+        Tensor q32 = as_f32(q), k32 = as_f32(k), v32 = as_f32(v), out32 = as_f32(out);
+        const AttentionOptions options{.mask = Mask::Causal, .query_offset = keys - 1};
+        const int64_t before = attention_internal::k_in_place_16bit_items.load();
+        attention(q.view, k.view, v.view, out.view, options);
+        const int64_t used = attention_internal::k_in_place_16bit_items.load() - before;
+        if (dim % 2 == 1) EXPECT_EQ(used, 0);
+        in_place += used;
+        attention(q32.view, k32.view, v32.view, out32.view, options);
+        Tensor rounded(dtype, Layout::BSHD, 1, 1, kv_heads * group, dim);
+        for (int64_t h = 0; h < kv_heads * group; ++h)
+          for (int64_t e = 0; e < dim; ++e) {
+            rounded.set(0, 0, h, e, out32.at(0, 0, h, e));
+            ASSERT_EQ(out.at(0, 0, h, e), rounded.at(0, 0, h, e)) << "head " << h << ", element " << e;
+          }
+      }
+      if (target != "SCALAR") EXPECT_GT(in_place, 0) << target << " " << to_string(dtype) << ": K was never read in place";
+    }
+  }
+  attention_internal::use_avx512_bf16 = true;
 }
 
 // The bf16 prefill's scores through vdpbf16ps (bf16_dot.hpp scores_bf16_dot_transposed: q in bf16
