@@ -10,6 +10,8 @@
 #   make bench  install, build, run the benchmarks
 #   make sanitize  every test under ASan+UBSan, the threaded ones under TSan
 #   make fuzz   every libFuzzer target for FUZZ_SECONDS each (build-fuzz, clang)
+#   make peers  the peer engines the real-model comparisons run beside rotary (llama.cpp through
+#               llama-cpp-python, built from its source distribution: minutes); not in `make test`
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -21,7 +23,7 @@ PREFIX ?= /usr/local
 SUBMAKE = $(MAKE) --no-print-directory
 
 .PHONY: all deps deps-run configure configure-run build build-run python install run test bench sanitize \
-        fuzz-build fuzz fuzz-brief clean
+        fuzz-build fuzz fuzz-brief peers clean
 
 all: build
 
@@ -122,6 +124,20 @@ bench: build
 	./$(BUILD_DIR)/bench/rotary_table_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	./$(BUILD_DIR)/bench/rotary_apply_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	./$(BUILD_DIR)/rotary bench
+
+# llama.cpp on SmolLM2-135M's weights (scripts/llama_cpp_peer.py, scripts/bench_real_model.py
+# --llama-cpp; docs/interop.md): llama-cpp-python built here from its source distribution for this
+# CPU (GGML_NATIVE), without its examples, tools and server. Without AMX: a CPU can list AMX in
+# cpuid while its kernel or hypervisor does not enable the tile state (seen: ggml's Q4_1 matmul
+# died of SIGILL on tileloadd). --no-cache-dir: pip's wheel cache does not key on CMAKE_ARGS.
+# pip skips it once installed (pip uninstall llama-cpp-python to rebuild).
+PEERS_NO_AMX = -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+PEERS_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF '-DCMAKE_C_FLAGS=$(PEERS_NO_AMX)' '-DCMAKE_CXX_FLAGS=$(PEERS_NO_AMX)'
+peers: python
+	@echo "peers: pip install -r scripts/requirements-peers.txt (builds llama.cpp from source: minutes the first time)"
+	CMAKE_ARGS="$(PEERS_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PYTHON) -m pip install -q --no-cache-dir \
+	  --no-binary llama-cpp-python -r scripts/requirements-peers.txt
 
 clean:
 	rm -rf $(BUILD_DIR)
