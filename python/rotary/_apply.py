@@ -27,7 +27,7 @@ DIRECTIONS = ("forward", "backward")
 
 # Fresh outputs of at least this many bytes start on a cache line and have their pages faulted in
 # before the kernel writes them (fresh_output); under it, np.empty's own block is cheaper than the
-# ~2 us per array that placing one costs (docs/performance.md, "Fresh outputs from Python").
+# ~2 us per array that placing one costs (docs/python-performance.md, "Fresh outputs").
 PLACED_OUTPUT_BYTES = 1 << 20
 CACHE_LINE_BYTES = 64  # also the widest vector the kernels store (AVX-512)
 
