@@ -219,13 +219,12 @@ void check_absolute(Plan& plan, const AttentionAbsolute& absolute, int64_t q_tok
   plan.absolute = &absolute;
 }
 
-}  // namespace
 
-namespace attention_internal {
+// The steps of make_plan, in its order. Each fails with the argument's name and value.
 
-Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-               const AttentionOptions& options, const AttentionRope* rope, bool allow_f64) {
-  Plan plan;
+// dtype, layout and device of the four views, and k / v / out's agreement with q's.
+void check_view_kinds(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      bool allow_f64) {
   const auto known_dtype = [&](const TensorView& view, std::string_view name) {
     const bool ok = view.dtype == DType::F32 || view.dtype == DType::BF16 || view.dtype == DType::F16 ||
                     (allow_f64 && view.dtype == DType::F64);
@@ -256,16 +255,19 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     if (view->dtype != q.dtype) fail(detail::concat(name, ".dtype must equal q's, ", to_string(q.dtype), " (got ", to_string(view->dtype), ")"));
     if (view->layout != q.layout) fail(detail::concat(name, ".layout must equal q's, ", to_string(q.layout), " (got ", to_string(view->layout), ")"));
   }
-  const Checked cq = check_view(q, "q"), ck = check_view(k, "k"), cv = check_view(v, "v"), co = check_view(out, "out");
+}
+
+// The views' extents against each other (batch, tokens, heads, head dims, GQA), into the plan,
+// and out distinct from itself and from q, k and v.
+void plan_extents(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                  const Checked& cq, const Checked& ck, const Checked& cv, const Checked& co, Plan& plan) {
   plan.q = cq.axes;
   plan.k = ck.axes;
   plan.v = cv.axes;
   plan.out = co.axes;
   plan.dtype = q.dtype;
-  const bool thd = q.layout == Layout::THD;
-
-  if (!thd) {
-    for (const auto& [view, axes, name] : {std::tuple{&k, &ck.axes, "k"}, std::tuple{&v, &cv.axes, "v"}, std::tuple{&out, &co.axes, "out"}}) {
+  if (q.layout != Layout::THD) {
+    for (const auto& [axes, name] : {std::pair{&ck.axes, "k"}, std::pair{&cv.axes, "v"}, std::pair{&co.axes, "out"}}) {
       if (axes->batch != cq.axes.batch) fail(detail::concat(name, " batch must equal q's, ", cq.axes.batch, " (got ", axes->batch, ")"));
     }
   }
@@ -290,8 +292,10 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
   for (const auto& [view, checked, name] : {std::tuple{&q, &cq, "q"}, std::tuple{&k, &ck, "k"}, std::tuple{&v, &cv, "v"}}) {
     if (overlaps(out, co, *view, *checked)) fail(detail::concat("out must not overlap ", name, " (got out at ", out.data, ", ", name, " at ", view->data, ")"));
   }
+}
 
-  // Options.
+// scale, mask, window and the single query offset.
+void plan_scalar_options(const AttentionOptions& options, Plan& plan) {
   if (options.scale.has_value()) {
     if (!std::isfinite(*options.scale) || *options.scale <= 0) fail(detail::concat("options.scale must be finite and > 0 (got ", *options.scale, ")"));
     // The fast path multiplies q by the scale rounded to float32: a scale past float32's range
@@ -314,9 +318,13 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
   if (options.query_offset != 0 && !options.query_offsets.empty()) {
     fail(detail::concat("options.query_offset must be 0 when options.query_offsets is given (got ", options.query_offset, ")"));
   }
+}
 
+// How many sequences the call holds (batch, or cu_seqlens_q's count for thd), with the per-
+// sequence options' lengths checked against it.
+int64_t count_sequences(const AttentionOptions& options, const Checked& cq, const Checked& ck, Layout layout) {
   int64_t num_sequences = cq.axes.batch;
-  if (thd) {
+  if (layout == Layout::THD) {
     if (options.cu_seqlens_q.empty()) fail("options.cu_seqlens_q is required for layout thd (got none)");
     check_cu_seqlens(options.cu_seqlens_q, "options.cu_seqlens_q", cq.axes.seq, 0);
     check_cu_seqlens(options.cu_seqlens_k, "options.cu_seqlens_k", ck.axes.seq, options.cu_seqlens_q.size());
@@ -325,7 +333,7 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     num_sequences = static_cast<int64_t>(options.cu_seqlens_q.size()) - 1;
   } else {
     if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty()) {
-      fail(detail::concat("options.cu_seqlens_q / cu_seqlens_k are for layout thd only (got layout ", to_string(q.layout), ")"));
+      fail(detail::concat("options.cu_seqlens_q / cu_seqlens_k are for layout thd only (got layout ", to_string(layout), ")"));
     }
     if (!options.kv_lengths.empty() && static_cast<int64_t>(options.kv_lengths.size()) != num_sequences) {
       fail(detail::concat("options.kv_lengths must hold one value per sequence, ", num_sequences, " (got ", options.kv_lengths.size(), ")"));
@@ -337,7 +345,12 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
   if (!options.query_offsets.empty() && static_cast<int64_t>(options.query_offsets.size()) != num_sequences) {
     fail(detail::concat("options.query_offsets must hold one value per sequence, ", num_sequences, " (got ", options.query_offsets.size(), ")"));
   }
+  return num_sequences;
+}
 
+// One Sequence per sequence: its tokens, keys, bases and query offset.
+void plan_sequences(const AttentionOptions& options, const Checked& cq, const Checked& ck, const Checked& cv,
+                    const Checked& co, bool thd, int64_t num_sequences, Plan& plan) {
   plan.sequences.resize(static_cast<size_t>(num_sequences));
   for (int64_t b = 0; b < num_sequences; ++b) {
     Sequence& s = plan.sequences[static_cast<size_t>(b)];
@@ -385,7 +398,57 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
       fail(detail::concat("options.query_offsets[", b, "] must be in [0, 2^62 - queries) (got ", s.query_offset, ")"));
     }
   }
+}
 
+// Fused RoPE's table, offset, positions and seq_len.
+void check_rope(const AttentionRope& rope, const Plan& plan, int64_t q_tokens, int64_t k_tokens) {
+  if (rope.table == nullptr) fail("rope.table must not be null (got null)");
+  const CosSinTable& table = *rope.table;
+  const RopeSpec& spec = table.spec();
+  if (spec.axes != PositionAxes::Single) fail(detail::concat("rope.table spec axes must be single for fused attention (got ", to_string(spec.axes), ")"));
+  if (spec.xpos.has_value()) fail("rope.table spec xpos must be unset for fused attention (got xpos)");
+  const int64_t rotary_dim = 2 * table.num_pairs();
+  // The table's rotary_dim first: with a table wider than the head, no rotary_offset fits, and
+  // the offset's range [0, head_dim - rotary_dim] would be empty (blaming an argument the
+  // caller may never have set).
+  if (rotary_dim > plan.qk_dim) {
+    fail(detail::concat("q and k head_dim must be >= rope.table's rotary_dim ", rotary_dim, " (got ", plan.qk_dim, ")"));
+  }
+  if (rope.rotary_offset < 0 || rope.rotary_offset > plan.qk_dim - rotary_dim) {
+    fail(detail::concat("rope.rotary_offset must be in [0, head_dim - rotary_dim] = [0, ", plan.qk_dim - rotary_dim, "] (got ", rope.rotary_offset, ")"));
+  }
+  if (static_cast<int64_t>(rope.q_positions.size()) != q_tokens) fail(detail::concat("rope.q_positions must hold one position per q token, ", q_tokens, " (got ", rope.q_positions.size(), ")"));
+  if (static_cast<int64_t>(rope.k_positions.size()) != k_tokens) fail(detail::concat("rope.k_positions must hold one position per k token, ", k_tokens, " (got ", rope.k_positions.size(), ")"));
+  int64_t largest = -1;
+  for (const auto& [positions, name] : {std::pair{rope.q_positions, "rope.q_positions"}, std::pair{rope.k_positions, "rope.k_positions"}}) {
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] < 0 || positions[i] > table.max_position()) {
+        fail(detail::concat(name, "[", i, "] must be in [0, ", table.max_position(), "] (got ", positions[i], ")"));
+      }
+      largest = std::max(largest, positions[i]);
+    }
+  }
+  if (rope.seq_len < kSeqLenFromPositions) fail(detail::concat("rope.seq_len must be >= 0 or kSeqLenFromPositions (got ", rope.seq_len, ")"));
+  const int64_t seq_len = rope.seq_len == kSeqLenFromPositions ? largest + 1 : rope.seq_len;
+  if (!table.serves_seq_len(seq_len)) {
+    fail(detail::concat("rope.table must serve seq_len ", seq_len, " (got a table for seq_len ", table.seq_len(), ")"));
+  }
+}
+
+}  // namespace
+
+namespace attention_internal {
+
+Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttentionOptions& options, const AttentionRope* rope, bool allow_f64) {
+  Plan plan;
+  check_view_kinds(q, k, v, out, allow_f64);
+  const Checked cq = check_view(q, "q"), ck = check_view(k, "k"), cv = check_view(v, "v"), co = check_view(out, "out");
+  plan_extents(q, k, v, out, cq, ck, cv, co, plan);
+  plan_scalar_options(options, plan);
+  const bool thd = q.layout == Layout::THD;
+  const int64_t num_sequences = count_sequences(options, cq, ck, q.layout);
+  plan_sequences(options, cq, ck, cv, co, thd, num_sequences, plan);
   const int64_t q_tokens = thd ? cq.axes.seq : cq.axes.batch * cq.axes.seq;  // fits: check_view
   const int64_t k_tokens = thd ? ck.axes.seq : ck.axes.batch * ck.axes.seq;
   check_alibi(plan, options, rope);
@@ -393,40 +456,7 @@ Plan make_plan(const TensorView& q, const TensorView& k, const TensorView& v, co
     if (rope != nullptr) fail("options.absolute must be null with fused RoPE: one position encoding per call (got a table)");
     check_absolute(plan, *options.absolute, q_tokens, k_tokens);
   }
-
-  if (rope != nullptr) {
-    if (rope->table == nullptr) fail("rope.table must not be null (got null)");
-    const CosSinTable& table = *rope->table;
-    const RopeSpec& spec = table.spec();
-    if (spec.axes != PositionAxes::Single) fail(detail::concat("rope.table spec axes must be single for fused attention (got ", to_string(spec.axes), ")"));
-    if (spec.xpos.has_value()) fail("rope.table spec xpos must be unset for fused attention (got xpos)");
-    const int64_t rotary_dim = 2 * table.num_pairs();
-    // The table's rotary_dim first: with a table wider than the head, no rotary_offset fits, and
-    // the offset's range [0, head_dim - rotary_dim] would be empty (blaming an argument the
-    // caller may never have set).
-    if (rotary_dim > plan.qk_dim) {
-      fail(detail::concat("q and k head_dim must be >= rope.table's rotary_dim ", rotary_dim, " (got ", plan.qk_dim, ")"));
-    }
-    if (rope->rotary_offset < 0 || rope->rotary_offset > plan.qk_dim - rotary_dim) {
-      fail(detail::concat("rope.rotary_offset must be in [0, head_dim - rotary_dim] = [0, ", plan.qk_dim - rotary_dim, "] (got ", rope->rotary_offset, ")"));
-    }
-    if (static_cast<int64_t>(rope->q_positions.size()) != q_tokens) fail(detail::concat("rope.q_positions must hold one position per q token, ", q_tokens, " (got ", rope->q_positions.size(), ")"));
-    if (static_cast<int64_t>(rope->k_positions.size()) != k_tokens) fail(detail::concat("rope.k_positions must hold one position per k token, ", k_tokens, " (got ", rope->k_positions.size(), ")"));
-    int64_t largest = -1;
-    for (const auto& [positions, name] : {std::pair{rope->q_positions, "rope.q_positions"}, std::pair{rope->k_positions, "rope.k_positions"}}) {
-      for (size_t i = 0; i < positions.size(); ++i) {
-        if (positions[i] < 0 || positions[i] > table.max_position()) {
-          fail(detail::concat(name, "[", i, "] must be in [0, ", table.max_position(), "] (got ", positions[i], ")"));
-        }
-        largest = std::max(largest, positions[i]);
-      }
-    }
-    if (rope->seq_len < kSeqLenFromPositions) fail(detail::concat("rope.seq_len must be >= 0 or kSeqLenFromPositions (got ", rope->seq_len, ")"));
-    const int64_t seq_len = rope->seq_len == kSeqLenFromPositions ? largest + 1 : rope->seq_len;
-    if (!table.serves_seq_len(seq_len)) {
-      fail(detail::concat("rope.table must serve seq_len ", seq_len, " (got a table for seq_len ", table.seq_len(), ")"));
-    }
-  }
+  if (rope != nullptr) check_rope(*rope, plan, q_tokens, k_tokens);
   return plan;
 }
 

@@ -92,6 +92,135 @@ void rotate_head(const TensorView& in, int64_t in_base, int64_t in_stride, const
   }
 }
 
+// ---- the call's steps -----------------------------------------------------------------------
+
+// The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
+// per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).
+struct Sequence {
+  int64_t first_token, length, batch_index, first_seq_index;
+};
+
+std::vector<Sequence> call_sequences(const NamedAxes& q_axes, const Positions& positions, bool thd) {
+  std::vector<Sequence> sequences;
+  if (thd) {
+    const std::span<const int64_t> cu = positions.cu_seqlens;
+    for (size_t n = 0; n + 1 < cu.size(); ++n) sequences.push_back({cu[n], cu[n + 1] - cu[n], 0, cu[n]});
+  } else {
+    for (int64_t b = 0; b < q_axes.batch; ++b) sequences.push_back({b * q_axes.seq, q_axes.seq, b, 0});
+  }
+  return sequences;
+}
+
+// The position of token s of sequence n in `stream`: per-token values are stream-major
+// [streams][tokens]; sequence offsets give offset[n] + s; arange gives s.
+int64_t position_of(const Positions& positions, const std::vector<Sequence>& sequences, int64_t tokens, size_t n,
+                    int64_t s, int stream) {
+  switch (positions.source) {
+    case Positions::Source::PerToken:
+      return positions.values[static_cast<size_t>(stream * tokens + sequences[n].first_token + s)];
+    case Positions::Source::SequenceOffsets: return positions.values[n] + s;
+    case Positions::Source::Arange: break;
+  }
+  return s;
+}
+
+// A stored table whose rows are read (float32 values; every precision but Exact widens them in
+// row_f64) stores the rows of this call, once, before anything is written: growth can fail (past
+// TableOptions::max_bytes), and a call that throws must leave the outputs as they were.
+void store_rows_first(const CosSinTable& table, TableValues values, const Positions& positions,
+                      const std::vector<Sequence>& sequences, int64_t tokens, int streams) {
+  const bool reads_stored_rows = table.storage() == Storage::Stored &&
+                                 (values == TableValues::TableFloat32 || table.precision() != Precision::Exact);
+  if (!reads_stored_rows) return;
+  const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
+  std::vector<int64_t> missing;
+  for (size_t n = 0; n < sequences.size(); ++n) {
+    for (int64_t s = 0; s < sequences[n].length; ++s) {
+      for (int stream = 0; stream < streams; ++stream) {
+        const int64_t position = position_of(positions, sequences, tokens, n, s, stream);
+        if (position >= stored_prefix && !table.is_stored(position)) missing.push_back(position);
+      }
+    }
+  }
+  table.reserve_rows(missing);
+}
+
+// xPos (flash-attn RotaryEmbedding, scale_base): zeta_i = (2i + 0.4 d) / (1.4 d),
+// e(p) = (p - L // 2) / scale_base with L = options.xpos_length, else max_position_embeddings.
+struct Xpos {
+  bool on = false;
+  std::vector<double> zeta;
+  int64_t half_length = 0;
+  double scale_base = 0;
+};
+
+Xpos xpos_terms(const RopeSpec& spec, const ApplyOptions& options, int64_t num_pairs) {
+  Xpos xpos;
+  xpos.on = spec.xpos.has_value();
+  if (!xpos.on) return xpos;
+  const auto d = static_cast<double>(2 * num_pairs);
+  xpos.zeta.resize(static_cast<size_t>(num_pairs));
+  for (int64_t i = 0; i < num_pairs; ++i) xpos.zeta[static_cast<size_t>(i)] = (2.0 * static_cast<double>(i) + 0.4 * d) / (1.4 * d);
+  const int64_t length = options.xpos_length > 0 ? options.xpos_length : spec.max_position_embeddings;
+  xpos.half_length = length / 2;
+  xpos.scale_base = spec.xpos->scale_base;
+  return xpos;
+}
+
+// One token's table rows, per stream, in double ([streams][num_pairs]): the exact values, or the
+// table's float32 values widened.
+void token_rows(const CosSinTable& table, TableValues values, const std::vector<int64_t>& token_positions,
+                int64_t num_pairs, std::vector<double>& row_cos, std::vector<double>& row_sin,
+                std::vector<float>& row_cos_f32, std::vector<float>& row_sin_f32) {
+  for (size_t stream = 0; stream < token_positions.size(); ++stream) {
+    double* cos_out = &row_cos[stream * static_cast<size_t>(num_pairs)];
+    double* sin_out = &row_sin[stream * static_cast<size_t>(num_pairs)];
+    if (values == TableValues::Exact64) {
+      table.row_f64(token_positions[stream], cos_out, sin_out);
+      continue;
+    }
+    table.row(token_positions[stream], row_cos_f32.data(), row_sin_f32.data());
+    for (int64_t i = 0; i < num_pairs; ++i) {
+      cos_out[i] = row_cos_f32[static_cast<size_t>(i)];
+      sin_out[i] = row_sin_f32[static_cast<size_t>(i)];
+    }
+  }
+}
+
+// Pair i: C and S at the position of its stream; xPos multiplies q's by zeta_i^e(p) and divides
+// k's by it (e(p) from the first stream's position).
+void token_pair_values(const std::vector<double>& row_cos, const std::vector<double>& row_sin,
+                       const std::vector<int>& stream_of_pair, size_t num_pairs, const Xpos& xpos, int64_t position,
+                       PairValues& q_values, PairValues& k_values) {
+  const double xpos_power = xpos.on ? static_cast<double>(position - xpos.half_length) / xpos.scale_base : 0.0;
+  for (size_t pair = 0; pair < num_pairs; ++pair) {
+    const auto stream = static_cast<size_t>(stream_of_pair[pair]);
+    const double cos_value = row_cos[stream * num_pairs + pair];
+    const double sin_value = row_sin[stream * num_pairs + pair];
+    if (xpos.on) {
+      const double scale = std::pow(xpos.zeta[pair], xpos_power);
+      q_values.cos[pair] = cos_value * scale;
+      q_values.sin[pair] = sin_value * scale;
+      k_values.cos[pair] = cos_value / scale;
+      k_values.sin[pair] = sin_value / scale;
+    } else {
+      q_values.cos[pair] = k_values.cos[pair] = cos_value;
+      q_values.sin[pair] = k_values.sin[pair] = sin_value;
+    }
+  }
+}
+
+// Every head of one tensor at one token (batch b, sequence index seq_index).
+void rotate_token_heads(const TensorView& in, const NamedAxes& in_axes, const TensorView& out, const NamedAxes& out_axes,
+                        int64_t b, int64_t seq_index, const PairValues& values, Style style, const ApplyOptions& options,
+                        int64_t rotary_dim, std::vector<double>& x, std::vector<double>& y) {
+  for (int64_t h = 0; h < in_axes.heads; ++h) {
+    rotate_head(in, b * in_axes.stride_batch + seq_index * in_axes.stride_seq + h * in_axes.stride_heads,
+                in_axes.stride_dim, out, b * out_axes.stride_batch + seq_index * out_axes.stride_seq + h * out_axes.stride_heads,
+                out_axes.stride_dim, in_axes.dim, values, style, options.direction, options.rotary_offset, rotary_dim, x, y);
+  }
+}
+
 }  // namespace
 
 void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, const TensorView& k_out,
@@ -105,7 +234,6 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const int64_t num_pairs = table.num_pairs();
   const int64_t rotary_dim = 2 * num_pairs;
   const bool has_k = k.data != nullptr || k_out.data != nullptr;  // checked: both given or neither
-  const bool thd = q.layout == Layout::THD;
 
   const NamedAxes q_axes = named_axes(q);
   const NamedAxes q_out_axes = named_axes(q_out);
@@ -119,61 +247,9 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
   const bool k_has_elements = has_k && k_axes.heads > 0 && k_axes.dim > 0;
   if (tokens == 0 || !(q_has_elements || k_has_elements)) return;
 
-  // The sequences: batch rows of length seq, or THD segments of cu_seqlens. A token's index in
-  // per-token order is first_token + s; its tensor coordinates are (batch_index, seq_index).
-  struct Sequence {
-    int64_t first_token, length, batch_index, first_seq_index;
-  };
-  std::vector<Sequence> sequences;
-  if (thd) {
-    const std::span<const int64_t> cu = positions.cu_seqlens;
-    for (size_t n = 0; n + 1 < cu.size(); ++n) sequences.push_back({cu[n], cu[n + 1] - cu[n], 0, cu[n]});
-  } else {
-    for (int64_t b = 0; b < q_axes.batch; ++b) sequences.push_back({b * q_axes.seq, q_axes.seq, b, 0});
-  }
-  // Positions: per-token values are stream-major [streams][tokens]; sequence offsets give
-  // offset[n] + s; arange gives s.
-  auto position_of = [&](size_t n, int64_t s, int stream) -> int64_t {
-    switch (positions.source) {
-      case Positions::Source::PerToken:
-        return positions.values[static_cast<size_t>(stream * tokens + sequences[n].first_token + s)];
-      case Positions::Source::SequenceOffsets: return positions.values[n] + s;
-      case Positions::Source::Arange: break;
-    }
-    return s;
-  };
-  // A stored table whose rows are read (float32 values; every precision but Exact widens them in row_f64) stores
-  // the rows of this call here, once, before anything is written: growth can fail (past
-  // TableOptions::max_bytes), and a call that throws must leave the outputs as they were.
-  const bool reads_stored_rows = table.storage() == Storage::Stored &&
-                                 (values == TableValues::TableFloat32 || table.precision() != Precision::Exact);
-  if (reads_stored_rows) {
-    const int64_t stored_prefix = table.size();  // rows below it are stored: no lookup
-    std::vector<int64_t> missing;
-    for (size_t n = 0; n < sequences.size(); ++n) {
-      for (int64_t s = 0; s < sequences[n].length; ++s) {
-        for (int stream = 0; stream < streams; ++stream) {
-          const int64_t position = position_of(n, s, stream);
-          if (position >= stored_prefix && !table.is_stored(position)) missing.push_back(position);
-        }
-      }
-    }
-    table.reserve_rows(missing);
-  }
-
-  // xPos (flash-attn RotaryEmbedding, scale_base): zeta_i = (2i + 0.4 d) / (1.4 d),
-  // e(p) = (p - L // 2) / scale_base with L = options.xpos_length, else max_position_embeddings.
-  const bool xpos = spec.xpos.has_value();
-  std::vector<double> zeta(static_cast<size_t>(num_pairs));
-  int64_t xpos_half_length = 0;
-  if (xpos) {
-    const auto d = static_cast<double>(rotary_dim);
-    for (int64_t i = 0; i < num_pairs; ++i) {
-      zeta[static_cast<size_t>(i)] = (2.0 * static_cast<double>(i) + 0.4 * d) / (1.4 * d);
-    }
-    const int64_t length = options.xpos_length > 0 ? options.xpos_length : spec.max_position_embeddings;
-    xpos_half_length = length / 2;
-  }
+  const std::vector<Sequence> sequences = call_sequences(q_axes, positions, q.layout == Layout::THD);
+  store_rows_first(table, values, positions, sequences, tokens, streams);
+  const Xpos xpos = xpos_terms(spec, options, num_pairs);
 
   // Table rows of one token, per stream, in double.
   std::vector<double> row_cos(static_cast<size_t>(streams * num_pairs));
@@ -194,58 +270,17 @@ void apply(const TensorView& q, const TensorView& k, const TensorView& q_out, co
     const Sequence& sequence = sequences[n];
     for (int64_t s = 0; s < sequence.length; ++s) {
       for (int stream = 0; stream < streams; ++stream) {
-        const int64_t position = position_of(n, s, stream);
-        token_positions[static_cast<size_t>(stream)] = position;
-        double* cos_out = &row_cos[static_cast<size_t>(stream * num_pairs)];
-        double* sin_out = &row_sin[static_cast<size_t>(stream * num_pairs)];
-        if (values == TableValues::Exact64) {
-          table.row_f64(position, cos_out, sin_out);
-        } else {
-          table.row(position, row_cos_f32.data(), row_sin_f32.data());
-          for (int64_t i = 0; i < num_pairs; ++i) {
-            cos_out[i] = row_cos_f32[static_cast<size_t>(i)];
-            sin_out[i] = row_sin_f32[static_cast<size_t>(i)];
-          }
-        }
+        token_positions[static_cast<size_t>(stream)] = position_of(positions, sequences, tokens, n, s, stream);
       }
-
-      // Pair i: C and S at the position of its stream; xPos multiplies q's by zeta_i^e(p) and
-      // divides k's by it.
-      const double xpos_power =
-          xpos ? static_cast<double>(token_positions[0] - xpos_half_length) / spec.xpos->scale_base : 0.0;
-      for (int64_t i = 0; i < num_pairs; ++i) {
-        const auto stream = static_cast<size_t>(stream_of_pair[static_cast<size_t>(i)]);
-        const double cos_value = row_cos[stream * static_cast<size_t>(num_pairs) + static_cast<size_t>(i)];
-        const double sin_value = row_sin[stream * static_cast<size_t>(num_pairs) + static_cast<size_t>(i)];
-        const auto pair = static_cast<size_t>(i);
-        if (xpos) {
-          const double scale = std::pow(zeta[pair], xpos_power);
-          q_values.cos[pair] = cos_value * scale;
-          q_values.sin[pair] = sin_value * scale;
-          k_values.cos[pair] = cos_value / scale;
-          k_values.sin[pair] = sin_value / scale;
-        } else {
-          q_values.cos[pair] = k_values.cos[pair] = cos_value;
-          q_values.sin[pair] = k_values.sin[pair] = sin_value;
-        }
-      }
-
-      const int64_t b = sequence.batch_index;
+      token_rows(table, values, token_positions, num_pairs, row_cos, row_sin, row_cos_f32, row_sin_f32);
+      token_pair_values(row_cos, row_sin, stream_of_pair, static_cast<size_t>(num_pairs), xpos, token_positions[0], q_values,
+                        k_values);
       const int64_t seq_index = sequence.first_seq_index + s;
-      for (int64_t h = 0; h < q_axes.heads; ++h) {
-        rotate_head(q, b * q_axes.stride_batch + seq_index * q_axes.stride_seq + h * q_axes.stride_heads,
-                    q_axes.stride_dim, q_out,
-                    b * q_out_axes.stride_batch + seq_index * q_out_axes.stride_seq + h * q_out_axes.stride_heads,
-                    q_out_axes.stride_dim, q_axes.dim, q_values, spec.style, options.direction, options.rotary_offset,
-                    rotary_dim, x, y);
-      }
-      if (!has_k) continue;
-      for (int64_t h = 0; h < k_axes.heads; ++h) {
-        rotate_head(k, b * k_axes.stride_batch + seq_index * k_axes.stride_seq + h * k_axes.stride_heads,
-                    k_axes.stride_dim, k_out,
-                    b * k_out_axes.stride_batch + seq_index * k_out_axes.stride_seq + h * k_out_axes.stride_heads,
-                    k_out_axes.stride_dim, k_axes.dim, k_values, spec.style, options.direction, options.rotary_offset,
-                    rotary_dim, x, y);
+      rotate_token_heads(q, q_axes, q_out, q_out_axes, sequence.batch_index, seq_index, q_values, spec.style, options,
+                         rotary_dim, x, y);
+      if (has_k) {
+        rotate_token_heads(k, k_axes, k_out, k_out_axes, sequence.batch_index, seq_index, k_values, spec.style,
+                           options, rotary_dim, x, y);
       }
     }
   }
