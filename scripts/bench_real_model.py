@@ -143,6 +143,14 @@ def measure_dtype(dtype_name, settings, ids, log):
     model = loaded.model
     rt.register_attention()
     fused = fused_copy(model)
+    try:
+        return measure_paths(model, fused, dtype_name, settings, ids, log)
+    finally:
+        # fuse_rope wraps the modeling module's apply_rotary_pos_emb for the process: put it back.
+        rt.unfuse_rope(fused)
+
+
+def measure_paths(model, fused, dtype_name, settings, ids, log):
     timer = PartTimer()
     rows = []
     for path in PATHS:

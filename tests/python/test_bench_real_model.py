@@ -4,6 +4,9 @@ it writes holds the rows and the CPU. The full run (9 minutes) is for the docs, 
 import importlib.util
 import json
 
+from transformers import AttentionInterface
+from transformers.models.llama import modeling_llama
+
 from conftest import ROOT
 from real_model import smollm2
 
@@ -14,6 +17,8 @@ def test_the_quick_form_times_every_path(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "speed.json"
+    functions = (modeling_llama.apply_rotary_pos_emb, modeling_llama.eager_attention_forward)
+    interface = dict(AttentionInterface._global_mapping)
     results = bench.main(["--quick", "--dtypes", "float32", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(results))
     cases = {f"prefill {bench.QUICK['prefill']}"} | {f"decode at {n}" for n in bench.QUICK["contexts"]}
@@ -27,3 +32,6 @@ def test_the_quick_form_times_every_path(tmp_path):
                 assert row["rope_share"] > 0, row
     assert results["environment"]["cpu"] and results["environment"]["torch_threads"] >= 1
     assert not list(tmp_path.glob("*.tmp"))
+    # What the timers and fuse_rope replaced is back: later tests and models see transformers'.
+    assert (modeling_llama.apply_rotary_pos_emb, modeling_llama.eager_attention_forward) == functions
+    assert {k: v for k, v in AttentionInterface._global_mapping.items() if k in interface} == interface
