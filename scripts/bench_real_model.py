@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import json
 import os
 import pathlib
 import platform
@@ -40,6 +39,9 @@ from transformers.models.llama import modeling_llama
 import rotary.models
 import rotary.torch as rt
 from rotary.experiments.long_context import real_text_ids
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import llama_cpp_peer  # noqa: E402  (beside this script; imports llama_cpp only when it runs llama.cpp)
 
 PATHS = ("eager", "sdpa", "rotary", "fused")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -181,8 +183,6 @@ def measure_paths(model, fused, dtype_name, settings, ids, log):
 
 
 def llama_cpp_rows(settings, ids, threads, log):
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    import llama_cpp_peer
     rows = []
     for weights, path in (("float32 GGUF", llama_cpp_peer.f32_gguf()), ("Q4_1 GGUF", rotary.models.smollm2_gguf_file())):
         tokens = ids[0].tolist()
@@ -262,10 +262,7 @@ def main(argv=None):
                    environment=environment(torch.get_num_threads()), rows=rows,
                    seconds=time.perf_counter() - started)
     if args.out:
-        out = pathlib.Path(args.out)
-        temporary = out.with_name(out.name + ".tmp")
-        temporary.write_text(json.dumps(results, indent=1) + "\n")
-        temporary.replace(out)
+        llama_cpp_peer.write_json(args.out, results)
     print(markdown(rows))
     return results
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import os
 import pathlib
@@ -146,18 +145,12 @@ class TableRotaryEmbedding(torch.nn.Module):
         return self.cos[rows].to(x.dtype), self.sin[rows].to(x.dtype)
 
 
-class Float64RotaryEmbedding(torch.nn.Module):
-    """The truth's RoPE: theta^(-2i/d) and the angles in float64."""
-
-    def __init__(self, config):
-        super().__init__()
-        dim = config.head_dim
-        self.inv_freq = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-
-    def forward(self, x, position_ids):
-        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+def write_json(path, results) -> None:
+    """results as JSON at path, written to a temporary file beside it and renamed (no partial file)."""
+    out = pathlib.Path(path)
+    temporary = out.with_name(out.name + ".tmp")
+    temporary.write_text(json.dumps(results, indent=1) + "\n")
+    temporary.replace(out)
 
 
 @torch.inference_mode()
@@ -180,8 +173,7 @@ def compare(tokens_count, far, threads):
     loaded = rotary.models.smollm2(attn_implementation="eager")
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = tokenizer(REAL_TEXT.read_text(), return_tensors="pt").input_ids[:, :tokens_count]
-    truth_model = copy.deepcopy(model).to(torch.float64)
-    truth_model.model.rotary_emb = Float64RotaryEmbedding(model.config)
+    truth_model = rotary.models.float64_truth(model)
     llm = load(f32_gguf(loaded), n_ctx=max(256, tokens_count), n_batch=max(256, tokens_count), threads=threads,
                float32_cache=True)
     rows = {}
@@ -218,10 +210,7 @@ def main(argv=None):
                    max_abs_logit_difference={str(k): v for k, v in rows.items()},
                    seconds=time.perf_counter() - started)
     if args.out:
-        out = pathlib.Path(args.out)
-        temporary = out.with_name(out.name + ".tmp")
-        temporary.write_text(json.dumps(results, indent=1) + "\n")
-        temporary.replace(out)
+        write_json(args.out, results)
     for start, pairs in rows.items():
         print(f"positions {start}..{start + args.tokens - 1}:")
         for pair, value in pairs.items():

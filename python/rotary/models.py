@@ -13,6 +13,7 @@ How it is used to test rotary, and the figures measured: docs/real-model.md.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -94,6 +95,37 @@ def smollm2(cache_dir: str | os.PathLike | None = None, dtype: torch.dtype = tor
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return PretrainedModel(model, tokenizer, folder, source, sha256, converted)
+
+
+class Float64RotaryEmbedding(torch.nn.Module):
+    """A float64 truth's RoPE: inv_freq = theta^(-2i/d) and the angles position * inv_freq in
+    float64 (the LLaMA definition, transformers' compute_default_rope_parameters without its
+    float32), so that the angle at 10^5 is off by ~1e-11 rad, not the 6.5e-3 rad of transformers'
+    float32. Default (unscaled) RoPE only."""
+
+    def __init__(self, config):
+        super().__init__()
+        parameters = getattr(config, "rope_parameters", None) or {}
+        rope_type = parameters.get("rope_type", "default")
+        if rope_type != "default" or "rope_theta" not in parameters:
+            raise RotaryError(f"Float64RotaryEmbedding: config.rope_parameters must be default RoPE with a rope_theta "
+                              f"(got rope_type {rope_type!r}, keys {sorted(parameters)})")
+        dim = config.head_dim
+        self.inv_freq = 1.0 / (parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+    def forward(self, x, position_ids):
+        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+def float64_truth(model):
+    """A float64 copy of a Llama-architecture transformers model with float64 angles
+    (Float64RotaryEmbedding): the truth the real-model checks measure float32 logits against
+    (docs/real-model.md)."""
+    truth = copy.deepcopy(model).to(torch.float64)
+    truth.model.rotary_emb = Float64RotaryEmbedding(model.config)
+    return truth
 
 
 def smollm2_gguf_file() -> pathlib.Path:

@@ -13,11 +13,11 @@ figures measured.
                             own attn_q/attn_k, bit for bit
   the loader                cached folder reused, corrupt file refused, half-written folder rebuilt
 """
-import copy
 import importlib.util
 import os
 import shutil
 import time
+import types
 
 import pytest
 import torch
@@ -126,22 +126,6 @@ def test_rotary_attention_keeps_tokens_and_perplexity(path, text_ids, eager_logi
     assert abs(got - want) <= PERPLEXITY_RTOL * want, (path, got, want, abs(got - want) / want)
 
 
-class Float64RotaryEmbedding(torch.nn.Module):
-    """The truth's RoPE: inv_freq = theta^(-2i/d) and the angles position * inv_freq in float64
-    (the LLaMA definition, transformers' compute_default_rope_parameters without its float32),
-    so that the angle at 10^5 is off by ~1e-11 rad, not the 6.5e-3 rad of transformers' float32."""
-
-    def __init__(self, config):
-        super().__init__()
-        dim = config.head_dim
-        self.inv_freq = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-
-    def forward(self, x, position_ids):
-        angles = position_ids.to(torch.float64)[..., None] * self.inv_freq
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-
-
 def logit_errors(model, truth_model, ids, start):
     """max |logits - truth| of stock transformers and of patch_model(precision="exact"), float32
     model, positions start..start+len."""
@@ -163,8 +147,7 @@ FLOOR_FACTOR = 3.0
 
 def test_exact_far_out_is_closer_to_float64_truth(smol, text_ids):
     model = smol.model
-    truth_model = copy.deepcopy(model).to(torch.float64)
-    truth_model.model.rotary_emb = Float64RotaryEmbedding(model.config)
+    truth_model = rotary.models.float64_truth(model)
     ids = text_ids[:, :32]
     stock_far, exact_far = logit_errors(model, truth_model, ids, FAR)
     stock_0, exact_0 = logit_errors(model, truth_model, ids, 0)
@@ -264,3 +247,10 @@ def test_bad_arguments_are_named():
         rotary.models.smollm2(dtype=torch.int32)
     with pytest.raises(rotary.RotaryError, match=r"smollm2: gguf_file '/nonexistent\.gguf' is not a file"):
         rotary.models.smollm2(gguf_file="/nonexistent.gguf")
+
+
+def test_the_float64_truth_refuses_scaled_rope():
+    """float64_truth computes default RoPE's angles only: a scaled config is refused by name."""
+    config = types.SimpleNamespace(head_dim=64, rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0})
+    with pytest.raises(rotary.RotaryError, match=r"config\.rope_parameters must be default RoPE .*got rope_type 'yarn'"):
+        rotary.models.Float64RotaryEmbedding(config)
