@@ -33,9 +33,9 @@
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/attention/bf16_dot.hpp"  // use_avx512_bf16: the A/B of the bf16 scores
-#include "src/attention/kernels.hpp"   // k_in_place_16bit: the A/B of the 16-bit K loads
-#include "src/attention/plan.hpp"      // split_over_keys: the A/B of the decode split
+#include "attention/bf16_dot.hpp"  // use_avx512_bf16: the A/B of the bf16 scores
+#include "attention/kernels.hpp"   // k_in_place_16bit: the A/B of the 16-bit K loads
+#include "attention/plan.hpp"      // split_over_keys: the A/B of the decode split
 
 namespace {
 

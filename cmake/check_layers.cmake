@@ -5,8 +5,9 @@
 # as its parts, ROTARY_LAYER_PARTS_<layer>; other subfolders are layers of their own), each `#include "x"` (and `#include <hwy/...>`) is given a layer:
 #   "rotary/<name>.hpp"         the layer that defines the public header (ROTARY_PUBLIC_HEADERS_*)
 #   "hwy/..."                   Highway (layer hwy)
-#   "<dir>/..." or "src/<dir>/..."  the layer whose folder is <dir> (the longest match)
-#   "<name>" beside the file    the file's own layer
+#   "<dir>/..."                 the layer whose folder is <dir> (the longest match)
+# Internal headers have one include root, src/: an include written "src/<dir>/..." or as a bare
+# "<name>" beside the file fails, with the name it should have.
 # and must be one the file's layer may use. Public headers are installed, so they may include
 # only other public headers. Anything else fails too: an include this script cannot place is a
 # file outside the layers (bench/, tests/) or a header moved without updating the table.
@@ -64,6 +65,14 @@ function(check_file file layer public_only)
     elseif(line MATCHES "^[ \t]*#[ \t]*include[ \t]*<(hwy/[^>]+)>")
       set(path "${CMAKE_MATCH_1}")
     else()
+      continue()
+    endif()
+    # One include root: an internal header is named from src/ ("core/json.hpp"), never bare
+    # beside the including file nor with a src/ prefix, so that every name means one file.
+    if(path MATCHES "^src/" OR (NOT path MATCHES "/" AND EXISTS "${dir}/${path}"))
+      file(RELATIVE_PATH rooted "${ROOT}/src" "${dir}/${path}")
+      string(REGEX REPLACE "^src/" "" rooted "${rooted}")
+      string(APPEND found_errors "\n  ${shown}:${number}: includes \"${path}\"; name internal headers from src/: \"${rooted}\"")
       continue()
     endif()
     layer_of_include("${path}" "${dir}" used)

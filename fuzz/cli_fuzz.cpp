@@ -19,7 +19,7 @@
 
 #include "cli_sandbox.hpp"
 #include "fuzz_support.hpp"
-#include "run_cli.hpp"
+#include "cli/run_cli.hpp"
 
 namespace rotary::fuzz {
 

@@ -32,7 +32,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/tensor.hpp"
-#include "src/analysis/rotation_only.hpp"
+#include "analysis/rotation_only.hpp"
 
 namespace rotary::detail {
 

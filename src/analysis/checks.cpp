@@ -11,7 +11,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/analysis/rotation_only.hpp"
+#include "analysis/rotation_only.hpp"
 
 namespace rotary::analysis {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
-#include "src/analysis/rotation_only.hpp"
+#include "analysis/rotation_only.hpp"
 
 namespace rotary::analysis {
 namespace {

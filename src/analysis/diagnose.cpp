@@ -20,7 +20,7 @@
 #include "rotary/frequencies.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
-#include "diagnose_steps.hpp"
+#include "analysis/diagnose_steps.hpp"
 
 namespace rotary::analysis {
 

@@ -3,7 +3,7 @@
 // whose frequencies match within the tolerances, and compare_to_spec's mismatch messages (what
 // the implementation does, what the model does) for one spec (include/rotary/diagnose.hpp,
 // docs/analysis.md, "Diagnose").
-#include "diagnose_steps.hpp"
+#include "analysis/diagnose_steps.hpp"
 
 #include <algorithm>
 #include <cmath>

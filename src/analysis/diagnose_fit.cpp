@@ -2,7 +2,7 @@
 // position, the least-squares slope and the search of every slope consistent with them (which
 // tells aliased positions from a unique inv_freq), then the integer position offset and constant
 // phase that the identified pairs agree on. The thresholds are in docs/analysis.md, "Diagnose".
-#include "diagnose_steps.hpp"
+#include "analysis/diagnose_steps.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // changes, how it pairs them (half-split, interleaved or another matching, by the spread of each
 // pair's norm ratio), and whether the pairs turn with the position at all. The thresholds are in
 // docs/analysis.md, "Diagnose".
-#include "diagnose_steps.hpp"
+#include "analysis/diagnose_steps.hpp"
 
 #include <algorithm>
 #include <cmath>

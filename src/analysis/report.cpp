@@ -12,9 +12,9 @@
 
 #include "rotary/analysis.hpp"
 #include "rotary/frequencies.hpp"
-#include "src/analysis/html.hpp"
-#include "src/analysis/report_chart.hpp"
-#include "src/analysis/report_plots.hpp"
+#include "analysis/html.hpp"
+#include "analysis/report_chart.hpp"
+#include "analysis/report_plots.hpp"
 
 namespace rotary::analysis {
 

@@ -6,14 +6,14 @@
 // polylines, circle markers, horizontal reference lines and a legend. Every plot gets a <title>,
 // a visible heading and axis labels with units. No scripts, no external resources (inline SVG in
 // HTML5 needs no xmlns, so the page holds no URL at all).
-#include "src/analysis/report_chart.hpp"
+#include "analysis/report_chart.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include "src/analysis/html.hpp"
+#include "analysis/html.hpp"
 
 namespace rotary::analysis::detail {
 

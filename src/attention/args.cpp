@@ -28,9 +28,9 @@
 #include <string_view>
 
 #include "rotary/error.hpp"
-#include "src/attention/plan.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/core/shape_text.hpp"
+#include "attention/plan.hpp"
+#include "cpu/backends.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary {
 namespace {

@@ -10,12 +10,12 @@
 
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
-#include "src/attention/backends.hpp"
-#include "src/attention/kernels.hpp"
-#include "src/attention/plan.hpp"
-#include "src/cpu/kernels.hpp"
-#include "src/cpu/storage.hpp"
-#include "src/cpu/targets.hpp"
+#include "attention/backends.hpp"
+#include "attention/kernels.hpp"
+#include "attention/plan.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/storage.hpp"
+#include "cpu/targets.hpp"
 
 namespace rotary {
 namespace attention_internal {

@@ -41,12 +41,12 @@
 #include <vector>
 
 #include "hwy/highway.h"
-#include "src/attention/bf16_dot.hpp"
-#include "src/attention/kernels.hpp"
-#include "src/attention/prefetch.hpp"
+#include "attention/bf16_dot.hpp"
+#include "attention/kernels.hpp"
+#include "attention/prefetch.hpp"
 // The loops over one tile (row loads, scores, p.v, Scratch), and through it the storage loads
 // and stores of apply()'s kernels (src/cpu/dtype_io-inl.h).
-#include "src/attention/attention_tiles-inl.h"
+#include "attention/attention_tiles-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::attention_internal::HWY_NAMESPACE {

@@ -1,10 +1,10 @@
 // src/attention/attention_kernels_f32.cpp: the F32 kernels of attention_kernels-inl.h, compiled once
 // per Highway target and dispatched at run time (attention.cpp calls attend_f32).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/attention/attention_kernels_f32.cpp"
+#define HWY_TARGET_INCLUDE "attention/attention_kernels_f32.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "src/attention/attention_kernels-inl.h"
+#include "attention/attention_kernels-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::attention_internal::HWY_NAMESPACE {

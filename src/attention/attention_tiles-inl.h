@@ -18,10 +18,10 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "src/attention/kernels.hpp"
-#include "src/attention/prefetch.hpp"
+#include "attention/kernels.hpp"
+#include "attention/prefetch.hpp"
 // The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
-#include "src/cpu/dtype_io-inl.h"
+#include "cpu/dtype_io-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::attention_internal::HWY_NAMESPACE {

@@ -6,8 +6,8 @@
 
 #include "rotary/attention.hpp"
 #include "rotary/tensor.hpp"
-#include "src/attention/plan.hpp"
-#include "src/cpu/backends.hpp"
+#include "attention/plan.hpp"
+#include "cpu/backends.hpp"
 
 namespace rotary::backends {
 

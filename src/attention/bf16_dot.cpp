@@ -1,7 +1,7 @@
 // src/attention/bf16_dot.cpp: bf16_dot.hpp (the scores of the decode form and of the prefill
 // form), with AVX512_BF16 intrinsics behind a function target attribute; elsewhere (non-x86 or
 // compilers without the intrinsics) stubs that are never called.
-#include "src/attention/bf16_dot.hpp"
+#include "attention/bf16_dot.hpp"
 
 #include <cstring>
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "rotary/spec.hpp"
-#include "src/attention/plan.hpp"
+#include "attention/plan.hpp"
 
 namespace rotary::attention_internal {
 

@@ -19,9 +19,9 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
-#include "src/core/huge_pages.hpp"
-#include "src/core/system_memory.hpp"
-#include "src/cpu/storage.hpp"
+#include "core/huge_pages.hpp"
+#include "core/system_memory.hpp"
+#include "cpu/storage.hpp"
 
 namespace rotary {
 namespace {

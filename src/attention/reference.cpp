@@ -15,9 +15,9 @@
 
 #include "rotary/attention.hpp"
 #include "rotary/error.hpp"
-#include "src/attention/plan.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/cpu/storage.hpp"
+#include "attention/plan.hpp"
+#include "cpu/backends.hpp"
+#include "cpu/storage.hpp"
 
 namespace rotary::reference {
 namespace {

@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
-#include "npy.hpp"
+#include "cli/npy.hpp"
 #include "core/shape_text.hpp"
 
 namespace rotary::cli {

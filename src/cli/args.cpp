@@ -1,5 +1,5 @@
 // src/cli/args.cpp: command-line parsing shared by the subcommands.
-#include "args.hpp"
+#include "cli/args.hpp"
 
 #include <algorithm>
 #include <cctype>

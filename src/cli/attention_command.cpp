@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "core/json.hpp"
 #include "core/system_memory.hpp"
 #include "cpu/storage.hpp"

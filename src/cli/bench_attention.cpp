@@ -1,13 +1,13 @@
 // src/cli/bench_attention.cpp: the attention cases of `rotary bench` (bench_attention.hpp).
-#include "bench_attention.hpp"
+#include "cli/bench_attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "args.hpp"
-#include "bench_probe.hpp"
-#include "bench_timing.hpp"
+#include "cli/args.hpp"
+#include "cli/bench_probe.hpp"
+#include "cli/bench_timing.hpp"
 #include "cpu/bandwidth/buffer.hpp"
 #include "cpu/bandwidth/fma_peak.hpp"
 #include "cpu/bandwidth/streams.hpp"

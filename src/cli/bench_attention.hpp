@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_measure.hpp"
+#include "cli/bench_measure.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 

@@ -35,13 +35,13 @@
 #include <string>
 #include <vector>
 
-#include "bench_attention.hpp"
-#include "bench_measure.hpp"
-#include "bench_output.hpp"
-#include "bench_peer.hpp"
-#include "bench_probe.hpp"
-#include "bench_workloads.hpp"
-#include "commands.hpp"
+#include "cli/bench_attention.hpp"
+#include "cli/bench_measure.hpp"
+#include "cli/bench_output.hpp"
+#include "cli/bench_peer.hpp"
+#include "cli/bench_probe.hpp"
+#include "cli/bench_workloads.hpp"
+#include "cli/commands.hpp"
 #include "cpu/bandwidth/floors.hpp"
 #include "cpu/bandwidth/streams.hpp"
 #include "rotary/apply.hpp"

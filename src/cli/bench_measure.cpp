@@ -1,12 +1,12 @@
 // src/cli/bench_measure.cpp: the streams and the kernels timed by `rotary bench`
 // (bench_measure.hpp).
-#include "bench_measure.hpp"
+#include "cli/bench_measure.hpp"
 
 #include <cmath>
 
-#include "args.hpp"
-#include "bench_probe.hpp"
-#include "bench_timing.hpp"
+#include "cli/args.hpp"
+#include "cli/bench_probe.hpp"
+#include "cli/bench_timing.hpp"
 #include "cpu/bandwidth/buffer.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_output.hpp"
-#include "bench_workloads.hpp"
+#include "cli/bench_output.hpp"
+#include "cli/bench_workloads.hpp"
 #include "cpu/bandwidth/floors.hpp"
 #include "rotary/table.hpp"
 

@@ -1,11 +1,11 @@
 // src/cli/bench_output.cpp: the text table and the JSON of `rotary bench` (bench_output.hpp).
-#include "bench_output.hpp"
+#include "cli/bench_output.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "args.hpp"
-#include "bench_probe.hpp"
+#include "cli/args.hpp"
+#include "cli/bench_probe.hpp"
 #include "core/json.hpp"
 #include "rotary/error.hpp"
 

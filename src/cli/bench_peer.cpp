@@ -1,5 +1,5 @@
 // src/cli/bench_peer.cpp: the PyTorch peer of `rotary bench` (bench_peer.hpp).
-#include "bench_peer.hpp"
+#include "cli/bench_peer.hpp"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <optional>
 
-#include "args.hpp"
-#include "bench_attention.hpp"
-#include "bench_timing.hpp"
+#include "cli/args.hpp"
+#include "cli/bench_attention.hpp"
+#include "cli/bench_timing.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
 

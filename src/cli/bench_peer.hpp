@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_output.hpp"
-#include "bench_workloads.hpp"
+#include "cli/bench_output.hpp"
+#include "cli/bench_workloads.hpp"
 #include "rotary/spec.hpp"
 
 namespace rotary::cli::bench {

@@ -1,5 +1,5 @@
 // src/cli/bench_probe.cpp: the machine `rotary bench` measures (bench_probe.hpp).
-#include "bench_probe.hpp"
+#include "cli/bench_probe.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
+#include "cli/args.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 

@@ -1,5 +1,5 @@
 // src/cli/bench_workloads.cpp: the cases of `rotary bench` (bench_workloads.hpp).
-#include "bench_workloads.hpp"
+#include "cli/bench_workloads.hpp"
 
 #include <algorithm>
 #include <random>

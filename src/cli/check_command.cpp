@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"

@@ -1,7 +1,7 @@
 // src/cli/commands.hpp: one function per subcommand (each in <name>_command.cpp).
 #pragma once
 
-#include "args.hpp"
+#include "cli/args.hpp"
 
 namespace rotary::cli {
 

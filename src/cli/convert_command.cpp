@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "rotary/convert.hpp"
 #include "rotary/error.hpp"
 #include "core/shape_text.hpp"

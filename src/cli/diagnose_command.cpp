@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "core/json.hpp"
-#include "npy.hpp"
+#include "cli/npy.hpp"
 #include "rotary/diagnose.hpp"
 #include "rotary/error.hpp"
 #include "rotary/tensor.hpp"

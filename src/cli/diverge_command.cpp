@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "core/json.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"

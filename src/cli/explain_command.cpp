@@ -14,7 +14,7 @@
 #include <numbers>
 #include <sstream>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"

@@ -2,11 +2,11 @@
 // dtype, as one .npy file (export_table(), include/rotary/engine_export.hpp; docs/interop.md).
 #include <string>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/atomic_file.hpp"
 #include "core/json.hpp"
-#include "layer_types.hpp"
-#include "npy.hpp"
+#include "cli/layer_types.hpp"
+#include "cli/npy.hpp"
 #include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"

@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "rotary/error.hpp"
 #include "rotary/frequencies.hpp"
 #include "core/json.hpp"

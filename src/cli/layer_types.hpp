@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
+#include "cli/args.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::cli {

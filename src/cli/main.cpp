@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "run_cli.hpp"
+#include "cli/run_cli.hpp"
 
 int main(int argc, char** argv) {
   return rotary::cli::run_cli(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);

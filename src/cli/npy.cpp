@@ -22,7 +22,7 @@
 // under the same cap), and no input is read without bound.
 //
 // write() goes through detail::AtomicFileSet (src/core/atomic_file.hpp): a temporary file, then a rename.
-#include "npy.hpp"
+#include "cli/npy.hpp"
 
 #include <sys/stat.h>
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <iostream>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/json.hpp"
 #include "rotary/presets.hpp"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "analysis/report_plots.hpp"
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "core/atomic_file.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"

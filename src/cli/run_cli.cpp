@@ -2,14 +2,14 @@
 //
 // Exit codes: 0 success, 2 any error (bad arguments, invalid config, unreadable file), with
 // "rotary: error: <message>" on err. Warnings go to err as "rotary: warning: <message>".
-#include "run_cli.hpp"
+#include "cli/run_cli.hpp"
 
 #include <exception>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "rotary/error.hpp"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
+#include "cli/args.hpp"
 
 namespace rotary::cli {
 

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "commands.hpp"
-#include "layer_types.hpp"
+#include "cli/commands.hpp"
+#include "cli/layer_types.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
 #include "rotary/table.hpp"

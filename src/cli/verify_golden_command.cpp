@@ -1,7 +1,7 @@
 // src/cli/verify_golden_command.cpp: `rotary verify-golden DIR`.
 #include <iostream>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "rotary/error.hpp"
 #include "core/json.hpp"
 #include "golden/golden.hpp"

@@ -1,5 +1,5 @@
 // src/core/atomic_file.cpp: temporary file, fsync, rename (atomic_file.hpp explains the contract).
-#include "atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

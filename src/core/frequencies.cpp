@@ -19,7 +19,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "extended.hpp"
+#include "core/extended.hpp"
 #include "rotary/error.hpp"
 #include "core/scaling/registry.hpp"
 #include "core/scaling/scheme_support.hpp"

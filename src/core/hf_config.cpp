@@ -15,7 +15,7 @@
 #include <string>
 
 #include "rotary/error.hpp"
-#include "json.hpp"
+#include "core/json.hpp"
 #include "core/scaling/hf_reader.hpp"
 #include "core/scaling/registry.hpp"
 

@@ -1,7 +1,7 @@
 // src/core/json.cpp: json::Value (json.hpp), the document tree the parser builds and the
 // writer reads: its typed accessors, whose errors name the value's place in the text, and its
 // constructors. The parser is in json_parse.cpp, the writer in json_write.cpp.
-#include "json.hpp"
+#include "core/json.hpp"
 
 #include <cmath>
 #include <memory>

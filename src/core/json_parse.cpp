@@ -15,7 +15,7 @@
 //     would point nowhere useful).
 // Only '\n' starts a new line ("\r\n" works; a lone '\r' is just whitespace). A UTF-8 byte
 // order mark is skipped and not counted in the columns of line 1, as editors show it.
-#include "json.hpp"
+#include "core/json.hpp"
 
 #include <sys/stat.h>
 

@@ -1,6 +1,6 @@
 // src/core/json_write.cpp: the JSON writer declared in json.hpp (Writer, quote, serialize);
 // the Value type is in json.cpp, the parser in json_parse.cpp.
-#include "json.hpp"
+#include "core/json.hpp"
 
 #include <charconv>
 #include <cmath>

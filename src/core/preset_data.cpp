@@ -11,7 +11,7 @@
 // qwen2.5-7b-yarn, adds the rope_scaling block that Qwen's model card tells users to add; its
 // repo is empty, so that the repository id names the file as published (qwen2.5-7b-instruct).
 // Every other record's repo is the repository its source cites.
-#include "preset_record.hpp"
+#include "core/preset_record.hpp"
 
 namespace rotary::detail {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "edit_distance.hpp"
-#include "preset_record.hpp"
+#include "core/edit_distance.hpp"
+#include "core/preset_record.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {

@@ -2,7 +2,7 @@
 // Sources: proc(5) /proc/[pid]/cgroup; the kernel's cgroup-v2 documentation (memory.max: "max"
 // or bytes) and cgroup-v1 memory.txt (memory.limit_in_bytes; unlimited reads as
 // PAGE_COUNTER_MAX * PAGE_SIZE, 0x7FFFFFFFFFFFF000 on x86-64).
-#include "system_memory.hpp"
+#include "core/system_memory.hpp"
 
 #include <algorithm>
 #include <charconv>

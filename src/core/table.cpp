@@ -34,10 +34,10 @@
 #include <new>
 #include <numbers>
 
-#include "extended.hpp"
+#include "core/extended.hpp"
 #include "rotary/error.hpp"
 #include "core/scaling/registry.hpp"
-#include "table_internal.hpp"
+#include "core/table_internal.hpp"
 
 namespace rotary {
 

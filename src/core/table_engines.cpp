@@ -11,7 +11,7 @@
 #include "rotary/engine_export.hpp"
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
-#include "table_internal.hpp"
+#include "core/table_internal.hpp"
 
 namespace rotary {
 

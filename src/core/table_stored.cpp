@@ -7,10 +7,10 @@
 #include <new>
 #include <span>
 
-#include "huge_pages.hpp"
+#include "core/huge_pages.hpp"
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
-#include "table_internal.hpp"
+#include "core/table_internal.hpp"
 
 namespace rotary {
 

@@ -19,12 +19,12 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/cpu/kernels.hpp"
-#include "src/cpu/row_source.hpp"
-#include "src/cpu/storage.hpp"
-#include "src/cpu/targets.hpp"
-#include "src/cpu/token_addressing.hpp"
+#include "cpu/backends.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/row_source.hpp"
+#include "cpu/storage.hpp"
+#include "cpu/targets.hpp"
+#include "cpu/token_addressing.hpp"
 
 namespace rotary {
 

@@ -35,8 +35,8 @@
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/core/shape_text.hpp"
+#include "cpu/backends.hpp"
+#include "core/shape_text.hpp"
 
 namespace rotary {
 

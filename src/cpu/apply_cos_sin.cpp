@@ -27,10 +27,10 @@
 
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/cpu/cos_sin_kernels.hpp"
-#include "src/cpu/kernels.hpp"
-#include "src/cpu/storage.hpp"
+#include "cpu/backends.hpp"
+#include "cpu/cos_sin_kernels.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/storage.hpp"
 
 namespace rotary {
 

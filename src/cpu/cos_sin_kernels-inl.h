@@ -24,9 +24,9 @@
 #include <cstring>
 
 #include "hwy/highway.h"
-#include "src/cpu/cos_sin_kernels.hpp"
-#include "src/cpu/dtype_io-inl.h"
-#include "src/cpu/storage.hpp"
+#include "cpu/cos_sin_kernels.hpp"
+#include "cpu/dtype_io-inl.h"
+#include "cpu/storage.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::cpu::HWY_NAMESPACE {

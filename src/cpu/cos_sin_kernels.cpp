@@ -1,10 +1,10 @@
 // src/cpu/cos_sin_kernels.cpp: the kernels of cos_sin_kernels-inl.h, compiled once per Highway
 // target (with -ffp-contract=off: src/cpu/CMakeLists.txt) and dispatched at run time.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/cpu/cos_sin_kernels.cpp"
+#define HWY_TARGET_INCLUDE "cpu/cos_sin_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "src/cpu/cos_sin_kernels-inl.h"
+#include "cpu/cos_sin_kernels-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::cpu::HWY_NAMESPACE {

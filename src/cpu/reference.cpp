@@ -38,8 +38,8 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/backends.hpp"
-#include "src/cpu/storage.hpp"
+#include "cpu/backends.hpp"
+#include "cpu/storage.hpp"
 
 namespace rotary::reference {
 namespace {

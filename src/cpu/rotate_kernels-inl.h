@@ -26,7 +26,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "src/cpu/kernels.hpp"
+#include "cpu/kernels.hpp"
 
 // rotate_kernels_bf16_hw.cpp includes this file in its AVX3 pass only, having set this file's
 // guard so that the inclusion is live: set dtype_io-inl.h's the same way, or its guard, never
@@ -39,7 +39,7 @@
 #endif
 #endif
 // The loads and stores of each storage type as float32 vectors; ROTARY_KERNELS_NAMESPACE.
-#include "src/cpu/dtype_io-inl.h"
+#include "cpu/dtype_io-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::cpu::ROTARY_KERNELS_NAMESPACE {

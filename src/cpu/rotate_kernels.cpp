@@ -2,7 +2,7 @@
 // token to the kernels of its storage type (rotate_kernels_f32.cpp, _bf16.cpp, _f16.cpp, all
 // built from rotate_kernels-inl.h) and the fence for streamed stores.
 #include "hwy/cache_control.h"
-#include "src/cpu/kernels.hpp"
+#include "cpu/kernels.hpp"
 
 namespace rotary::cpu {
 

@@ -1,10 +1,10 @@
 // src/cpu/rotate_kernels_bf16.cpp: the BF16 kernels of rotate_kernels-inl.h, compiled once
 // per Highway target and dispatched at run time (rotate_kernels.cpp calls rotate_token_bf16).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/cpu/rotate_kernels_bf16.cpp"
+#define HWY_TARGET_INCLUDE "cpu/rotate_kernels_bf16.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "src/cpu/rotate_kernels-inl.h"
+#include "cpu/rotate_kernels-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::cpu::HWY_NAMESPACE {

@@ -12,10 +12,10 @@
 // rotate_kernels_bf16.cpp's names). No HWY_EXPORT: rotate_token_bf16 calls in here only after
 // bf16_hardware_in_use() (targets.cpp: CPUID and the OS's AVX-512 state), never on other CPUs.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/cpu/rotate_kernels_bf16_hw.cpp"
+#define HWY_TARGET_INCLUDE "cpu/rotate_kernels_bf16_hw.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "src/cpu/kernels.hpp"
+#include "cpu/kernels.hpp"
 
 // GCC 10 and Clang 9 brought the intrinsics.
 #undef ROTARY_COMPILE_BF16_HARDWARE
@@ -40,7 +40,7 @@
 #else
 #undef ROTARY_SRC_CPU_ROTATE_KERNELS_INL_H_
 #endif
-#include "src/cpu/rotate_kernels-inl.h"
+#include "cpu/rotate_kernels-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::cpu::N_AVX3_BF16 {

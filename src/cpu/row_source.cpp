@@ -1,6 +1,6 @@
 // src/cpu/row_source.cpp: the rows RowSource computes (row_source.hpp): on-the-fly rows, M-RoPE
 // and vision gathers, xPos scaling and the backward sign.
-#include "src/cpu/row_source.hpp"
+#include "cpu/row_source.hpp"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // AVX3_BF16, AVX3 with the CPU's bf16 conversions, on CPUs that have them; forced by name for
 // tests and benchmarks) and the per-CPU head order; the environment variables that
 // set them (src/cpu/targets.hpp).
-#include "src/cpu/targets.hpp"
+#include "cpu/targets.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -19,7 +19,7 @@
 #include "hwy/targets.h"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/kernels.hpp"
+#include "cpu/kernels.hpp"
 
 namespace rotary {
 

@@ -1,5 +1,5 @@
 // src/cpu/thread_pool.cpp: the process-wide worker pool and parallel_rows (src/cpu/thread_pool.hpp).
-#include "src/cpu/thread_pool.hpp"
+#include "cpu/thread_pool.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,7 +12,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/kernels.hpp"
+#include "cpu/kernels.hpp"
 
 namespace rotary {
 

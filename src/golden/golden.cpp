@@ -3,7 +3,7 @@
 // Tolerances are the golden README's (tests/golden/README.md, "Errors and tolerances"),
 // restated in golden.hpp and docs/numerics.md. Each check records the largest
 // ratio error / tolerance it saw, so the margins are visible, not just pass/fail.
-#include "golden.hpp"
+#include "golden/golden.hpp"
 
 #include <algorithm>
 #include <cmath>

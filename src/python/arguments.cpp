@@ -1,5 +1,5 @@
 // src/python/arguments.cpp: see arguments.hpp.
-#include "arguments.hpp"
+#include "python/arguments.hpp"
 
 #include "rotary/error.hpp"
 

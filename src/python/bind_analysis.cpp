@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/diagnose.hpp"
 #include "rotary/report.hpp"

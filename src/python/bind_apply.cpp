@@ -6,14 +6,14 @@
 #include <span>
 #include <string>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/table.hpp"
-#include "tensor_arg.hpp"
+#include "python/tensor_arg.hpp"
 
-#include "fresh_outputs.hpp"
+#include "python/fresh_outputs.hpp"
 
 namespace rotary::python {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/encodings.hpp"
-#include "tensor_arg.hpp"
+#include "python/tensor_arg.hpp"
 
 namespace rotary::python {
 namespace {

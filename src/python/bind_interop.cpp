@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/convert.hpp"
 #include "rotary/engine_export.hpp"
 

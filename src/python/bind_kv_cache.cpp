@@ -7,10 +7,10 @@
 #include <optional>
 #include <string>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/kv_cache.hpp"
-#include "tensor_arg.hpp"
+#include "python/tensor_arg.hpp"
 
 namespace rotary::python {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bindings.hpp"
+#include "python/bindings.hpp"
 #include "rotary/apply.hpp"
 
 namespace rotary::python {

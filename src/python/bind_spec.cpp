@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "core/scaling/registry.hpp"
 #include "rotary/analysis.hpp"
 #include "rotary/apply.hpp"

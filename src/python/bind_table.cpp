@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/table.hpp"
-#include "tensor_arg.hpp"
+#include "python/tensor_arg.hpp"
 
 namespace rotary::python {
 namespace {

@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "arguments.hpp"
-#include "bindings.hpp"
+#include "python/arguments.hpp"
+#include "python/bindings.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/apply_cos_sin.hpp"
 #include "rotary/error.hpp"
@@ -36,7 +36,7 @@
 
 // Internal (not installed): madvise for transparent huge pages.
 #include "core/huge_pages.hpp"
-#include "fresh_outputs.hpp"
+#include "python/fresh_outputs.hpp"
 
 namespace rotary::python {
 namespace {

@@ -2,7 +2,7 @@
 // message unchanged (a bad argument is a bad value to Python code, and the message already
 // names the argument and the value).
 #include "rotary/error.hpp"
-#include "bindings.hpp"
+#include "python/bindings.hpp"
 
 namespace rotary::python {
 

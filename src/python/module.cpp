@@ -6,7 +6,7 @@
 // is released while the kernels run.
 #include <pybind11/pybind11.h>
 
-#include "bindings.hpp"
+#include "python/bindings.hpp"
 
 PYBIND11_MODULE(_rotary, m) {
   using namespace rotary::python;

@@ -1,10 +1,10 @@
 // src/python/tensor_arg.cpp: see tensor_arg.hpp.
-#include "tensor_arg.hpp"
+#include "python/tensor_arg.hpp"
 
 #include <string>
 #include <vector>
 
-#include "arguments.hpp"
+#include "python/arguments.hpp"
 
 namespace rotary::python {
 

@@ -13,8 +13,8 @@
 
 #include "rotary/analysis.hpp"
 #include "rotary/presets.hpp"
-#include "src/analysis/html.hpp"
-#include "src/analysis/report_plots.hpp"
+#include "analysis/html.hpp"
+#include "analysis/report_plots.hpp"
 
 namespace rotary::analysis {
 namespace {

@@ -41,9 +41,9 @@
 #include "tests/support/attention_bound.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
-#include "src/attention/bf16_dot.hpp"
-#include "src/attention/kernels.hpp"
-#include "src/attention/plan.hpp"
+#include "attention/bf16_dot.hpp"
+#include "attention/kernels.hpp"
+#include "attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
 
 namespace rotary {

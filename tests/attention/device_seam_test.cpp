@@ -16,7 +16,7 @@
 #include "rotary/kv_cache.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/attention/backends.hpp"
+#include "attention/backends.hpp"
 #include "tests/attention/attention_tensors.hpp"
 #include "tests/support/spec_builder.hpp"
 

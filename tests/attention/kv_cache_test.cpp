@@ -33,7 +33,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/core/system_memory.hpp"
+#include "core/system_memory.hpp"
 #include "tests/support/elements.hpp"
 
 namespace rotary {

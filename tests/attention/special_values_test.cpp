@@ -19,7 +19,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/tensor.hpp"
-#include "src/attention/plan.hpp"
+#include "attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
 #include "tests/support/attention_bound.hpp"
 #include "tests/support/cpu_scope.hpp"

@@ -24,7 +24,7 @@
 #include "cli/bench_output.hpp"
 #include "core/json.hpp"
 #include "cli/npy.hpp"
-#include "run_cli.hpp"
+#include "cli/run_cli.hpp"
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 

@@ -1,6 +1,6 @@
 // tests/core/system_memory_test.cpp: the memory ceiling a too-large allocation is refused above
 // (src/core/system_memory.hpp): which cgroup files name the limit, and how a limit reads.
-#include "src/core/system_memory.hpp"
+#include "core/system_memory.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

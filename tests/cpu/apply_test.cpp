@@ -31,8 +31,8 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
-#include "src/cpu/storage.hpp"  // bits16::bf16_round_bits
+#include "cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
+#include "cpu/storage.hpp"  // bits16::bf16_round_bits
 #include "tests/cpu/random_calls.hpp"
 
 namespace rotary {

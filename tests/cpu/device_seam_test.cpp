@@ -16,7 +16,7 @@
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/cpu/backends.hpp"
+#include "cpu/backends.hpp"
 #include "tests/support/spec_builder.hpp"
 
 namespace rotary {

@@ -24,7 +24,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "src/cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
+#include "cpu/kernels.hpp"  // cpu::set_max_head_groups: both head orders on every machine
 #include "tests/support/spec_builder.hpp"
 
 namespace rotary::random_calls {

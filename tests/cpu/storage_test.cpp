@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "rotary/tensor.hpp"
-#include "src/cpu/storage.hpp"
+#include "cpu/storage.hpp"
 
 namespace rotary {
 namespace {

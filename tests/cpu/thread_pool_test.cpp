@@ -17,8 +17,8 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "src/cpu/kernels.hpp"
-#include "src/cpu/thread_pool.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/thread_pool.hpp"
 
 namespace rotary {
 namespace {

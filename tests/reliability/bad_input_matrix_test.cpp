@@ -35,7 +35,7 @@
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
-#include "run_cli.hpp"
+#include "cli/run_cli.hpp"
 #include "tests/support/spec_builder.hpp"
 
 namespace rotary {

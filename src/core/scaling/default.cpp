@@ -2,8 +2,8 @@
 //
 // RoFormer (Su et al. 2021, arXiv:2104.09864): theta_i = base^(-2i/d) (1-based there:
 // -2(i-1)/d); Hugging Face _compute_default_rope_parameters.
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -4,9 +4,9 @@
 // sequence length once it passes max_position_embeddings (NTK-aware scaling, bloc97 2023).
 #include <algorithm>
 
-#include "hf_reader.hpp"
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -2,8 +2,8 @@
 //
 // Chen et al. 2023 (arXiv:2306.15595); Hugging Face _compute_linear_scaling_rope_parameters:
 // theta_i / s, the same as feeding positions p / s.
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

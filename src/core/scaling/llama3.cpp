@@ -5,9 +5,9 @@
 //   between: sigma = (L0/wavelength - low)/(high - low), theta' = (1-sigma) theta/s + sigma theta.
 #include <numbers>
 
-#include "hf_reader.hpp"
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -5,9 +5,9 @@
 // attention scaling: given, else sqrt(1 + ln s / ln L0) for s > 1.
 #include <algorithm>
 
-#include "hf_reader.hpp"
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -3,9 +3,9 @@
 // bloc97 2023; vLLM DynamicNTKAlphaRotaryEmbedding (Hunyuan): base' = base * alpha ^ (d / (d - 2)).
 // The last pair's frequency is divided by alpha. A config's {"rope_type": "dynamic", "alpha": a}
 // reads as this scheme, as vLLM reads it (hf_config.cpp).
-#include "hf_reader.hpp"
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -5,8 +5,8 @@
 // (default 1). default_inv_freq() gives the unscaled form (frequencies.cpp).
 #include <cmath>
 
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary::scaling {
 

@@ -2,7 +2,7 @@
 //
 // A new scheme: its file in this folder (docs/design.md, "Adding a scaling scheme"), its declaration and
 // its row below, in ScalingType order.
-#include "registry.hpp"
+#include "core/scaling/registry.hpp"
 
 #include <cstddef>
 

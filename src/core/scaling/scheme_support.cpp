@@ -1,5 +1,5 @@
 // src/core/scaling/scheme_support.cpp: the helpers the scheme files share (scheme_support.hpp).
-#include "scheme_support.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 #include <algorithm>
 

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <numbers>
 
-#include "hf_reader.hpp"
-#include "registry.hpp"
-#include "scheme_support.hpp"
+#include "core/scaling/hf_reader.hpp"
+#include "core/scaling/registry.hpp"
+#include "core/scaling/scheme_support.hpp"
 
 namespace rotary {
 
