@@ -20,8 +20,8 @@ set(ROTARY_LAYER_DIR_interop interop)
 set(ROTARY_LAYER_DIR_cli cli)
 set(ROTARY_LAYER_DIR_python python)
 # Subfolders of a layer's folder that are part of the layer (checked with its rules): core's
-# scaling schemes, one file each (src/core/scaling/).
-set(ROTARY_LAYER_PARTS_core scaling)
+# scaling schemes and its engines, one file each (src/core/scaling/, src/core/engines/).
+set(ROTARY_LAYER_PARTS_core scaling engines)
 
 # What each layer may include and link: itself and the layers below it. `hwy` is Highway, which
 # stays inside src/cpu (no Highway type leaks out of the kernels' folder: no other layer needs its

@@ -160,6 +160,7 @@ class CosSinTable {
   void store_pages(std::span<const PageRange> pages) const;
   void compute_rows(int64_t first, int64_t last, float* out) const;
   void init_ggml();
+  void ggml_rows(int64_t first, int64_t last, float* out) const;
   void init_vllm();
 
   RopeSpec spec_;

@@ -1,6 +1,6 @@
 // src/core/table.cpp: CosSinTable (exact and Hugging Face-compatible) and RopeCache.
-// A Stored table's pages are kept by table_stored.cpp, the llama.cpp/ggml and vLLM numerics set
-// by table_engines.cpp (what they share: table_internal.hpp).
+// A Stored table's pages are kept by table_stored.cpp; the llama.cpp/ggml and vLLM numerics are
+// their engines' files, src/core/engines/ggml.cpp and vllm.cpp (what they share: table_internal.hpp).
 //
 // Exact rows, and why they are both exact and fast (docs/numerics.md, "Exact cos/sin tables"):
 //   1. inv_freq_i is evaluated in binary128 (detail::inv_freq_extended; ~1e-34 relative).
@@ -275,8 +275,8 @@ struct CosSinTable::Engine {
 
 // ---- engine numerics (Precision::Ggml, Precision::Vllm) --------------------------------------
 
-// CosSinTable::EngineNumerics and ggml_rope_yarn: table_internal.hpp; init_ggml and init_vllm:
-// table_engines.cpp.
+// CosSinTable::EngineNumerics: table_internal.hpp. Each engine's file in src/core/engines/ holds
+// the rest: init_ggml and ggml_rows (ggml.cpp), init_vllm (vllm.cpp).
 
 // ---- the table -------------------------------------------------------------------------------
 
@@ -378,19 +378,7 @@ void CosSinTable::compute_rows(int64_t first, int64_t last, float* out) const {
     return;
   }
   if (options_.precision == Precision::Ggml) {
-    // ggml_rope_cache_init: theta starts at the float position and is multiplied by theta_scale
-    // once per pair; each pair's angle is divided by its frequency factor, then rope_yarn.
-    const EngineNumerics& n = *numerics_;
-    for (int64_t position = first; position < last; ++position) {
-      float* co = out + (position - first) * 2 * num_pairs_;
-      float* so = co + num_pairs_;
-      float theta = static_cast<float>(position);
-      for (int64_t pair = 0; pair < num_pairs_; ++pair) {
-        const float ff = n.freq_factors.empty() ? 1.0f : n.freq_factors[pair];
-        detail::ggml_rope_yarn(theta / ff, n.freq_scale, n.corr_dims, 2 * pair, n.ext_factor, n.attn_factor, &co[pair], &so[pair]);
-        theta *= n.theta_scale;
-      }
-    }
+    ggml_rows(first, last, out);  // src/core/engines/ggml.cpp
     return;
   }
   // HFCompat: transformers' float32 path. Vllm: the same, with vLLM's positions (linear scaling

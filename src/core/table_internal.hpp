@@ -1,7 +1,7 @@
-// src/core/table_internal.hpp: what table.cpp, table_stored.cpp and table_engines.cpp share: the
-// layout of a Stored table's pages (StoredRows), the engine numerics a Precision::Ggml or
-// Precision::Vllm table holds (set by init_ggml / init_vllm, read by compute_rows) and ggml's
-// per-pair cos/sin. Internal to rotary_core (not installed).
+// src/core/table_internal.hpp: what table.cpp, table_stored.cpp and the engine files
+// (src/core/engines/) share: the layout of a Stored table's pages (StoredRows) and the engine
+// numerics a Precision::Ggml or Precision::Vllm table holds (set by init_ggml / init_vllm, read by
+// compute_rows and ggml_rows). Internal to rotary_core (not installed).
 #pragma once
 
 #include <algorithm>
@@ -82,29 +82,5 @@ struct CosSinTable::EngineNumerics {
   float position_divisor = 1.0f;
   DType cache_dtype = DType::F32;
 };
-
-namespace detail {
-
-// ggml's rope_yarn_ramp and rope_yarn (ops.cpp): one pair's cos and sin, as ggml-cpu is built for
-// x86-64 with FMA (GGML_FMA, -mfma): GCC contracts the blend a*b + c*d into fma(a, b, c*d) and
-// 1 + 0.1*log(..) into fma(0.1, log(..), 1), so those two are fused here too (checked bit for bit
-// against ggml itself, tests/core/engine_numerics_test.cpp; without them the YaRN ramp's pairs
-// differ by an ulp).
-inline void ggml_rope_yarn(float theta_extrap, float freq_scale, const float corr_dims[2], int64_t i0, float ext_factor,
-                    float mscale, float* cos_theta, float* sin_theta) {
-  const float theta_interp = freq_scale * theta_extrap;
-  float theta = theta_interp;
-  if (ext_factor != 0.0f) {
-    const float y = (static_cast<float>(static_cast<int>(i0) / 2) - corr_dims[0]) / std::max(0.001f, corr_dims[1] - corr_dims[0]);
-    const float ramp = 1 - std::min(1.0f, std::max(0.0f, y));
-    const float ramp_mix = ramp * ext_factor;
-    theta = std::fma(theta_interp, 1 - ramp_mix, theta_extrap * ramp_mix);
-    mscale *= std::fma(0.1f, std::log(1.0f / freq_scale), 1.0f);
-  }
-  *cos_theta = std::cos(theta) * mscale;
-  *sin_theta = std::sin(theta) * mscale;
-}
-
-}  // namespace detail
 
 }  // namespace rotary

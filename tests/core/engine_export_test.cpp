@@ -231,7 +231,7 @@ TEST(EngineExport, RefusesWhatAFormatCannotExpressNamingTheArgument) {
               ThrowsMessage<Error>(HasSubstr("format must be one of vllm, flashinfer")));
 }
 
-// vLLM's row counts, per class's _compute_cos_sin_cache (engine_export.cpp cites the files):
+// vLLM's row counts, per class's _compute_cos_sin_cache (src/core/engines/vllm.cpp cites the files):
 // L = max_position_embeddings, L0 = the original context, s = the factor.
 TEST(EngineExport, VllmCacheRowsAreWhatEachVllmClassBuilds) {
   // Default and Llama 3: L (base.py, llama3_rope.py).

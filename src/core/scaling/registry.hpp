@@ -4,7 +4,7 @@
 // row of kSchemes in registry.cpp. The row names the scheme, lists the Hugging Face rope_scaling
 // keys it reads, states the properties validate() and RopeSpec ask about, and points at the
 // scheme's free functions. spec.cpp, frequencies.cpp, table.cpp, hf_config.cpp,
-// engine_export.cpp and the CLI's explain call through the row instead of switching on
+// engines/ and the CLI's explain call through the row instead of switching on
 // ScalingType, so a new scheme is one new file plus one row (docs/design.md, "Adding a scaling scheme").
 //
 // This header is safe for every layer (rotary_cli includes it for explain): the types that
