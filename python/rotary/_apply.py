@@ -2,6 +2,7 @@
 include/rotary/apply_cos_sin.hpp), and the call preparation rotary.torch shares with them."""
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Union
 
 import numpy as np
@@ -13,6 +14,7 @@ from ._spec import Spec
 from ._table import Table, check_source, resolve
 from ._views import (
     call_seq_len,
+    check_implementation,
     check_layout,
     int64_positions,
     int_arg,
@@ -46,6 +48,32 @@ def fresh_output(like: np.ndarray) -> np.ndarray:
     block = np.empty(nbytes + CACHE_LINE_BYTES, dtype=np.uint8)
     start = -block.__array_interface__["data"][0] % CACHE_LINE_BYTES
     return np.ndarray(like.shape, dtype=like.dtype, buffer=block, offset=start)
+
+
+class _DefaultImplementation(str):
+    """apply's default implementation, "kernels": a distinct object, so that the deprecated
+    reference= is refused only beside an implementation the caller named, not beside the default."""
+    __slots__ = ()
+
+
+DEFAULT_IMPLEMENTATION = _DefaultImplementation("kernels")
+
+
+def apply_implementation(implementation, reference) -> str:
+    """apply's implementation= with the deprecated reference= (a bool: True for "reference",
+    False for "kernels") folded in; reference= warns, and refuses an implementation= that differs."""
+    named = implementation is not DEFAULT_IMPLEMENTATION
+    if named:
+        implementation = check_implementation(implementation)
+    if reference is None:
+        return str(implementation)
+    wanted = "reference" if reference else "kernels"
+    if named and implementation != wanted:
+        raise RotaryError(f"reference (deprecated) and implementation disagree; pass implementation only "
+                          f"(got reference={reference!r}, implementation={implementation!r})")
+    warnings.warn(f'rotary.apply: reference= is deprecated; use implementation="{wanted}"', DeprecationWarning,
+                  stacklevel=3)
+    return wanted
 
 
 def check_direction(direction) -> str:
@@ -106,8 +134,8 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
           *, offsets: Optional[ArrayLike] = None, cu_seqlens: Optional[ArrayLike] = None, layout: str = "bhsd",
           style: Optional[str] = None, inplace: bool = False, direction: str = "forward",
           precision: Optional[str] = None, rotary_offset: int = 0, xpos_length: int = 0,
-          seq_len: Optional[int] = None, reference: bool = False,
-          out: Optional[tuple] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
+          seq_len: Optional[int] = None, implementation: str = DEFAULT_IMPLEMENTATION,
+          reference: Optional[bool] = None, out: Optional[tuple] = None) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """Rotates q and k (head counts may differ) by RoPE at each token's position.
 
     Every positional argument is required (k and positions may be None).
@@ -128,7 +156,10 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
     direction:     'forward', or 'backward' (the transpose: the gradient).
     seq_len:       the seq_len the frequencies are for (dynamic NTK, LongRoPE); None: the call's
                    largest position + 1, Hugging Face's rule.
-    reference:     run the float64 reference instead of the SIMD kernels (float64 arrays always do).
+    implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition);
+                   float64 arrays always run the reference.
+    reference:     deprecated alias: True for implementation="reference", False for "kernels"; it
+                   warns (DeprecationWarning), and is refused beside an implementation that differs.
     Returns (q_out, k_out) (k_out None when k is None).
 
     >>> spec = rotary.Spec.preset("llama-3.1-8b")
@@ -138,6 +169,7 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
     >>> q_out.shape, k_out.shape, float(q_out[0, 0, 0, 0]), round(float(q_out[0, 0, 1, 0]), 6)
     ((1, 32, 4, 128), (1, 8, 4, 128), 1.0, -0.301169)
     """
+    implementation = apply_implementation(implementation, reference)
     if spec_or_table is None:
         raise RotaryError("spec_or_table is required: a rotary.Spec or rotary.Table (got None)")
     spec = source_spec(spec_or_table)
@@ -160,7 +192,7 @@ def apply(q: np.ndarray, k: Optional[np.ndarray], positions: Optional[ArrayLike]
         q_out = fresh_output(q)
         k_out = None if k is None else fresh_output(k)
     prefault = out is None and not inplace and q_out.nbytes >= PLACED_OUTPUT_BYTES
-    use_reference = bool(reference) or q.dtype == np.float64 or (k is not None and k.dtype == np.float64)
+    use_reference = implementation == "reference" or q.dtype == np.float64 or (k is not None and k.dtype == np.float64)
     _rotary.apply(
         q_view,
         k_view,

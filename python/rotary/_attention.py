@@ -18,6 +18,7 @@ from ._rotary import RotaryError
 from ._spec import Spec
 from ._table import Table, check_source, resolve
 from ._views import (
+    check_implementation,
     check_layout,
     float_arg,
     int64_positions,
@@ -27,8 +28,6 @@ from ._views import (
     token_axes,
     token_positions,
 )
-
-IMPLEMENTATIONS = ("kernels", "reference")
 
 
 class Prepared(NamedTuple):
@@ -99,13 +98,6 @@ def check_absolute_table(table) -> Optional[np.ndarray]:
         raise RotaryError(f"absolute must be a float32 array [rows, head_dim] (got dtype {array.dtype}, shape "
                           f"{array.shape})")
     return np.ascontiguousarray(array)
-
-
-
-def check_implementation(implementation) -> str:
-    if implementation not in IMPLEMENTATIONS:
-        raise RotaryError(f"implementation must be 'kernels' or 'reference' (got {implementation!r})")
-    return implementation
 
 
 def check_causal(causal) -> bool:

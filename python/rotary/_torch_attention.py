@@ -28,7 +28,6 @@ import torch
 from . import _handles, _rotary
 from ._attention import (
     check_causal,
-    check_implementation,
     floats_descriptor,
     optional_scale,
     output_shape,
@@ -39,7 +38,7 @@ from ._rotary import RotaryError
 from ._backends import check_on_cpu, register_backend, select_backend
 from ._table import PRECISIONS, check_source
 from ._torch_ops import _DTYPES, eager_tensors
-from ._views import check_layout, int_arg, ints_descriptor
+from ._views import check_implementation, check_layout, int_arg, ints_descriptor
 # The transformers mask as rotary's per-row terms (read here by the fused backend and the tests).
 from ._attention_masks import _RowPlan, _boolean_mask, _mask_plans, _plan_rows  # noqa: F401
 from ._attention_masks import top_left_for_missing_mask
@@ -349,7 +348,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE.
     alibi_slopes: a floating tensor [q_heads] (rounded to float32; no gradient: a slopes tensor
     that requires one is refused). absolute: a float32 tensor [rows, head_dim], positions as for
-    fused RoPE; it may require a gradient (the scatter-add of dq and dk by position)."""
+    fused RoPE; it may require a gradient (the scatter-add of dq and dk by position).
+    implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition): which
+    numerics run, a different axis from the device backend (apply_rotary's backend=), which q's
+    device picks here."""
     check_layout(layout)
     check_implementation(implementation)
     causal = check_causal(causal)

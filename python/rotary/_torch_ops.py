@@ -278,6 +278,8 @@ def apply_rotary(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional
     exceed the kernel's own time, docs/python-performance.md). backend: "auto" (the kernel for CPU tensors,
     pure torch elsewhere), "torch" (always pure torch) or "triton" (one Triton kernel launch: CUDA
     tensors, or CPU ones under TRITON_INTERPRET=1; docs/gpu.md). Every backend checks the same things.
+    backend= picks the code and device that compute the call, not the numerics that rotary.apply's and
+    the attention functions' implementation= ("kernels" or "reference") picks.
     """
     if backend == "auto" and offsets is None and cu_seqlens is None and not _is_compiling() \
             and _current_dispatch_mode() is None:

@@ -16,6 +16,10 @@ from ._rotary import RotaryError
 
 LAYOUTS = ("bshd", "bhsd", "sbhd", "thd")
 INT64_MAX = np.iinfo(np.int64).max
+# The numerics of a call: the SIMD kernels (the fast path) or the float64 reference (the
+# definition). A separate axis from a device backend (rotary.torch's backend=), which picks the
+# code and device that run a call.
+IMPLEMENTATIONS = ("kernels", "reference")
 
 
 def numpy_dtype_name(dtype: np.dtype) -> str | None:
@@ -34,6 +38,13 @@ def check_layout(layout) -> str:
     if layout not in LAYOUTS:
         raise RotaryError(f"layout must be one of {', '.join(LAYOUTS)} (got {layout!r})")
     return layout
+
+
+def check_implementation(implementation) -> str:
+    """implementation=, the same rule for rotary.apply, rotary.attention and rotary.torch.attention."""
+    if not isinstance(implementation, str) or implementation not in IMPLEMENTATIONS:
+        raise RotaryError(f"implementation must be 'kernels' or 'reference' (got {implementation!r})")
+    return str(implementation)
 
 
 def int_arg(name: str, value, *, minimum: int | None = None, maximum: int = INT64_MAX) -> int:

@@ -123,7 +123,7 @@ def rotate_all_ways(spec_or_table, q, k, positions, **kwargs):
     modes) on the same call; returns {way: (q_out, k_out)} as NumPy arrays."""
     kwargs.setdefault("layout", "bshd")  # qk() makes bshd arrays
     out = {"numpy": rotary.apply(q, k, positions, spec_or_table, **kwargs),
-           "numpy-reference": rotary.apply(q, k, positions, spec_or_table, reference=True, **kwargs)}
+           "numpy-reference": rotary.apply(q, k, positions, spec_or_table, implementation="reference", **kwargs)}
     pos = None if positions is None else torch.from_numpy(np.asarray(positions))
     kwargs = {key: torch.as_tensor(value) if key in ("offsets", "cu_seqlens") else value for key, value in kwargs.items()}
     for backend in ("auto", "torch"):
@@ -145,8 +145,9 @@ def test_every_apply_path_uses_the_calls_seq_len(spec, positions):
     q, k = qk(spec)
     seq_len = int(positions.max()) + 1
     right = rotary.Table(spec, seq_len=seq_len, storage="on_the_fly")
-    want_q, want_k = rotary.apply(q, k, positions, right, reference=True, layout="bshd")
-    stale_q, _ = rotary.apply(q, k, positions, rotary.Table(spec, storage="on_the_fly"), seq_len=0, reference=True, layout="bshd")
+    want_q, want_k = rotary.apply(q, k, positions, right, implementation="reference", layout="bshd")
+    stale_q, _ = rotary.apply(q, k, positions, rotary.Table(spec, storage="on_the_fly"), seq_len=0,
+                              implementation="reference", layout="bshd")
     scale = 2 * max(1.0, right.attention_scaling) * float(np.abs(q).max())
     bound = 3 * U * scale  # docs/numerics.md: the kernels are within 2u M + u |ref| of the reference
     assert np.max(np.abs(stale_q - want_q)) > 1000 * bound  # the old answer was wrong: this can fail
@@ -178,7 +179,7 @@ def test_a_table_that_cannot_serve_the_seq_len_is_an_error(way):
     out = (torch.full_like(qt, 7.0), torch.full_like(kt, 7.0))
     calls = {
         "apply": lambda: rotary.apply(q, k, positions, STALE_TABLE, layout="bshd"),
-        "apply-reference": lambda: rotary.apply(q, k, positions, STALE_TABLE, reference=True, layout="bshd"),
+        "apply-reference": lambda: rotary.apply(q, k, positions, STALE_TABLE, implementation="reference", layout="bshd"),
         "table": lambda: rotary.table(STALE_TABLE, positions),
         "rows": lambda: STALE_TABLE.rows(positions),
         "cos_sin": lambda: STALE_TABLE.cos_sin(positions),

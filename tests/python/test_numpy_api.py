@@ -81,7 +81,7 @@ def test_apply_matches_reference_on_random_configurations(rng, trial):
     else:
         seq_len = int(np.max(kwargs.get("offsets", [0]))) + seq
     table = rotary.Table(spec, storage="on_the_fly", seq_len=seq_len)
-    q_ref, k_ref = rotary.apply(q, k, positions, table, reference=True, **kwargs)
+    q_ref, k_ref = rotary.apply(q, k, positions, table, implementation="reference", **kwargs)
     q_out, k_out = rotary.apply(q, k, positions, table, **kwargs)
     assert q_out.dtype == dtype and q_out.shape == q.shape
     assert_close_to_reference(q_out, q_ref, q, dtype_name, table.attention_scaling)
@@ -158,7 +158,7 @@ def test_mrope_positions_pick_streams(rng):
     k = rng.standard_normal((1, 12, 2, spec.head_dim)).astype(np.float32)
     positions = rng.integers(0, 5000, size=(3, 1, 12))
     q_out, k_out = rotary.apply(q, k, positions, spec, layout="bshd")
-    q_ref, k_ref = rotary.apply(q, k, positions, spec, reference=True, layout="bshd")
+    q_ref, k_ref = rotary.apply(q, k, positions, spec, implementation="reference", layout="bshd")
     assert_close_to_reference(q_out, q_ref, q, "float32", 1.0)
     assert_close_to_reference(k_out, k_ref, k, "float32", 1.0)
 
@@ -169,7 +169,7 @@ def test_every_cpu_target_matches_the_reference(rng, target):
     q = rng.standard_normal((2, 33, 8, 128)).astype(np.float32)
     k = rng.standard_normal((2, 33, 2, 128)).astype(np.float32)
     positions = rng.integers(0, 1 << 20, size=(2, 33))
-    q_ref, _ = rotary.apply(q, k, positions, spec, reference=True, layout="bshd")
+    q_ref, _ = rotary.apply(q, k, positions, spec, implementation="reference", layout="bshd")
     try:
         rotary.force_cpu_target(target)
         assert rotary.current_cpu_target() == target
@@ -177,6 +177,70 @@ def test_every_cpu_target_matches_the_reference(rng, target):
     finally:
         rotary.force_cpu_target("")
     assert_close_to_reference(q_out, q_ref, q, "float32", 1.0)
+
+
+def implementation_call(rng):
+    """A float32 call with random non-zero values at positions past 2^20 (YaRN: scaling above 1)."""
+    spec = rotary.Spec.preset("qwen2.5-7b-yarn")
+    q = rng.uniform(0.5, 2.0, (2, 4, 37, spec.head_dim)) * rng.choice([-1.0, 1.0], (2, 4, 37, spec.head_dim))
+    k = rng.uniform(0.5, 2.0, (2, 2, 37, spec.head_dim)) * rng.choice([-1.0, 1.0], (2, 2, 37, spec.head_dim))
+    positions = rng.integers(0, 1 << 20, size=(2, 37))
+    return q.astype(np.float32), k.astype(np.float32), positions, spec
+
+
+def test_implementation_reference_is_the_float64_definition_and_the_kernels_are_within_tolerance(rng):
+    q, k, positions, spec = implementation_call(rng)
+    q_ref, k_ref = rotary.apply(q, k, positions, spec, implementation="reference")
+    q_ker, k_ker = rotary.apply(q, k, positions, spec, implementation="kernels")
+    q_default, k_default = rotary.apply(q, k, positions, spec)
+    np.testing.assert_array_equal(q_default.view(np.uint32), q_ker.view(np.uint32))
+    np.testing.assert_array_equal(k_default.view(np.uint32), k_ker.view(np.uint32))
+    assert np.all(q != 0) and np.all(k != 0)
+    assert np.all(np.isfinite(q_ref)) and np.all(np.isfinite(k_ref))
+    assert not np.array_equal(q_ref, q) and not np.array_equal(k_ref, k)  # rotated
+    # The reference computes in float64 and rounds once on store (docs/numerics.md): the float64
+    # call, rounded to float32, is the same bits; the kernels round twice and may differ from it.
+    q_64, k_64 = rotary.apply(q.astype(np.float64), k.astype(np.float64), positions, spec)
+    np.testing.assert_array_equal(q_ref, q_64.astype(np.float32))
+    np.testing.assert_array_equal(k_ref, k_64.astype(np.float32))
+    scaling = spec.frequencies(seq_len=int(positions.max()) + 1).attention_scaling
+    assert scaling > 1.0
+    assert_close_to_reference(q_ker, q_ref, q, "float32", scaling)
+    assert_close_to_reference(k_ker, k_ref, k, "float32", scaling)
+
+
+@pytest.mark.parametrize("bad", ["fast", "Reference", "", None, True])
+def test_a_bad_implementation_is_refused_by_name_and_value(rng, bad):
+    q, k, positions, spec = implementation_call(rng)
+    with pytest.raises(rotary.RotaryError) as error:
+        rotary.apply(q, k, positions, spec, implementation=bad)
+    assert str(error.value) == f"implementation must be 'kernels' or 'reference' (got {bad!r})"
+
+
+def test_deprecated_reference_true_warns_and_runs_the_reference(rng):
+    q, k, positions, spec = implementation_call(rng)
+    want_q, want_k = rotary.apply(q, k, positions, spec, implementation="reference")
+    with pytest.warns(DeprecationWarning, match='use implementation="reference"') as record:
+        got_q, got_k = rotary.apply(q, k, positions, spec, reference=True)
+    assert record[0].filename == __file__  # the warning points at the caller's line
+    np.testing.assert_array_equal(got_q.view(np.uint32), want_q.view(np.uint32))
+    np.testing.assert_array_equal(got_k.view(np.uint32), want_k.view(np.uint32))
+    with pytest.warns(DeprecationWarning, match='use implementation="reference"'):  # agreeing: no error
+        agreed_q, _ = rotary.apply(q, k, positions, spec, reference=True, implementation="reference")
+    np.testing.assert_array_equal(agreed_q.view(np.uint32), want_q.view(np.uint32))
+    kernels_q, _ = rotary.apply(q, k, positions, spec)
+    with pytest.warns(DeprecationWarning, match='use implementation="kernels"'):
+        old_default_q, _ = rotary.apply(q, k, positions, spec, reference=False)
+    np.testing.assert_array_equal(old_default_q.view(np.uint32), kernels_q.view(np.uint32))
+
+
+@pytest.mark.parametrize("reference,implementation", [(True, "kernels"), (False, "reference")])
+def test_deprecated_reference_beside_a_differing_implementation_is_refused(rng, reference, implementation):
+    q, k, positions, spec = implementation_call(rng)
+    with pytest.raises(rotary.RotaryError) as error:
+        rotary.apply(q, k, positions, spec, reference=reference, implementation=implementation)
+    assert str(error.value) == ("reference (deprecated) and implementation disagree; pass implementation only "
+                                f"(got reference={reference}, implementation={implementation!r})")
 
 
 def test_results_do_not_depend_on_the_thread_count(rng):
