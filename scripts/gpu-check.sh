@@ -73,7 +73,7 @@ PYTHONUNBUFFERED=1 timeout ${GPU_CHECK_MEASURE_S:-300} python3 scripts/gpu_check
   --parts "${GPU_CHECK_PARTS:-dropin,bench,attention}" >"$OUT/gpu_check.log" 2>&1 || fail "gpu_check.py"
 tail -3 "$OUT/gpu_check.log"
 
-tests=${GPU_CHECK_TESTS:-tests/python/test_triton_rope.py tests/python/test_triton_attention.py}
+tests=${GPU_CHECK_TESTS:-tests/python/test_triton_rope.py tests/python/test_triton_attention.py tests/python/test_triton_attention_special_values.py}
 step "the Triton tests on CUDA ($tests, ROTARY_TEST_DEVICE=cuda)"
 # shellcheck disable=SC2086 (a list of files)
 ROTARY_TEST_DEVICE=cuda timeout ${GPU_CHECK_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider $tests \

@@ -132,6 +132,27 @@ def tanh(x):
 
 
 @triton.jit
+def nonfinite_values(p, visible, vt):
+    """[rows, BLOCK_DV] float32 of 0, NaN, +inf and -inf: what the non-finite elements of a V tile
+    add to each row's output in IEEE arithmetic, counting only the keys the row sees (a masked key
+    has weight 0, and 0 * inf in P.V would leak it into the row): NaN from a NaN element or from an
+    infinite one whose weight is 0 (0 * inf), +inf / -inf from an infinite one of positive weight
+    (both signs: NaN). The counts are exact dot products of 0 / 1 matrices."""
+    v32 = vt.to(tl.float32)
+    inf = float("inf")
+    nan_v = tl.where(v32 != v32, 1.0, 0.0)
+    pos = tl.where(v32 == inf, 1.0, 0.0)
+    neg = tl.where(v32 == -inf, 1.0, 0.0)
+    weighted = tl.where(visible & (p > 0), 1.0, 0.0)
+    zero = tl.where(visible & (p == 0), 1.0, 0.0)
+    n_nan = tl.dot(tl.where(visible, 1.0, 0.0), nan_v, input_precision="ieee")
+    n_nan = tl.dot(zero, pos + neg, n_nan, input_precision="ieee")
+    n_pos = tl.dot(weighted, pos, input_precision="ieee")
+    n_neg = tl.dot(weighted, neg, input_precision="ieee")
+    return tl.where(n_nan > 0, float("nan"), 0.0) + tl.where(n_pos > 0, inf, 0.0) + tl.where(n_neg > 0, -inf, 0.0)
+
+
+@triton.jit
 def attention_kernel(q, k, v, o, lse, part_acc, part_m, part_l, cos, sin, q_rows, k_rows,
                      q_sb, q_sh, q_ss, q_sd, k_sb, k_sh, k_ss, k_sd, v_sb, v_sh, v_ss, v_sd,
                      o_sb, o_sh, o_ss, o_sd, l_sb, l_sh, l_ss,
@@ -218,6 +239,14 @@ def attention_kernel(q, k, v, o, lse, part_acc, part_m, part_l, cos, sin, q_rows
         l_i = l_i * alpha + tl.reduce(p, 1, sum_of)
         vt = tl.load(v_head + j.to(tl.int64)[:, None] * v_ss + dv[None, :] * v_sd,
                      mask=j_mask[:, None] & dv_mask[None, :], other=0.0)
+        # Non-finite values (docs/attention.md, special values): P.V would multiply a masked key's
+        # weight 0 by them (NaN in rows that cannot see the key), so such a tile takes them out of
+        # the product and adds what they give the rows that see them. A finite tile is untouched.
+        finite = tl.abs(vt.to(tl.float32)) < float("inf")  # false for NaN
+        special = tl.full((BLOCK_M, BLOCK_DV), 0.0, tl.float32)
+        if tl.reduce(tl.reduce(tl.where(finite, 0, 1), 1, max_of), 0, max_of) > 0:
+            special = nonfinite_values(p, visible, vt)
+            vt = tl.where(finite, vt, 0.0).to(vt.dtype)
         if DOT == 2:
             pv = operand(p, v, DOT)
             if INTERPRETED:
@@ -225,20 +254,30 @@ def attention_kernel(q, k, v, o, lse, part_acc, part_m, part_l, cos, sin, q_rows
         else:
             pv = p
             vt = vt.to(tl.float32)
-        acc = dot(pv, vt, acc * alpha[:, None], DOT)
+        acc = dot(pv, vt, acc * alpha[:, None], DOT) + special
         m_i = m_new
+    # A row that sees keys whose scores are all -inf ends with l = 0, as a row that sees none; the
+    # reference's exp(-inf + inf) makes it NaN. Which rows see a key of this split, from the masks:
+    k_lo = split * split_len
+    k_hi = tl.minimum(kv_len, k_lo + split_len)
+    if CAUSAL:
+        k_hi = tl.minimum(k_hi, i_pos + 1)
+    if WINDOW:
+        k_lo = tl.maximum(k_lo, i_pos - window + 1)
+    minus_inf = r_mask & (k_lo < k_hi) & (l_i == 0)
     if SPLIT:
         # The partial of keys [lo, hi) for combine_kernel: [split, batch * q heads, q_len, ...].
         part = (split * (tl.num_programs(1) * group) + bkv * group + g).to(tl.int64) * q_len + i
         tl.store(part_m + part, m_i, mask=r_mask)
-        tl.store(part_l + part, l_i, mask=r_mask)
+        tl.store(part_l + part, tl.where(minus_inf, -1.0, l_i), mask=r_mask)  # -1: flagged for the merge
         tl.store(part_acc + part[:, None] * v_dim + dv[None, :], acc, mask=r_mask[:, None] & dv_mask[None, :])
     else:
-        seen = l_i > 0
-        out = acc / tl.where(seen, l_i, 1.0)[:, None]  # a query that sees no key gets zeros
+        empty = l_i == 0  # (NaN l: a NaN row, and NaN lse)
+        out = acc / tl.where(empty, 1.0, l_i)[:, None]  # a query that sees no key gets zeros
+        out = tl.where(minus_inf[:, None], float("nan"), out)
         o_off = b * o_sb + h * o_sh + i.to(tl.int64) * o_ss
         tl.store(o + o_off[:, None] + dv[None, :] * o_sd, to_storage(out, o), mask=r_mask[:, None] & dv_mask[None, :])
-        row_lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+        row_lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
         tl.store(lse + b * l_sb + h * l_sh + i.to(tl.int64) * l_ss, row_lse, mask=r_mask)
 
 
@@ -263,15 +302,19 @@ def combine_kernel(o, lse, part_acc, part_m, part_l, o_sb, o_sh, o_ss, o_sd, l_s
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     l_sum = tl.full((BLOCK_M,), 0.0, tl.float32)
     acc = tl.full((BLOCK_M, BLOCK_DV), 0.0, tl.float32)
+    minus_inf = tl.full((BLOCK_M,), 0, tl.int1)
     for s in range(0, splits):
         weight = tl.exp(tl.load(part_m + s * stride + row, mask=i_mask, other=float("-inf")) - m_safe)
-        l_sum += weight * tl.load(part_l + s * stride + row, mask=i_mask, other=0.0)
+        l_s = tl.load(part_l + s * stride + row, mask=i_mask, other=0.0)
+        minus_inf = minus_inf | (l_s < 0)  # a split whose visible scores were all -inf (weight 0 here)
+        l_sum += weight * l_s
         part = tl.load(part_acc + (s * stride + row)[:, None] * v_dim + dv[None, :],
                        mask=i_mask[:, None] & dv_mask[None, :], other=0.0)
         acc += weight[:, None] * part
-    seen = l_sum > 0
-    out = acc / tl.where(seen, l_sum, 1.0)[:, None]
+    empty = l_sum == 0
+    out = acc / tl.where(empty, 1.0, l_sum)[:, None]
+    out = tl.where((minus_inf & empty)[:, None], float("nan"), out)
     o_off = b * o_sb + h * o_sh + i.to(tl.int64) * o_ss
     tl.store(o + o_off[:, None] + dv[None, :] * o_sd, to_storage(out, o), mask=i_mask[:, None] & dv_mask[None, :])
-    row_lse = tl.where(seen, m_safe + tl.log(tl.where(seen, l_sum, 1.0)), float("-inf"))
+    row_lse = tl.where(empty, float("-inf"), m_safe + tl.log(tl.where(empty, 1.0, l_sum)))
     tl.store(lse + b * l_sb + h * l_sh + i.to(tl.int64) * l_ss, row_lse, mask=i_mask)
