@@ -7,7 +7,9 @@
 //   BM_PrefillFused  the same with RoPE fused
 //   BM_DecodeSplitAB the decode split over keys against the same call unsplit, in alternation
 //                    (caches of 4,096 and 32,768 tokens)
-//   BM_DecodeBf16DotAB  bf16 decode with vdpbf16ps scores against the float32 path, likewise
+//   BM_DecodeBf16DotAB  bf16 decode with vdpbf16ps scores allowed against the float32 path,
+//                    likewise; at head dim 128 K is read in place, where the decode no longer
+//                    takes vdpbf16ps, so both sides now time the same path (a check that it does)
 //   BM_Decode16BitKInPlaceAB  bf16 / f16 decode with K read in place (widened as it loads)
 //                    against K widened into the tile first, likewise (vdpbf16ps off)
 //   BM_PrefillBf16DotAB bf16 causal prefill (unfused: q / k as stored) with vdpbf16ps scores in

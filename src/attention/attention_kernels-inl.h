@@ -159,7 +159,11 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
   // Items of at least a vector of rows compute scores with SIMD over rows (no reductions);
   // smaller ones (decode: the group's q heads for one query) with SIMD over the head dim.
   f.transposed = rows >= N;
-  f.dot_scores = c.bf16_dot && !f.transposed;
+  // The decode form takes vdpbf16ps only where its K rows cannot be read in place: with K in
+  // place, widening as it loads was 1-8% faster at decode on an AVX512_BF16 Xeon (4 of 4 pairs,
+  // BM_DecodeBf16DotAB; docs/attention.md, "AVX512_BF16"), and exact where vdpbf16ps flushes
+  // bf16 subnormals; the dot path stays for head dims that are not whole vectors (no copy of K).
+  f.dot_scores = c.bf16_dot && !f.transposed && !c.k_in_place_ok;
   f.dot_transposed = c.bf16_dot && f.transposed;
   f.k_in_place = c.k_in_place_ok && !f.transposed && !f.dot_scores;
   f.v_in_place = c.v_in_place_ok && !f.transposed;
