@@ -351,7 +351,7 @@ def bench_attention(name, batch, heads, kv_heads, q_len, kv_len, dim, dtype):
 
     def run(rope=False):
         return _triton_attention.attention(q, k, v, causal=True, query_offset=offset,
-                                           spec_or_table=spec if rope else None)
+                                           rope=rotary.FusedRope(spec) if rope else None)
 
     time_row("copy of the KV bytes", lambda: (k.clone(), v.clone()))
     sdpa = torch.nn.functional.scaled_dot_product_attention

@@ -7,7 +7,7 @@ NumPy API (this module):
     q_out, k_out = rotary.apply(q, k, positions, spec)    # q, k [batch, heads, seq, head_dim] (HF's)
     cache = rotary.KvCache(spec, batch=1, kv_heads=8, capacity=4096)  # keys stored rotated; context shift
     rotary.convert_weights("hf.safetensors", "meta.safetensors", "config.json", to="interleaved")
-    out = rotary.attention(q, k, v, causal=True, spec_or_table=spec)  # GQA, masks, fused RoPE
+    out = rotary.attention(q, k, v, causal=True, rope=rotary.FusedRope(spec))  # GQA, masks, fused RoPE
     out = rotary.attention(q, k, v, causal=True, alibi_slopes=rotary.alibi_slopes(q.shape[1]))  # or absolute=
 
 PyTorch API: rotary.torch (custom op with autograd and torch.compile support, a Hugging Face
@@ -30,7 +30,7 @@ from ._diagnose import diagnose
 from ._export import export_table
 from ._kv_cache import KvCache
 from ._convert import convert_weights
-from ._attention import alibi_slopes, attention, attention_scale, sinusoidal_table
+from ._attention import FusedRope, alibi_slopes, attention, attention_scale, sinusoidal_table
 
 __all__ = [
     "RotaryError",
@@ -46,6 +46,7 @@ __all__ = [
     "KvCache",
     "convert_weights",
     "attention",
+    "FusedRope",
     "attention_scale",
     "alibi_slopes",
     "sinusoidal_table",

@@ -8,7 +8,9 @@ call) is checked once in C++ (check_attention_arguments), before anything is wri
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+import warnings
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -28,6 +30,70 @@ from ._views import (
     token_axes,
     token_positions,
 )
+
+
+@dataclass(frozen=True, eq=False)
+class FusedRope:
+    """RoPE fused into attention's loads: attention(q, k, v, rope=rotary.FusedRope(spec, ...)).
+    Mirrors C++'s AttentionRope (include/rotary/attention.hpp), which attention takes apart from
+    its AttentionOptions. q and k are given un-rotated, and each q and k row is rotated at its
+    position as it is loaded (never written to memory).
+
+    source: a rotary.Spec (its shared table of `precision`) or a rotary.Table.
+    q_positions / k_positions: per-token positions, [batch, seq_q] / [batch, seq_k] ([1, seq] and
+        [seq] broadcast; layout "thd": [tokens]); NumPy arrays for rotary.attention, integer
+        tensors for rotary.torch.attention. None: the mask's positions (offset + i for queries, j
+        for keys).
+    rotary_offset: where the rotated block starts in the head (DeepSeek's q = [nope | rope]).
+    precision: the Spec's table precision ("exact" or "hf"; None: the default).
+    seq_len: the frequencies' seq_len (None: the call's largest position + 1).
+
+    The values are checked by the attention call that receives them, with errors naming the
+    argument. Frozen (eq=False: fields may be arrays, which have no single truth value).
+
+    >>> rope = rotary.FusedRope(rotary.Spec.preset("llama-3.1-8b"), q_positions=np.arange(4, 7))
+    >>> rope.rotary_offset, rope.k_positions
+    (0, None)
+    """
+    source: Any
+    q_positions: Any = None
+    k_positions: Any = None
+    rotary_offset: Any = 0
+    precision: Optional[str] = None
+    seq_len: Optional[int] = None
+
+
+_FLAT_ROPE = ("spec_or_table", "q_positions", "k_positions", "rotary_offset", "precision", "seq_len")
+
+
+def _flat_given(name: str, value) -> bool:
+    if name == "rotary_offset":
+        return not (type(value) is int and value == 0)
+    return value is not None
+
+
+def fused_rope_terms(where: str, rope, spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len,
+                     *, absolute=None) -> tuple:
+    """(spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len) of a call: rope's
+    fields, or the deprecated flat keywords (one DeprecationWarning a call). With absolute= and no
+    rope, q_positions / k_positions are the absolute table's positions, not deprecated."""
+    flat = dict(zip(_FLAT_ROPE, (spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len)))
+    given = [name for name, value in flat.items() if _flat_given(name, value)]
+    if rope is None:
+        deprecated = [name for name in given if absolute is None or name not in ("q_positions", "k_positions")]
+        if deprecated:
+            warnings.warn(f"{where}: the fused-RoPE keywords {', '.join(deprecated)} are deprecated; pass "
+                          f"rope=rotary.FusedRope(spec_or_table, q_positions=..., k_positions=..., rotary_offset=..., "
+                          f"precision=..., seq_len=...) instead", DeprecationWarning, stacklevel=3)
+        return tuple(flat.values())
+    if not isinstance(rope, FusedRope):
+        raise RotaryError(f"rope must be a rotary.FusedRope or None (got {type(rope).__name__})")
+    if given:
+        raise RotaryError(f"rope and {', '.join(given)} are exclusive: fused RoPE's terms go inside "
+                          f"rope=rotary.FusedRope(...) (got rope and {', '.join(given)})")
+    if not isinstance(rope.source, (Spec, Table)):
+        raise RotaryError(f"rope.source must be a rotary.Spec or rotary.Table (got {type(rope.source).__name__})")
+    return rope.source, rope.q_positions, rope.k_positions, rope.rotary_offset, rope.precision, rope.seq_len
 
 
 class Prepared(NamedTuple):
@@ -236,7 +302,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
               window: int = 0, query_offset: int = 0, query_offsets: Optional[ArrayLike] = None,
               kv_lengths: Optional[ArrayLike] = None, kv_starts: Optional[ArrayLike] = None,
               cu_seqlens_q: Optional[ArrayLike] = None, cu_seqlens_k: Optional[ArrayLike] = None,
-              layout: str = "bhsd",
+              layout: str = "bhsd", rope: Optional[FusedRope] = None,
               spec_or_table: Union[Spec, Table, None] = None, q_positions: Optional[ArrayLike] = None,
               k_positions: Optional[ArrayLike] = None, rotary_offset: int = 0, precision: Optional[str] = None,
               seq_len: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
@@ -262,12 +328,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
       cu_seqlens_q / cu_seqlens_k: [sequences + 1] segment starts for layout "thd".
     A query that sees no key gets zeros. scale: None for 1/sqrt(d).
 
-    Fused RoPE: spec_or_table (a rotary.Spec, its shared table of `precision`, or a rotary.Table):
-    q and k are un-rotated, and each is rotated at its position as it is loaded (never written).
-    q_positions [batch, seq_q] / k_positions [batch, seq_k] ([1, seq] and [seq] broadcast; thd:
-    [tokens]); default: the mask's positions (offset + i for queries, j for keys). rotary_offset:
-    where the rotated block starts in the head. seq_len: the frequencies' seq_len (None: the
-    largest position + 1).
+    Fused RoPE: rope=rotary.FusedRope(spec_or_table, q_positions=, k_positions=, rotary_offset=,
+    precision=, seq_len=) (its docstring): q and k are un-rotated, and each is rotated at its
+    position as it is loaded (never written). The same six as flat keywords (spec_or_table=, ...)
+    are deprecated: they warn, and work as before.
 
     Other position encodings (one per call: RoPE, ALiBi and an absolute table are exclusive):
       alibi_slopes:  [q_heads] slopes (rounded to float32; rotary.alibi_slopes(q_heads) gives the
@@ -275,8 +339,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
                      -slope_h * |p_i - j| after the scale (flash-attention's convention);
       absolute:      a float32 table [rows, head_dim] (rotary.sinusoidal_table(rows, head_dim), or
                      a learned one): q_i + P[q_positions[i]] and k_j + P[k_positions[j]] are
-                     formed as they are loaded; positions as for fused RoPE (default: the
-                     mask's), each in [0, rows).
+                     formed as they are loaded; q_positions= / k_positions= as FusedRope's
+                     (default: the mask's), each in [0, rows).
 
     out: a writable array of q's shape with v's head dim and q's dtype; default a new array.
     implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition).
@@ -284,7 +348,13 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     >>> q = np.ones((1, 4, 3, 8), np.float32); k = v = np.ones((1, 2, 3, 8), np.float32)
     >>> rotary.attention(q, k, v, causal=True).shape
     (1, 4, 3, 8)
+    >>> spec = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=8, rotary_dim=8)
+    >>> rotary.attention(q, k, v, causal=True, rope=rotary.FusedRope(spec)).shape
+    (1, 4, 3, 8)
     """
+    spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len = fused_rope_terms(
+        "rotary.attention", rope, spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len,
+        absolute=absolute)
     check_layout(layout)
     check_implementation(implementation)
     causal = check_causal(causal)

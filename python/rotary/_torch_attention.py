@@ -27,8 +27,10 @@ import torch
 
 from . import _handles, _rotary
 from ._attention import (
+    FusedRope,
     check_causal,
     floats_descriptor,
+    fused_rope_terms,
     optional_scale,
     output_shape,
     prepare,
@@ -334,7 +336,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               scale: Optional[float] = None, window: int = 0, query_offset: int = 0,
               query_offsets: Optional[torch.Tensor] = None, kv_lengths: Optional[torch.Tensor] = None,
               kv_starts: Optional[torch.Tensor] = None, cu_seqlens_q: Optional[torch.Tensor] = None,
-              cu_seqlens_k: Optional[torch.Tensor] = None, layout: str = "bhsd", spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
+              cu_seqlens_k: Optional[torch.Tensor] = None, layout: str = "bhsd", rope: Optional[FusedRope] = None,
+              spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
               k_positions: Optional[torch.Tensor] = None, rotary_offset: int = 0, precision: Optional[str] = None,
               seq_len: Optional[int] = None, alibi_slopes: Optional[torch.Tensor] = None,
               absolute: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
@@ -342,8 +345,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """rotary.attention for torch CPU tensors: the custom op ``rotary::attention`` (torch.compile
     keeps it as one node; fake implementation for the shapes). Same arguments and rules as
     rotary.attention (the NumPy function); the integer arguments (query_offsets, kv_lengths,
-    kv_starts, cu_seqlens_*, positions) are integer tensors. float32 / bfloat16 / float16 run the SIMD
-    kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
+    kv_starts, cu_seqlens_*, positions) are integer tensors. Fused RoPE: rope=rotary.FusedRope(spec,
+    q_positions=, k_positions=, rotary_offset=, precision=, seq_len=), positions as integer tensors
+    (the six as flat keywords are deprecated: they warn, and work as before). float32 / bfloat16 /
+    float16 run the SIMD kernels, float64 the float64 reference. out: a tensor of q's shape with v's head dim and q's
     dtype to write into (no autograd). Gradients: the dense attention backward recomputed in torch
     (O(q_len x kv_len) memory per head), through rotary's backward rotation for fused RoPE.
     alibi_slopes: a floating tensor [q_heads] (rounded to float32; no gradient: a slopes tensor
@@ -352,6 +357,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     implementation: "kernels" (the SIMD fast path) or "reference" (the float64 definition): which
     numerics run, a different axis from the device backend (apply_rotary's backend=), which q's
     device picks here."""
+    spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len = fused_rope_terms(
+        "rotary.torch.attention", rope, spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len,
+        absolute=absolute)
     check_layout(layout)
     check_implementation(implementation)
     causal = check_causal(causal)
@@ -392,10 +400,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     encodings = (("alibi_slopes", alibi_slopes), ("absolute", absolute))
     if q.device.type == "cuda":  # the Triton kernel (docs/gpu.md, "Attention"); what it lacks is refused by name
         from ._triton_attention import from_torch_attention
+        if spec_or_table is None:  # the deprecated flat form's terms without a source: the CPU path's errors
+            if rotary_offset:
+                raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset "
+                                  f"{rotary_offset})")
+            for name, value in (("precision", precision), ("seq_len", seq_len)):
+                if value is not None:
+                    raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} without it)")
+        fused = None if spec_or_table is None else FusedRope(spec_or_table, q_positions, k_positions, rotary_offset,
+                                                               precision, seq_len)
         return from_torch_attention(q, k, v, dict(ints + encodings, out=out), causal=causal, scale=scale,
-                                    window=window, query_offset=query_offset, layout=layout,
-                                    spec_or_table=spec_or_table, rotary_offset=rotary_offset, precision=precision,
-                                    seq_len=seq_len, implementation=implementation)
+                                    window=window, query_offset=query_offset, layout=layout, rope=fused,
+                                    implementation=implementation)
     if q.device.type != "meta":
         select_backend(q, "reference" if implementation == "reference" else None, op="attention")  # its named error
         check_on_cpu((("q", q), ("k", k), ("v", v)) + ints + encodings)

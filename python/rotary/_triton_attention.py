@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ._attention import check_causal, optional_scale
+from ._attention import FusedRope, check_causal, fused_rope_terms, optional_scale
 from ._rotary import RotaryError
 from ._table import Table, check_source, resolve
 from ._triton_rope import check_device, check_spec, device_rows, jitted_kernel, next_power_of_two
@@ -125,7 +125,8 @@ def _rope(spec_or_table, precision, seq_len, rotary_offset, dim, q_positions, k_
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, window: int = 0,
-              scale: Optional[float] = None, spec_or_table=None, q_positions: Optional[torch.Tensor] = None,
+              scale: Optional[float] = None, rope: Optional[FusedRope] = None, spec_or_table=None,
+              q_positions: Optional[torch.Tensor] = None,
               k_positions: Optional[torch.Tensor] = None, query_offset: int = 0, softcap: Optional[float] = None,
               precision: Optional[str] = None, seq_len: Optional[int] = None, rotary_offset: int = 0,
               layout: str = "bhsd", return_lse: bool = False):
@@ -136,9 +137,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     log-sum-exp of each query's scaled (soft-capped) scores, [batch, q_heads, q_len].
 
     causal / window / query_offset: rotary.torch.attention's masks. scale: default 1/sqrt(d).
-    spec_or_table: fused RoPE (None: plain attention); q_positions / k_positions: int [batch,
-    len] RoPE positions (default query_offset + i and j); precision / seq_len / rotary_offset as
-    rotary.torch.attention's. softcap: Gemma 2's logit soft-capping, s = cap * tanh(s / cap)."""
+    rope: a rotary.FusedRope (None: plain attention); its q_positions / k_positions are int
+    [batch, len] tensors (default query_offset + i and j), both or neither; precision / seq_len /
+    rotary_offset as rotary.torch.attention's (the six as flat keywords are deprecated).
+    softcap: Gemma 2's logit soft-capping, s = cap * tanh(s / cap)."""
+    spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len = fused_rope_terms(
+        "the triton attention", rope, spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len)
+    return _attention(q, k, v, causal=causal, window=window, scale=scale, spec_or_table=spec_or_table,
+                      q_positions=q_positions, k_positions=k_positions, query_offset=query_offset, softcap=softcap,
+                      precision=precision, seq_len=seq_len, rotary_offset=rotary_offset, layout=layout,
+                      return_lse=return_lse)
+
+
+def _attention(q, k, v, *, causal, window, scale, spec_or_table, q_positions, k_positions, query_offset, softcap,
+               precision, seq_len, rotary_offset, layout, return_lse):
+    """attention() with fused RoPE's terms as plain values (rope unpacked)."""
     causal = check_causal(causal)
     window = int_arg("window", window, minimum=0)
     query_offset = int_arg("query_offset", query_offset, minimum=0)
@@ -318,8 +331,8 @@ def _launch(qv, kv, vv, ov, lse, rope, group, causal, window, scale, softcap, qu
             BLOCK_M=block, BLOCK_DV=max(16, next_power_of_two(v_dim)))
 
 
-def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_offset, layout, spec_or_table,
-                         rotary_offset, precision, seq_len, implementation):
+def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_offset, layout,
+                         rope: Optional[FusedRope], implementation):
     """rotary.torch.attention on CUDA tensors, after its argument checks: the Triton kernel
     (attention above). What the kernel does not compute is refused by name, never sent to the
     host: the per-sequence and varlen arguments, ALiBi and absolute tables, out=, the float64
@@ -332,10 +345,14 @@ def from_torch_attention(q, k, v, others: dict, *, causal, scale, window, query_
         if others.get(name) is not None:
             raise RotaryError(f"{name} is not supported on CUDA tensors yet (the Triton attention kernel, docs/gpu.md: "
                               f"got {name}); move q, k and v to the CPU for it")
-    return attention(q, k, v, causal=causal, window=window, scale=scale, spec_or_table=spec_or_table,
-                     q_positions=others.get("q_positions"), k_positions=others.get("k_positions"),
-                     query_offset=query_offset, precision=precision, seq_len=seq_len, rotary_offset=rotary_offset,
-                     layout=layout)
+    if rope is not None:
+        return attention(q, k, v, causal=causal, window=window, scale=scale, rope=rope, query_offset=query_offset,
+                         layout=layout)
+    # No source: positions alone are refused by name there (the flat values: no second warning).
+    return _attention(q, k, v, causal=causal, window=window, scale=scale, spec_or_table=None,
+                      q_positions=others.get("q_positions"), k_positions=others.get("k_positions"),
+                      query_offset=query_offset, softcap=None, precision=None, seq_len=None, rotary_offset=0,
+                      layout=layout, return_lse=False)
 
 
 def hf_attention(q, k, v, mask, causal: bool, window: int, scale: Optional[float]) -> torch.Tensor:

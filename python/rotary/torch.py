@@ -9,7 +9,7 @@ and float64 through the float64 reference (for gradcheck), any strides. Tensors 
 go through a pure-torch implementation of the same contract (``_apply_torch`` in _torch_ops.py; also
 selectable with backend="torch", which is how it is tested here, on CPU tensors).
 
-Attention: rotary.torch.attention(q, k, v, causal=True, spec_or_table=spec) is the custom op
+Attention: rotary.torch.attention(q, k, v, causal=True, rope=rotary.FusedRope(spec)) is the custom op
 ``rotary::attention`` (MHA / GQA / MQA, causal / window / padding / varlen masks, fused RoPE; CPU;
 forward only). register_attention() makes attn_implementation="rotary" a transformers attention
 backend (docs/attention.md, "The transformers backend"); fuse_rope(model) runs a model on
@@ -35,12 +35,14 @@ from ._torch_cos_sin import (
 from ._hf_rotary_embedding import RotaryEmbedding, hf_inv_freq
 from ._hf_patch import patch_model, patched, unpatch_model
 from ._torch_ops import apply_rotary
+from ._attention import FusedRope
 from ._torch_attention import attention, register_attention, rotary_attention_forward
 from ._torch_fused import fuse_rope, rotary_fused_attention_forward, unfuse_rope
 
 __all__ = [
     "apply_rotary",
     "attention",
+    "FusedRope",
     "register_attention",
     "rotary_attention_forward",
     "fuse_rope",

@@ -182,8 +182,8 @@ def test_fused_rope_equals_rotation_then_attention(rng):
     v = random_values(rng, (b, kh, kl, 24), np.float32)
     k_pos = np.array([np.arange(kl) + 300, np.arange(kl) + 7000])
     q_pos = k_pos[:, kl - ql:]
-    fused = rotary.attention(q, k, v, causal=True, query_offset=kl - ql, spec_or_table=table, q_positions=q_pos,
-                             k_positions=k_pos).astype(np.float64)
+    fused = rotary.attention(q, k, v, causal=True, query_offset=kl - ql,
+                             rope=rotary.FusedRope(table, q_positions=q_pos, k_positions=k_pos)).astype(np.float64)
     q_rot, _ = rotary.apply(q.astype(np.float64), None, q_pos, table)
     k_rot, _ = rotary.apply(k.astype(np.float64), None, k_pos, table)
     visible = visibility(b, ql, kl, True, 0, [kl - ql] * b, [kl] * b)
@@ -194,13 +194,14 @@ def test_fused_rope_equals_rotation_then_attention(rng):
     tol = bound(q_mag, k_mag, v, visible, 1 / math.sqrt(d), want, np.float32, fused)
     assert (np.abs(fused - want) / tol).max() <= 1.0
     # Default positions follow the mask: query i at query_offset + i, key j at j.
-    default = rotary.attention(q, k, v, causal=True, query_offset=kl - ql, spec_or_table=table)
-    explicit = rotary.attention(q, k, v, causal=True, query_offset=kl - ql, spec_or_table=table,
-                                q_positions=np.arange(kl - ql, kl), k_positions=np.arange(kl))
+    default = rotary.attention(q, k, v, causal=True, query_offset=kl - ql, rope=rotary.FusedRope(table))
+    explicit = rotary.attention(q, k, v, causal=True, query_offset=kl - ql,
+                                rope=rotary.FusedRope(table, q_positions=np.arange(kl - ql, kl),
+                                                      k_positions=np.arange(kl)))
     assert np.array_equal(default, explicit)
     # And positions matter: shifting only the keys changes the result well past the bound.
-    moved = rotary.attention(q, k, v, causal=True, query_offset=kl - ql, spec_or_table=table, q_positions=q_pos,
-                             k_positions=k_pos + 1).astype(np.float64)
+    moved = rotary.attention(q, k, v, causal=True, query_offset=kl - ql,
+                             rope=rotary.FusedRope(table, q_positions=q_pos, k_positions=k_pos + 1)).astype(np.float64)
     assert (np.abs(moved - want) / tol).max() > 1.0
 
 
@@ -257,9 +258,6 @@ def test_attention_scale_rule():
     # Found by the attention_args fuzz target: the float32 fast path's scale was inf (NaN out).
     (dict(scale=1e39), "options.scale must be finite in float32, at most 3.4028235e.38 (attention computes in "
                        "float32) (got 1e.39)"),
-    (dict(q_positions=[0, 1, 2]), "q_positions is for fused RoPE or an absolute table and needs spec_or_table or "
-                                  "absolute (got q_positions without either)"),
-    (dict(rotary_offset=2), "rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)"),
     (dict(query_offset=1.5), "query_offset must be an integer (got 1.5)"),
     (dict(cu_seqlens_q=[0, 3]), "cu_seqlens"),
 ])
@@ -280,9 +278,9 @@ def test_refusals_of_shapes_and_positions(rng):
     q = random_values(rng, (1, 4, 3, 8), np.float32)
     k = v = random_values(rng, (1, 2, 5, 8), np.float32)
     with pytest.raises(rotary.RotaryError, match=r"k_positions has shape \(3,\); k has 5 tokens"):
-        rotary.attention(q, k, v, spec_or_table=spec, k_positions=[0, 1, 2])
+        rotary.attention(q, k, v, rope=rotary.FusedRope(spec, k_positions=[0, 1, 2]))
     with pytest.raises(rotary.RotaryError, match=r"q_positions has shape \(2, 3\)"):
-        rotary.attention(q, k, v, spec_or_table=spec, q_positions=np.zeros((2, 3), np.int64))
+        rotary.attention(q, k, v, rope=rotary.FusedRope(spec, q_positions=np.zeros((2, 3), np.int64)))
     with pytest.raises(rotary.RotaryError, match="out must be writable"):
         out = np.zeros((1, 4, 3, 8), np.float32)
         out.flags.writeable = False
@@ -467,9 +465,9 @@ def small_spec():
      "absolute.q_positions[1] must be in [0, 2] (the table's rows) (got -1)"),
     (lambda: dict(absolute=rotary.sinusoidal_table(3, 8), alibi_slopes=rotary.alibi_slopes(4)),
      "options.alibi_slopes must be empty with an absolute table: one position encoding per call (got 4 slopes)"),
-    (lambda: dict(spec_or_table=small_spec(), alibi_slopes=rotary.alibi_slopes(4)),
+    (lambda: dict(rope=rotary.FusedRope(small_spec()), alibi_slopes=rotary.alibi_slopes(4)),
      "options.alibi_slopes must be empty with fused RoPE: one position encoding per call (got 4 slopes)"),
-    (lambda: dict(spec_or_table=small_spec(), absolute=rotary.sinusoidal_table(3, 8)),
+    (lambda: dict(rope=rotary.FusedRope(small_spec()), absolute=rotary.sinusoidal_table(3, 8)),
      "options.absolute must be null with fused RoPE: one position encoding per call (got a table)"),
 ])
 def test_encoding_refusals_name_the_argument_and_value(rng, make_kwargs, message):
@@ -503,15 +501,16 @@ def test_kv_starts_equal_each_sequence_on_its_keys_from_the_start(rng):
     v = random_values(rng, (3, 2, 20, 16), np.float64)
     starts, offsets = np.array([0, 6, 14]), np.array([15, 15, 15])
     spec = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=16, rotary_dim=16)
-    for extra in ({}, {"spec_or_table": spec}):
+    for extra in ({}, {"rope": rotary.FusedRope(spec)}):
         full = rotary.attention(q, k, v, causal=True, query_offsets=offsets, kv_starts=starts, **extra)
         fast = rotary.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), causal=True,
                                 query_offsets=offsets, kv_starts=starts, **extra)
         for b, s in enumerate(starts):
             # Alone, the keys from s: the mask's positions shift, so fused RoPE is given the originals.
-            positions = {"q_positions": (offsets[b] + np.arange(5))[None, :], "k_positions": np.arange(s, 20)[None, :]}
+            rope = rotary.FusedRope(spec, q_positions=(offsets[b] + np.arange(5))[None, :],
+                                    k_positions=np.arange(s, 20)[None, :])
             alone = rotary.attention(q[b:b + 1], k[b:b + 1, :, s:], v[b:b + 1, :, s:], causal=True,
-                                     query_offset=int(offsets[b] - s), **(positions if extra else {}), **extra)
+                                     query_offset=int(offsets[b] - s), **({"rope": rope} if extra else {}))
             np.testing.assert_array_equal(full[b:b + 1], alone)
             np.testing.assert_allclose(fast[b:b + 1], alone, rtol=0, atol=2e-6)
     with pytest.raises(rotary.RotaryError, match=r"attention: options.kv_starts\[2\] must be in \[0, 20\] \(k's seq\) "

@@ -33,7 +33,7 @@ def test_docstring_examples_run(module):
 
 PUBLIC = ["Spec.preset", "Spec.from_hf_config", "Spec.from_json", "Spec.for_layer_type", "Spec.replace",
           "Spec.frequencies", "presets", "Table", "Table.cos_sin", "table", "apply", "apply_cos_sin", "diagnose",
-          "export_table", "KvCache", "convert_weights", "attention", "attention_scale", "alibi_slopes",
+          "export_table", "KvCache", "convert_weights", "attention", "FusedRope", "attention_scale", "alibi_slopes",
           "sinusoidal_table"]
 
 

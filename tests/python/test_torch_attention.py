@@ -95,7 +95,7 @@ def test_float64_runs_the_reference_and_fused_rope_matches_apply():
     k = random_tensor(gen, (1, 2, 6, 128), torch.float64)
     v = random_tensor(gen, (1, 2, 6, 128), torch.float64)
     positions = torch.arange(100, 106)
-    fused = rt.attention(q, k, v, causal=True, spec_or_table=spec, q_positions=positions, k_positions=positions)
+    fused = rt.attention(q, k, v, causal=True, rope=rt.FusedRope(spec, q_positions=positions, k_positions=positions))
     q_rot, k_rot = rt.apply_rotary(q, k, positions, spec)
     unfused = torch.nn.functional.scaled_dot_product_attention(q_rot, k_rot, v, is_causal=True, enable_gqa=True)
     assert fused.dtype == torch.float64
@@ -112,7 +112,7 @@ def test_torch_compile_fullgraph_from_a_cold_start():
     lengths = torch.tensor([7, 5])
 
     def step(q, k, v, lengths):
-        out = rt.attention(q * 1.0, k, v, causal=True, query_offset=2, kv_lengths=lengths, spec_or_table=spec)
+        out = rt.attention(q * 1.0, k, v, causal=True, query_offset=2, kv_lengths=lengths, rope=rt.FusedRope(spec))
         return out + 1.0
 
     compiled = torch.compile(step, fullgraph=True)
@@ -152,18 +152,19 @@ def test_gradients_pass_gradcheck_for_every_mask_layout_and_fused_rope():
                                          query_offsets=torch.tensor([1, 1, 1])),
             (_leaf(gen, 5, 2, 8), _leaf(gen, 8, 1, 8), _leaf(gen, 8, 1, 8))),
         "fused rope, positions": (
-            lambda q, k, v: rt.attention(q, k, v, layout="bshd", causal=True, query_offset=2, spec_or_table=spec,
-                                         q_positions=torch.tensor([[7, 8], [100, 101]]),
-                                         k_positions=torch.tensor([[5, 6, 7, 8], [98, 99, 100, 101]])),
+            lambda q, k, v: rt.attention(q, k, v, layout="bshd", causal=True, query_offset=2,
+                                         rope=rt.FusedRope(spec, q_positions=torch.tensor([[7, 8], [100, 101]]),
+                                                           k_positions=torch.tensor([[5, 6, 7, 8],
+                                                                                     [98, 99, 100, 101]]))),
             (_leaf(gen, 2, 2, 4, 128), _leaf(gen, 2, 4, 2, 128), _leaf(gen, 2, 4, 2, 16))),
         "thd, fused LongRoPE: one seq_len for the whole call (long factors past 4096)": (
-            lambda q, k, v: rt.attention(q, k, v, layout="thd", causal=True, spec_or_table=phi3,
+            lambda q, k, v: rt.attention(q, k, v, layout="thd", causal=True,
                                          cu_seqlens_q=torch.tensor([0, 2, 4]), cu_seqlens_k=torch.tensor([0, 2, 4]),
-                                         q_positions=torch.tensor([10, 11, 5000, 5001]),
-                                         k_positions=torch.tensor([10, 11, 5000, 5001])),
+                                         rope=rt.FusedRope(phi3, q_positions=torch.tensor([10, 11, 5000, 5001]),
+                                                           k_positions=torch.tensor([10, 11, 5000, 5001]))),
             (_leaf(gen, 4, 2, 96), _leaf(gen, 4, 1, 96), _leaf(gen, 4, 1, 8))),
         "fused rope, the mask's positions": (
-            lambda q, k, v: rt.attention(q, k, v, causal=True, spec_or_table=spec),
+            lambda q, k, v: rt.attention(q, k, v, causal=True, rope=rt.FusedRope(spec)),
             (_leaf(gen, 1, 2, 3, 128), _leaf(gen, 1, 1, 3, 128), _leaf(gen, 1, 1, 3, 8))),
     }
     for name, (fn, args) in cases.items():
@@ -186,7 +187,8 @@ def test_backward_in_query_blocks_equals_one_block(monkeypatch):
                                          kv_lengths=torch.tensor([6, 5]), alibi_slopes=slopes),
             [_leaf(gen, 2, 4, 5, 8), _leaf(gen, 2, 2, 6, 8), _leaf(gen, 2, 2, 6, 5)], 2 * 4 * 6),
         "fused rope bshd": (
-            lambda q, k, v: rt.attention(q, k, v, layout="bshd", causal=True, query_offset=3, spec_or_table=spec),
+            lambda q, k, v: rt.attention(q, k, v, layout="bshd", causal=True, query_offset=3,
+                                         rope=rt.FusedRope(spec)),
             [_leaf(gen, 1, 5, 2, 128), _leaf(gen, 1, 8, 1, 128), _leaf(gen, 1, 8, 1, 16)], 1 * 2 * 8),
     }
     for name, (fn, args, scores_per_row) in cases.items():
@@ -211,7 +213,8 @@ def test_gradients_under_torch_compile_fullgraph_equal_eager():
     leaves = [random_tensor(gen, s).requires_grad_() for s in ((2, 4, 5, 128), (2, 2, 7, 128), (2, 2, 7, 16))]
 
     def loss(q, k, v):
-        out = rt.attention(q, k, v, causal=True, query_offset=2, kv_lengths=torch.tensor([7, 6]), spec_or_table=spec)
+        out = rt.attention(q, k, v, causal=True, query_offset=2, kv_lengths=torch.tensor([7, 6]),
+                           rope=rt.FusedRope(spec))
         return out.square().sum()
 
     torch.compile(loss, fullgraph=True)(*leaves).backward()
@@ -418,9 +421,9 @@ def test_encoding_refusals_name_the_argument_and_value():
          "absolute.k_positions[1] must be in [0, 2] (the table's rows) (got 3)"),
         (dict(absolute=table, alibi_slopes=torch.ones(4)),
          "options.alibi_slopes must be empty with an absolute table: one position encoding per call (got 4 slopes)"),
-        (dict(spec_or_table=spec, alibi_slopes=torch.ones(4)),
+        (dict(rope=rt.FusedRope(spec), alibi_slopes=torch.ones(4)),
          "options.alibi_slopes must be empty with fused RoPE: one position encoding per call (got 4 slopes)"),
-        (dict(spec_or_table=spec, absolute=table),
+        (dict(rope=rt.FusedRope(spec), absolute=table),
          "options.absolute must be null with fused RoPE: one position encoding per call (got a table)"),
     ]
     for kwargs, message in refusals:

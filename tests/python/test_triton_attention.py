@@ -60,13 +60,28 @@ from triton_device import DEVICE, dev, interpreter  # noqa: E402,F401 (interpret
 TILE = 16  # the interpreter's key tile (the GPU's is larger: fewer tiles, inside the same bound)
 
 
-def triton_attention(q, k, v, **kwargs):
-    """rotary._triton_attention.attention on DEVICE copies; (out, lse) on the CPU."""
-    from rotary._triton_attention import attention
+ROPE_TERMS = ("q_positions", "k_positions", "rotary_offset", "precision", "seq_len")
+
+
+def with_rope(spec, kwargs, move=lambda t: t):
+    """kwargs with spec and its fused-RoPE terms grouped as rope=rotary.FusedRope(...), positions
+    through move; kwargs without them when spec is None (then no term may be set)."""
+    rest = {key: value for key, value in kwargs.items() if key not in ROPE_TERMS}
+    terms = {key: kwargs[key] for key in ROPE_TERMS if kwargs.get(key) is not None}
+    if spec is None:
+        assert not terms, f"fused-RoPE terms without a spec: {terms}"
+        return rest
     for key in ("q_positions", "k_positions"):
-        if kwargs.get(key) is not None:
-            kwargs[key] = dev(kwargs[key])
-    out, lse = attention(dev(q), dev(k), dev(v), return_lse=True, **kwargs)
+        if key in terms:
+            terms[key] = move(terms[key])
+    return dict(rest, rope=rotary.FusedRope(spec, **terms))
+
+
+def triton_attention(q, k, v, spec=None, **kwargs):
+    """rotary._triton_attention.attention on DEVICE copies, fused RoPE by spec (None: none) and
+    the terms in kwargs; (out, lse) on the CPU."""
+    from rotary._triton_attention import attention
+    out, lse = attention(dev(q), dev(k), dev(v), return_lse=True, **with_rope(spec, kwargs, dev))
     return out.cpu(), lse.cpu()
 
 
@@ -211,12 +226,12 @@ def test_random_calls_against_the_float64_reference_and_the_cpu_kernels(seed):
     q, k, v, kwargs = random_call(seed)
     spec = kwargs.pop("spec")
     ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
-    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec, **kwargs)
     assert got.dtype == q.dtype and got.shape == ref.shape and lse.dtype == torch.float32
     check(f"seed {seed} {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
     if kwargs["softcap"] is None:  # rotary.torch.attention has no soft-capping
         cpu_kwargs = {key: value for key, value in kwargs.items() if key != "softcap"}
-        cpu = rt.attention(q, k, v, spec_or_table=spec, **cpu_kwargs)
+        cpu = rt.attention(q, k, v, **with_rope(spec, cpu_kwargs))
         both = 2 * (tol + storage(got, ref, q.dtype))
         assert bool(((got.double() - cpu.double()).abs() <= both).all()), f"seed {seed}: against the CPU kernels"
 
@@ -242,7 +257,7 @@ def test_each_dot_precision_within_its_bound(seed, dot, monkeypatch):
     q, k, v, kwargs = random_call(seed)
     spec = kwargs.pop("spec")
     ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
-    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec, **kwargs)
     check(f"seed {seed} dot {dot} {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
 
 
@@ -258,7 +273,7 @@ def test_storage_precision_rounds_rotated_operands():
         saved = _triton_attention.DOT[torch.bfloat16]
         _triton_attention.DOT[torch.bfloat16] = dot
         try:
-            outs[dot], _ = triton_attention(q, k, v, causal=True, spec_or_table=spec)
+            outs[dot], _ = triton_attention(q, k, v, spec, causal=True)
         finally:
             _triton_attention.DOT[torch.bfloat16] = saved
     assert not torch.equal(outs["ieee"], outs["storage"])
@@ -272,7 +287,7 @@ def test_key_splits_merge_within_the_bound(seed, monkeypatch):
     q, k, v, kwargs = random_call(seed)
     spec = kwargs.pop("spec")
     ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, splits=3, **kwargs)
-    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec, **kwargs)
     check(f"seed {seed} splits 3 {kwargs}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
 
 
@@ -288,7 +303,7 @@ def test_decode_packs_the_gqa_group(splits, monkeypatch):
         k, v = (torch.randn(2, 2, 70, 32, generator=gen) for _ in range(2))
         kwargs = dict(causal=True, query_offset=70 - q_len)
         ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, splits=splits, **kwargs)
-        got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+        got, lse = triton_attention(q, k, v, spec, **kwargs)
         check(f"decode q_len {q_len} splits {splits}", got, lse, ref, ref_lse, tol, tol_lse, q.dtype)
 
 
@@ -342,7 +357,7 @@ def test_precision_tables_and_seq_len_reach_the_rows(source, monkeypatch):
                                                                                    "factor": 2.0}})
         kwargs["seq_len"] = 1000
     ref, ref_lse, tol, tol_lse = reference(q, k, v, spec=spec, **kwargs)
-    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec, **kwargs)
     check(source, got, lse, ref, ref_lse, tol, tol_lse, torch.float32)
     if source != "table":  # the rows of the exact precision / of another seq_len are flagged
         other_kwargs = dict(kwargs, precision=None)
@@ -357,10 +372,10 @@ def test_bshd_layout_and_query_offset_give_the_bhsd_result():
     gen = torch.Generator().manual_seed(40)
     q, k, v = (torch.randn(2, 4 if i == 0 else 2, 21, 32, generator=gen) for i in range(3))
     spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=4, num_key_value_heads=2)
-    want, want_lse = triton_attention(q, k, v, causal=True, query_offset=0, spec_or_table=spec)
+    want, want_lse = triton_attention(q, k, v, spec, causal=True, query_offset=0)
     from rotary._triton_attention import attention
     got, lse = attention(dev(q.transpose(1, 2)), dev(k.transpose(1, 2)), dev(v.transpose(1, 2)), causal=True,
-                         spec_or_table=spec, layout="bshd", return_lse=True)
+                         rope=rotary.FusedRope(spec), layout="bshd", return_lse=True)
     assert got.shape == (2, 21, 4, 32)
     assert torch.equal(got.cpu().transpose(1, 2), want) and torch.equal(lse.cpu(), want_lse)
 
@@ -384,7 +399,7 @@ def test_queries_far_past_the_keys_read_their_own_rows():
         torch.randn(1, 1, 20, 32, generator=gen)
     spec = LLAMA.replace(head_dim=32, rotary_dim=32, num_attention_heads=2, num_key_value_heads=1)
     ref, ref_lse, tol, tol_lse = reference(q, k, v, causal=True, query_offset=90_000, spec=spec)
-    got, lse = triton_attention(q, k, v, causal=True, query_offset=90_000, spec_or_table=spec)
+    got, lse = triton_attention(q, k, v, spec, causal=True, query_offset=90_000)
     check("far queries", got, lse, ref, ref_lse, tol, tol_lse, torch.float32)
 
 
@@ -422,34 +437,52 @@ def test_refusals_name_the_argument():
     refuse("softcap must be finite and positive, or None (got 0.0)", q, k, k, softcap=0.0)
     refuse("softcap must be finite and positive, or None (got inf)", q, k, k, softcap=math.inf)
     refuse("return_lse must be True or False (got 1)", q, k, k, return_lse=1)
-    refuse("q_positions is for fused RoPE and needs spec_or_table (got q_positions tensor([[0, 1, 2]]))", q, k, k,
-           q_positions=torch.tensor([[0, 1, 2]]))
-    refuse("rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)", q, k, k, rotary_offset=2)
-    refuse("q_positions and k_positions go together (got only q_positions)", q, k, k, spec_or_table=spec,
-           q_positions=torch.tensor([[0, 1, 2]]))
-    refuse("k_positions must be >= 0 (got -1)", q, k, k, spec_or_table=spec, q_positions=torch.tensor([[0, 1, 2]]),
-           k_positions=torch.tensor([[0, 1, 2, -1]]))
-    refuse("k_positions must have shape [1, 4] (got (1, 3))", q, k, k, spec_or_table=spec,
-           q_positions=torch.tensor([[0, 1, 2]]), k_positions=torch.tensor([[0, 1, 2]]))
+    refuse("q_positions and k_positions go together (got only q_positions)", q, k, k,
+           rope=rotary.FusedRope(spec, q_positions=torch.tensor([[0, 1, 2]])))
+    refuse("k_positions must be >= 0 (got -1)", q, k, k, rope=rotary.FusedRope(
+        spec, q_positions=torch.tensor([[0, 1, 2]]), k_positions=torch.tensor([[0, 1, 2, -1]])))
+    refuse("k_positions must have shape [1, 4] (got (1, 3))", q, k, k, rope=rotary.FusedRope(
+        spec, q_positions=torch.tensor([[0, 1, 2]]), k_positions=torch.tensor([[0, 1, 2]])))
     refuse("rotary_offset + rotary_dim must be <= head_dim 32 (got rotary_offset 4, rotary_dim 32)", q, k, k,
-           spec_or_table=spec, rotary_offset=4)
+           rope=rotary.FusedRope(spec, rotary_offset=4))
     fixed = rotary.Table(spec, fixed_positions=8)
     refuse(f"positions must be <= the table's last position {fixed._native.max_position} (got 12)", q, k, k,
-           spec_or_table=fixed, query_offset=10)
+           rope=rotary.FusedRope(fixed), query_offset=10)
     mrope = rotary.Spec.preset("qwen2-vl-7b")
     refuse("the triton attention rotates by one position per token (got spec 'qwen2-vl-7b' with 3 position "
-           "streams)", q, k, k, spec_or_table=mrope)
+           "streams)", q, k, k, rope=rotary.FusedRope(mrope))
+    refuse("rope must be a rotary.FusedRope or None (got Spec)", q, k, k, rope=spec)
+    refuse("rope and q_positions are exclusive: fused RoPE's terms go inside rope=rotary.FusedRope(...) (got rope "
+           "and q_positions)", q, k, k, rope=rotary.FusedRope(spec), q_positions=torch.tensor([[0, 1, 2]]))
     dynamic = rotary.Spec.from_hf_config({"hidden_size": 128, "num_attention_heads": 4, "max_position_embeddings": 64,
                                           "rope_theta": 10000.0, "rope_scaling": {"rope_type": "dynamic",
                                                                                   "factor": 2.0}})
     refuse("seq_len must be given for spec 'config', whose table depends on the sequence length (got seq_len "
-           "None)", q, k, k, spec_or_table=dynamic)
+           "None)", q, k, k, rope=rotary.FusedRope(dynamic))
     meta = torch.empty(1, 1, 2, 16, device="meta")
     refuse("the triton attention runs on cuda tensors (and cpu ones under TRITON_INTERPRET=1) (got q on meta)", meta,
            meta, meta)
     grad = q.clone().requires_grad_()
     refuse("the triton attention has no backward yet (got q, k or v with requires_grad=True); "
            "rotary.torch.attention records gradients on the CPU", grad, k, k)
+
+
+def test_the_deprecated_flat_keywords_warn_and_keep_their_refusals():
+    # spec_or_table= and the other fused-RoPE terms as flat keywords: one DeprecationWarning a
+    # call, then what they did before, refusals included (terms without a source).
+    q, k = dev(torch.randn(1, 2, 3, 32)), dev(torch.randn(1, 1, 4, 32))
+    with pytest.deprecated_call(match=r"rope=rotary\.FusedRope"):
+        refuse("q_positions is for fused RoPE and needs spec_or_table (got q_positions tensor([[0, 1, 2]]))", q, k,
+               k, q_positions=torch.tensor([[0, 1, 2]]))
+    with pytest.deprecated_call(match=r"rope=rotary\.FusedRope"):
+        refuse("rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)", q, k, k,
+               rotary_offset=2)
+    spec = LLAMA.replace(head_dim=32, rotary_dim=32)
+    from rotary._triton_attention import attention
+    want = attention(q, k, k, causal=True, query_offset=1, rope=rotary.FusedRope(spec, precision="hf"))
+    with pytest.deprecated_call(match=r"rope=rotary\.FusedRope"):
+        got = attention(q, k, k, causal=True, query_offset=1, spec_or_table=spec, precision="hf")
+    assert torch.equal(got, want)
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
@@ -471,10 +504,10 @@ def test_rotary_torch_attention_sends_cuda_calls_to_the_kernel():
     k, v = torch.randn(1, 2, 9, 32, generator=gen), torch.randn(1, 2, 9, 32, generator=gen)
     spec = rotary.Spec.preset("llama-3.1-8b").replace(head_dim=32, rotary_dim=32, num_attention_heads=4,
                                                       num_key_value_heads=2)
-    call = dict(causal=True, scale=None, window=0, query_offset=0, layout="bhsd", spec_or_table=spec,
-                rotary_offset=0, precision=None, seq_len=None, implementation="kernels")
+    call = dict(causal=True, scale=None, window=0, query_offset=0, layout="bhsd", rope=rotary.FusedRope(spec),
+                implementation="kernels")
     got = from_torch_attention(dev(q), dev(k), dev(v), {}, **call).cpu()
-    want = rt.attention(q, k, v, causal=True, spec_or_table=spec)  # the CPU kernels
+    want = rt.attention(q, k, v, causal=True, rope=rotary.FusedRope(spec))  # the CPU kernels
     assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
     with pytest.raises(rotary.RotaryError, match=r"^kv_lengths is not supported on CUDA tensors yet"):
         from_torch_attention(dev(q), dev(k), dev(v), {"kv_lengths": torch.tensor([9])}, **call)

@@ -23,7 +23,8 @@ import rotary.torch as rt
 
 pytest.importorskip("triton", reason="triton is not installed (scripts/requirements.txt pins it)")
 
-from test_triton_attention import LLAMA, reference, set_launch, storage, triton_attention, visible_mask  # noqa: E402
+from test_triton_attention import (LLAMA, reference, set_launch, storage, triton_attention,  # noqa: E402
+                                   visible_mask, with_rope)
 from triton_device import interpreter  # noqa: E402
 
 AUTOUSE = (interpreter,)  # imported for its autouse: TRITON_INTERPRET=1 before any launch
@@ -187,9 +188,9 @@ def test_special_values_reach_exactly_the_rows_that_see_them(case, splits, monke
     assert torch.equal(torch.isinf(want), torch.isinf(expected)) and torch.equal(want[torch.isinf(want)],
                                                                                  expected[torch.isinf(expected)])
     _, _, tol, _ = reference(clean(q), clean(k), clean(v), spec=spec, splits=splits, **kwargs)
-    got, lse = triton_attention(q, k, v, spec_or_table=spec, **kwargs)
+    got, lse = triton_attention(q, k, v, spec, **kwargs)
     compare(f"{case} splits {splits}", got, want, tol, q.dtype)
-    cpu = rt.attention(q, k, v, spec_or_table=spec, **kwargs).double()
+    cpu = rt.attention(q, k, v, **with_rope(spec, kwargs)).double()
     assert torch.equal(torch.isnan(cpu), torch.isnan(want)), f"{case}: the CPU kernels' NaN pattern"
     assert torch.equal(cpu[torch.isinf(want)], want[torch.isinf(want)]), f"{case}: the CPU kernels' infinities"
     # lse: -inf exactly for the rows that see no key (and rows whose scores are all -inf:
