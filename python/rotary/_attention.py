@@ -75,7 +75,8 @@ def _flat_given(name: str, value) -> bool:
 def fused_rope_terms(where: str, rope, spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len,
                      *, absolute=None) -> tuple:
     """(spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len) of a call: rope's
-    fields, or the deprecated flat keywords (one DeprecationWarning a call). With absolute= and no
+    fields, or the deprecated flat keywords (one DeprecationWarning a call; rotary_offset, precision
+    or seq_len without spec_or_table is refused here, for every entry point). With absolute= and no
     rope, q_positions / k_positions are the absolute table's positions, not deprecated."""
     flat = dict(zip(_FLAT_ROPE, (spec_or_table, q_positions, k_positions, rotary_offset, precision, seq_len)))
     given = [name for name, value in flat.items() if _flat_given(name, value)]
@@ -85,6 +86,10 @@ def fused_rope_terms(where: str, rope, spec_or_table, q_positions, k_positions, 
             warnings.warn(f"{where}: the fused-RoPE keywords {', '.join(deprecated)} are deprecated; pass "
                           f"rope=rotary.FusedRope(spec_or_table, q_positions=..., k_positions=..., rotary_offset=..., "
                           f"precision=..., seq_len=...) instead", DeprecationWarning, stacklevel=3)
+        if spec_or_table is None:  # terms that only fused RoPE reads (positions may serve an absolute table)
+            for name in ("rotary_offset", "precision", "seq_len"):
+                if name in given:
+                    raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} {flat[name]!r})")
         return tuple(flat.values())
     if not isinstance(rope, FusedRope):
         raise RotaryError(f"rope must be a rotary.FusedRope or None (got {type(rope).__name__})")
@@ -241,10 +246,7 @@ def prepare(q_shape, k_shape, layout: str, *, query_offset: int, query_offsets, 
     cu_k = _sequence_ints(cu_seqlens_k, "cu_seqlens_k")
     slopes = check_alibi_slopes(alibi_slopes)
     table = check_absolute_table(absolute)
-    if spec_or_table is None:
-        for name, value in (("precision", precision), ("seq_len", seq_len)):
-            if value is not None:
-                raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} without it)")
+    if spec_or_table is None:  # (precision, seq_len and rotary_offset without it: fused_rope_terms)
         if table is None:
             for name, value in (("q_positions", q_positions), ("k_positions", k_positions)):
                 if value is not None:
@@ -365,8 +367,6 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = Fal
     q_view = numpy_view(q, "q", layout)
     k_view = numpy_view(k, "k", layout)
     v_view = numpy_view(v, "v", layout)
-    if spec_or_table is None and rotary_offset != 0:
-        raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
     prepared = prepare(q.shape, k.shape, layout, query_offset=query_offset, query_offsets=query_offsets,
                        kv_lengths=kv_lengths, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                        spec_or_table=spec_or_table, q_positions=q_positions, k_positions=k_positions,

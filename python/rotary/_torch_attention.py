@@ -400,13 +400,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     encodings = (("alibi_slopes", alibi_slopes), ("absolute", absolute))
     if q.device.type == "cuda":  # the Triton kernel (docs/gpu.md, "Attention"); what it lacks is refused by name
         from ._triton_attention import from_torch_attention
-        if spec_or_table is None:  # the deprecated flat form's terms without a source: the CPU path's errors
-            if rotary_offset:
-                raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset "
-                                  f"{rotary_offset})")
-            for name, value in (("precision", precision), ("seq_len", seq_len)):
-                if value is not None:
-                    raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} without it)")
         fused = None if spec_or_table is None else FusedRope(spec_or_table, q_positions, k_positions, rotary_offset,
                                                                precision, seq_len)
         return from_torch_attention(q, k, v, dict(ints + encodings, out=out), causal=causal, scale=scale,
@@ -415,11 +408,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if q.device.type != "meta":
         select_backend(q, "reference" if implementation == "reference" else None, op="attention")  # its named error
         check_on_cpu((("q", q), ("k", k), ("v", v)) + ints + encodings)
-    source = ""
-    if spec_or_table is not None:
-        source = check_source(spec_or_table)._handle
-    elif rotary_offset:
-        raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset {rotary_offset})")
+    source = "" if spec_or_table is None else check_source(spec_or_table)._handle
     args = (query_offsets, kv_lengths, cu_seqlens_q, cu_seqlens_k, q_positions, k_positions, alibi_slopes, absolute,
             source, precision or "", scale, causal, window, query_offset, layout, rotary_offset, named_seq_len,
             implementation, kv_starts)

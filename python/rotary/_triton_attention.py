@@ -170,14 +170,10 @@ def _attention(q, k, v, *, causal, window, scale, spec_or_table, q_positions, k_
     qv, kv, vv = _check_tensors(q, k, v, layout)
     batch, q_heads, q_len, dim = qv.shape
     kv_heads, kv_len, v_dim = kv.shape[1], kv.shape[2], vv.shape[3]
-    if spec_or_table is None:
-        for name, value in (("q_positions", q_positions), ("k_positions", k_positions), ("precision", precision),
-                            ("seq_len", seq_len)):
+    if spec_or_table is None:  # (rotary_offset, precision and seq_len without it: fused_rope_terms)
+        for name, value in (("q_positions", q_positions), ("k_positions", k_positions)):
             if value is not None:
                 raise RotaryError(f"{name} is for fused RoPE and needs spec_or_table (got {name} {value!r})")
-        if rotary_offset:
-            raise RotaryError(f"rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset "
-                              f"{rotary_offset})")
     out_shape = (batch, q_heads, q_len, v_dim) if layout == "bhsd" else (batch, q_len, q_heads, v_dim)
     out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, q_heads, q_len), dtype=torch.float32, device=q.device)

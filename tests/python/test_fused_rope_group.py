@@ -139,6 +139,13 @@ def test_the_deprecated_flat_keywords_keep_their_refusals():
         with pytest.raises(rotary.RotaryError, match=re.escape(
                 "rotary_offset is for fused RoPE and needs spec_or_table (got rotary_offset 2)")):
             rotary.attention(q, k, v, rotary_offset=2)
+    # One refusal for every entry point (fused_rope_terms), with the value.
+    for call, args in ((rotary.attention, (q, k, v)), (rt.attention, torch_tensors((q, k, v), torch.float32))):
+        for name, value in (("precision", "hf"), ("seq_len", 64)):
+            with pytest.deprecated_call(match=r"rope=rotary\.FusedRope"):
+                with pytest.raises(rotary.RotaryError, match=re.escape(
+                        f"{name} is for fused RoPE and needs spec_or_table (got {name} {value!r})")):
+                    call(*args, **{name: value})
     table = rotary.sinusoidal_table(16, 32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
