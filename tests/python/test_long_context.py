@@ -172,3 +172,12 @@ def test_every_forward_gets_a_new_module_so_dynamic_ntk_does_not_keep_a_grown_ba
 def test_config_refuses_what_it_cannot_run(overrides, message):
     with pytest.raises(RotaryError, match=message):
         lc.Config(**overrides)
+
+
+def test_the_run_gives_transformers_modeling_functions_back(quick):
+    """The run patches the model for its treatments only: afterwards transformers' LLaMA
+    apply_rotary_pos_emb is not rotary's (a leftover patch once broke a later test's check)."""
+    import transformers.models.llama.modeling_llama as modeling
+    function = modeling.apply_rotary_pos_emb
+    function = getattr(function, "rotary_fused_inner", function)  # under fuse_rope's wrapper, if installed
+    assert not hasattr(function, "rotary_original")

@@ -320,26 +320,31 @@ def run(config: Config, out_dir: str | None = None, stream=sys.stderr, command: 
     results["seconds"]["reference"] = time.perf_counter() - tick
     log(f"reference (unpatched, windows of {config.trained}): "
         + ", ".join(f"[{r['lo']}, {r['hi']}) {r['perplexity']:.2f}" for r in results["reference"]["buckets"]))
+    # Patched for the treatments only: the model (perhaps the caller's) and transformers' modeling
+    # functions are given back as they were, whatever happens.
     rt.patch_model(model, precision="hf")
-    keys = passkey_keys(config)
-    for name in config.treatments:
-        tick = time.perf_counter()
-        entry = check_against_transformers(model, name)
-        entry.update(perplexity(model, name, text_ids, config))
-        entry["seconds_perplexity"] = time.perf_counter() - tick
-        log(f"{name}: " + ", ".join(f"[{r['lo']}, {r['hi']}) {r['perplexity']:.2f}" for r in entry["buckets"])
-            + f" ({entry['seconds_perplexity']:.0f} s)")
-        results["treatments"][name] = entry
-        for (length, depth), key in keys.items():
+    try:
+        keys = passkey_keys(config)
+        for name in config.treatments:
             tick = time.perf_counter()
-            cell = passkey(model, name, tokenizer, ids[0], length, depth, key)
-            cell.update(treatment=name, seconds=time.perf_counter() - tick)
-            results["passkey"].append(cell)
-            log(f"{name}: passkey {key} at {length} tokens, depth {depth:.0%}: "
-                f"{'retrieved' if cell['retrieved'] else 'missed'} ({cell['greedy']!r}, {cell['seconds']:.0f} s)")
-        results["seconds"]["total"] = time.perf_counter() - start
-        if out_dir is not None:
-            write_results(results, out_dir)
+            entry = check_against_transformers(model, name)
+            entry.update(perplexity(model, name, text_ids, config))
+            entry["seconds_perplexity"] = time.perf_counter() - tick
+            log(f"{name}: " + ", ".join(f"[{r['lo']}, {r['hi']}) {r['perplexity']:.2f}" for r in entry["buckets"])
+                + f" ({entry['seconds_perplexity']:.0f} s)")
+            results["treatments"][name] = entry
+            for (length, depth), key in keys.items():
+                tick = time.perf_counter()
+                cell = passkey(model, name, tokenizer, ids[0], length, depth, key)
+                cell.update(treatment=name, seconds=time.perf_counter() - tick)
+                results["passkey"].append(cell)
+                log(f"{name}: passkey {key} at {length} tokens, depth {depth:.0%}: "
+                    f"{'retrieved' if cell['retrieved'] else 'missed'} ({cell['greedy']!r}, {cell['seconds']:.0f} s)")
+            results["seconds"]["total"] = time.perf_counter() - start
+            if out_dir is not None:
+                write_results(results, out_dir)
+    finally:
+        rt.unpatch_model(model)
     results["environment"]["load_average_end"] = _environment()["load_average"]
     results["seconds"]["total"] = time.perf_counter() - start
     if out_dir is not None:
