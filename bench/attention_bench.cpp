@@ -14,6 +14,9 @@
 //                    against K widened into the tile first, likewise (vdpbf16ps off)
 //   BM_PrefillBf16DotAB bf16 causal prefill (unfused: q / k as stored) with vdpbf16ps scores in
 //                    the transposed form against the float32 form, likewise (1,024 / 4,096 tokens)
+//   BM_PrefillAmxAB  the same prefill with its scores and p.v on AMX tiles (amx_bf16.hpp) against
+//                    the vdpbf16ps scores and float32 p.v, likewise; on a CPU without AMX both
+//                    sides time the vdpbf16ps (or float32) path
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
 // Arguments: dtype (0 float32, 1 bfloat16, 2 float16), threads (set_num_threads / stream threads).
@@ -35,6 +38,7 @@
 #include "rotary/presets.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "attention/amx_bf16.hpp"  // use_amx_bf16: the A/B of the AMX prefill
 #include "attention/bf16_dot.hpp"  // use_avx512_bf16: the A/B of the bf16 scores
 #include "attention/kernels.hpp"   // k_in_place_16bit: the A/B of the 16-bit K loads
 #include "attention/plan.hpp"      // split_over_keys: the A/B of the decode split
@@ -166,6 +170,7 @@ void switch_ab(benchmark::State& state, std::atomic<bool>& knob, bool prefill) {
 void BM_DecodeSplitAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::split_over_keys, false); }
 void BM_DecodeBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, false); }
 void BM_PrefillBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, true); }
+void BM_PrefillAmxAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_amx_bf16, true); }
 void BM_Decode16BitKInPlaceAB(benchmark::State& state) {
   rotary::attention_internal::use_avx512_bf16 = false;  // the bf16 scores then widen K, as f16's do
   switch_ab(state, rotary::attention_internal::k_in_place_16bit, false);
@@ -206,6 +211,7 @@ BENCHMARK(BM_DecodeSplitAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduc
 BENCHMARK(BM_DecodeBf16DotAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_Decode16BitKInPlaceAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1, 2}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_PrefillBf16DotAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillAmxAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 

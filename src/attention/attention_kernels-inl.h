@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "hwy/highway.h"
+#include "attention/amx_bf16.hpp"
 #include "attention/bf16_dot.hpp"
 #include "attention/kernels.hpp"
 #include "attention/prefetch.hpp"
@@ -64,6 +65,7 @@ struct CallForm {
   int64_t dq = 0, dv = 0, dq_pad = 0, dv_pad = 0;
   int64_t s_stride = 0;  // decode form: a row of scores and a vector of slack
   bool bf16_dot = false;        // bf16 scores from q and K as stored, vdpbf16ps (bf16_dot.hpp)
+  bool amx = false;             // bf16_dot's transposed form on AMX tiles, p.v too (amx_bf16.hpp)
   bool k_in_place_ok = false;   // decode-form scores may read K rows in place (widened as loaded)
   bool v_in_place_ok = false;   // decode-form p.v may read V rows in place
 };
@@ -73,10 +75,15 @@ struct ItemForm {
   int64_t rows = 0, rows_pad = 0;
   bool transposed = false;  // SIMD over rows (TransposedRanges ... TransposedUpdate)
   bool dot_scores = false, dot_transposed = false;  // bf16_dot in the decode / transposed form
+  bool amx = false;  // the transposed form's scores and p.v on AMX tiles (instead of dot_transposed)
   bool k_in_place = false, v_in_place = false;      // decode form: K / V rows read where they are
   int64_t first_key = 0, last_key = 0;  // the union of the rows' visible keys [first_key, last_key)
   int64_t prefetch_end = 0;             // in-place rows are prefetched up to this row
 };
+
+// Tiles of V^T an AMX call keeps per thread (Scratch::amx_v_cache): 16,384 keys, 4 MiB at a
+// head dim of 128; tiles further on are packed per use.
+constexpr int64_t kAmxValueSlots = 256;
 
 // Sizes the thread's scratch for the call's largest item and decides the call's forms.
 template <DType kType>
@@ -127,7 +134,24 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
                  N == 16 && dq > 0 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
   }
 #endif
-  if (c.bf16_dot) t.qt_pairs.assign(static_cast<size_t>((dq + 1) / 2 * max_rows_pad), 0u);
+  // Where the CPU and the OS allow AMX, the transposed form of such calls runs its scores and
+  // p.v on tiles (amx_bf16.hpp): K and V as stored, each weight carried as two bf16 values.
+  c.amx = c.bf16_dot && use_amx_bf16.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
+  if (c.bf16_dot) {
+    const int64_t pair_rows = c.amx ? amx_pair_rows(dq) : (dq + 1) / 2;  // AMX: whole tiles, zero past the dim
+    t.qt_pairs.assign(static_cast<size_t>(pair_rows * max_rows_pad), 0u);
+  }
+  if (c.amx) {
+    t.amx_k.assign(static_cast<size_t>(kKeyBlock * amx_pair_rows(dq) * 2), 0);
+    t.amx_v.assign(static_cast<size_t>(32 * dv_pad), 0u);
+    t.amx_p.assign(static_cast<size_t>(64 * max_rows_pad), 0u);
+    t.amx_ot.assign(static_cast<size_t>(dv_pad * max_rows_pad), 0.0f);
+    int64_t max_keys = 0;
+    for (const Sequence& seq : plan.sequences) max_keys = std::max(max_keys, seq.num_keys);
+    const int64_t slots = std::min(kAmxValueSlots, (max_keys + kKeyBlock - 1) / kKeyBlock);
+    t.amx_v_cache = std::make_unique<uint32_t[]>(static_cast<size_t>(slots * 32 * dv_pad));
+    t.amx_v_tags.assign(static_cast<size_t>(slots), Scratch::AmxValuesTag{});
+  }
 
   // In the decode form the scores read K rows where they are (no copy into the tile first) unless
   // they are rotated or have an absolute row added on load, and p.v reads V rows in place; 16-bit
@@ -164,11 +188,13 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
   // BM_DecodeBf16DotAB; docs/attention.md, "AVX512_BF16"), and exact where vdpbf16ps flushes
   // bf16 subnormals; the dot path stays for head dims that are not whole vectors (no copy of K).
   f.dot_scores = c.bf16_dot && !f.transposed && !c.k_in_place_ok;
-  f.dot_transposed = c.bf16_dot && f.transposed;
+  f.amx = c.amx && f.transposed;
+  f.dot_transposed = c.bf16_dot && f.transposed && !f.amx;
   f.k_in_place = c.k_in_place_ok && !f.transposed && !f.dot_scores;
   f.v_in_place = c.v_in_place_ok && !f.transposed;
   if (f.dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
   if (f.dot_transposed) bf16_dot_prefill_items.fetch_add(1, std::memory_order_relaxed);
+  if (f.amx) amx_prefill_items.fetch_add(1, std::memory_order_relaxed);
   if (kType != DType::F32 && f.k_in_place) k_in_place_16bit_items.fetch_add(1, std::memory_order_relaxed);
   int64_t first_key = seq.num_keys, last_key = 0;
   std::fill_n(t.bad.begin(), rows_pad, 0.0f);
@@ -197,7 +223,7 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     t.l[static_cast<size_t>(r)] = 0.0f;
     std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
     const int64_t q_index = seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads;
-    if (f.dot_transposed) {  // q as stored, in bf16 pairs; zeros for a row without keys
+    if (f.dot_transposed || f.amx) {  // q as stored, in bf16 pairs; zeros for a row without keys
       const auto* q_bits = static_cast<const uint16_t*>(call.q) + q_index;
       pack_bf16_pairs(range.first < range.last ? q_bits : nullptr, dq, t.qt_pairs.data(), rows_pad, r);
     }
@@ -207,7 +233,7 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     }
     first_key = std::min(first_key, range.first);
     last_key = std::max(last_key, range.last);
-    if (f.dot_transposed) continue;
+    if (f.dot_transposed || f.amx) continue;
     float* q_row = t.q.data() + r * dq_pad;
     LoadRow<kType>(call.q, q_index, dq, q_row);
     if (call.q_rope != nullptr) {
@@ -218,7 +244,8 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
   }
 
-  if (f.dot_transposed) {
+  if (f.amx) std::fill_n(t.amx_ot.begin(), dv_pad * rows_pad, 0.0f);  // o^T (amx_bf16.hpp)
+  if (f.dot_transposed || f.amx) {
     for (int64_t r = rows; r < rows_pad; ++r) pack_bf16_pairs(nullptr, dq, t.qt_pairs.data(), rows_pad, r);
   } else if (f.transposed) {
     for (int64_t e = 0; e < dq; ++e) {
@@ -274,7 +301,7 @@ HWY_INLINE void LoadTile(const Call& call, const CallForm& c, const Item& item, 
   const int64_t dq = c.dq, dv = c.dv;
   for (int64_t j = 0; j < tile_keys; ++j) {
     const int64_t key = tile + j;
-    if (!f.dot_scores && !f.dot_transposed && !f.k_in_place) {
+    if (!f.dot_scores && !f.dot_transposed && !f.amx && !f.k_in_place) {
       float* k_row = t.k.data() + j * c.dq_pad;
       LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
       if (call.k_rope != nullptr) {
@@ -282,20 +309,67 @@ HWY_INLINE void LoadTile(const Call& call, const CallForm& c, const Item& item, 
       }
       if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], dq);
     }
-    if (!f.v_in_place) {
+    if (!f.v_in_place && !f.amx) {  // AMX reads V rows as stored (TransposedTile)
       LoadRow<kType>(call.v, seq.v_base + key * plan.v.stride_seq + item.kv_head * plan.v.stride_heads, dv,
                      t.v.data() + j * c.dv_pad);
     }
   }
 }
 
+// V^T of an AMX tile (pack_values_amx), from this thread's cache when the items of the same
+// sequence and kv head packed it already; null when the tile holds NaN or an infinity.
+HWY_INLINE const uint32_t* AmxValues(const Call& call, const CallForm& c, const Item& item, int64_t tile,
+                                     int64_t tile_keys, Scratch& t) {
+  const Plan& plan = *call.plan;
+  const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
+  const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
+  const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_v_tags.size());
+  uint32_t* vt = cached ? t.amx_v_cache.get() + slot * 32 * c.dv_pad : t.amx_v.data();
+  if (cached) {
+    const Scratch::AmxValuesTag& tag = t.amx_v_tags[static_cast<size_t>(slot)];
+    if (tag.sequence == item.sequence && tag.kv_head == item.kv_head && tag.keys == tile_keys) {
+      return tag.finite ? vt : nullptr;
+    }
+  }
+  const auto* v_bits = static_cast<const uint16_t*>(call.v) + seq.v_base + tile * plan.v.stride_seq +
+                       item.kv_head * plan.v.stride_heads;
+  const bool finite = pack_values_amx(v_bits, plan.v.stride_seq, tile_keys, c.dv, c.dv_pad, vt);
+  if (!finite) amx_value_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  if (cached) t.amx_v_tags[static_cast<size_t>(slot)] = {item.sequence, item.kv_head, tile_keys, finite};
+  return finite ? vt : nullptr;
+}
+
 // A tile of the transposed form: the rows' visible keys, the scores St (float32 tiles, or bf16
-// as stored through vdpbf16ps), then ALiBi, the online softmax and p.v (TransposedUpdate).
+// as stored through vdpbf16ps), then ALiBi, the online softmax and p.v (TransposedUpdate). On AMX
+// (f.amx) the scores and p.v run on tiles from K and V as stored; a V tile holding NaN or an
+// infinity is widened instead and takes the float32 p.v over each row's visible keys.
 HWY_INLINE void TransposedTile(const Call& call, const CallForm& c, const Item& item, const ItemForm& f, int64_t tile,
                                int64_t tile_keys, Scratch& t) {
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
   if (!TransposedRanges(t, t.ranges.data(), f.rows, f.rows_pad, tile, tile_keys)) return;
+  if (f.amx) {
+    const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + tile * plan.k.stride_seq +
+                         item.kv_head * plan.k.stride_heads;
+    scores_amx_transposed(t.qt_pairs.data(), f.rows_pad, k_bits, plan.k.stride_seq, tile_keys, c.dq, call.scale,
+                          t.st.data(), t.amx_k.data());
+    TransposedSoftmax(t, f.rows_pad, tile, tile_keys);
+    const uint32_t* vt = AmxValues(call, c, item, tile, tile_keys, t);
+    if (vt != nullptr) {
+      values_amx(t.st.data(), f.rows, f.rows_pad, tile_keys, vt, t.alpha.data(), t.amx_ot.data(), c.dv_pad,
+                 t.amx_p.data());
+      return;
+    }
+    // A non-finite value in the tile: the float32 p.v, on o in the kernels' layout for the while.
+    const int64_t v_first = seq.v_base + tile * plan.v.stride_seq + item.kv_head * plan.v.stride_heads;
+    for (int64_t j = 0; j < tile_keys; ++j) {
+      LoadRow<DType::BF16>(call.v, v_first + j * plan.v.stride_seq, c.dv, t.v.data() + j * c.dv_pad);
+    }
+    untranspose_amx(t.amx_ot.data(), f.rows, f.rows_pad, c.dv_pad, t.o.data());
+    AccumulateRows(t, f.rows, t.st.data(), 1, f.rows_pad, t.v.data(), c.dv_pad, c.dv_pad);
+    transpose_rows_amx(t.o.data(), f.rows, f.rows_pad, c.dv_pad, t.amx_ot.data());
+    return;
+  }
   if (f.dot_transposed) {
     const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + tile * plan.k.stride_seq +
                          item.kv_head * plan.k.stride_heads;
@@ -504,6 +578,7 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
     const Item& item = call.items[item_index];
     const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
     const ItemForm f = StartItem<kType>(call, c, item, t);
+    if (f.amx) amx_begin();  // the tile configuration, on this thread, until amx_end below
     PrefetchCursor k_prefetch, v_prefetch;
     StartCursors<kType>(call, c, item_index, begin, f, k_prefetch, v_prefetch);
     for (int64_t tile = f.first_key; tile < f.last_key; tile += kKeyBlock) {
@@ -535,6 +610,10 @@ void AttendTyped(const Call& call, int64_t begin, int64_t end) {
       TileScores<kType>(call, c, item, f, tile, tile_keys, k_tile, k_stride, ahead_end, k_cursor, t);
       SoftmaxUpdate(t, f.rows, c.s_stride, tile);
       AccumulateTile<kType>(call, c, f, v_rows, v_ahead, ahead_end, v_cursor, t);
+    }
+    if (f.amx) {
+      amx_end();
+      untranspose_amx(t.amx_ot.data(), f.rows, f.rows_pad, c.dv_pad, t.o.data());
     }
     FinishRows<kType>(call, c, item, f, t);
   }

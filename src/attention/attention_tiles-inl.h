@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "hwy/cache_control.h"
@@ -242,6 +243,21 @@ struct Scratch {
   // The transposed form's bf16 scores (scores_bf16_dot_transposed): q as stored, in bf16 pairs
   // [(dim + 1) / 2][rows_pad] of 32-bit lanes.
   std::vector<uint32_t> qt_pairs;
+  // The AMX form (amx_bf16.hpp): zero-padded copies of K rows, V^T of a tile in pairs of keys,
+  // the weights as bf16 pairs, and the item's o transposed ([value][row]).
+  std::vector<uint16_t> amx_k;
+  std::vector<uint32_t> amx_v, amx_p;
+  std::vector<float> amx_ot;
+  // V^T of the tiles that start at a multiple of kKeyBlock, kept while the items of one
+  // (sequence, kv head) run on this thread: every query block reads the same tiles, and packing
+  // them again per block cost more than the p.v itself. Slot i holds the tile at key 64 i; its
+  // tag says for which sequence, kv head and key count, and whether the tile was finite.
+  struct AmxValuesTag {
+    int64_t sequence = -1, kv_head = -1, keys = -1;
+    bool finite = false;
+  };
+  std::unique_ptr<uint32_t[]> amx_v_cache;
+  std::vector<AmxValuesTag> amx_v_tags;
   // ALiBi (alibi true): per row its -slope and its query position; per tile the position minus
   // the tile's first key (float32, exact below 2^24). Pad rows have slope 0.
   bool alibi = false;
@@ -433,9 +449,9 @@ HWY_INLINE void ScoresTransposed(Scratch& t, int64_t rows_pad, int64_t tile_keys
   }
 }
 
-// ALiBi, the online softmax update and p.v of a tile whose scores are in t.st.
-HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int64_t tile, int64_t tile_keys,
-                                 int64_t dv_pad) {
+// ALiBi and the online softmax update of a tile whose scores are in t.st: the weights p in their
+// place (zero for keys a row does not see), and per row m, l and alpha.
+HWY_INLINE void TransposedSoftmax(Scratch& t, int64_t rows_pad, int64_t tile, int64_t tile_keys) {
   const DF df;
   const auto N = static_cast<int64_t>(hn::Lanes(df));
   float* st = t.st.data();
@@ -475,8 +491,13 @@ HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int
     hn::StoreU(hn::MulAdd(alpha, hn::LoadU(df, t.l.data() + rb), sum), df, t.l.data() + rb);
     hn::StoreU(alpha, df, t.alpha.data() + rb);
   }
+}
 
-  AccumulateRows(t, rows, st, 1, rows_pad, t.v.data(), dv_pad, dv_pad);
+// ALiBi, the online softmax update and p.v of a tile whose scores are in t.st.
+HWY_INLINE void TransposedUpdate(Scratch& t, int64_t rows, int64_t rows_pad, int64_t tile, int64_t tile_keys,
+                                 int64_t dv_pad) {
+  TransposedSoftmax(t, rows_pad, tile, tile_keys);
+  AccumulateRows(t, rows, t.st.data(), 1, rows_pad, t.v.data(), dv_pad, dv_pad);
 }
 
 }  // namespace rotary::attention_internal::HWY_NAMESPACE

@@ -41,6 +41,7 @@
 #include "tests/support/attention_bound.hpp"
 #include "tests/support/elements.hpp"
 #include "tests/support/cpu_scope.hpp"
+#include "attention/amx_bf16.hpp"
 #include "attention/bf16_dot.hpp"
 #include "attention/kernels.hpp"
 #include "attention/plan.hpp"
@@ -1090,6 +1091,66 @@ TEST(AttentionCpu, SixteenBitDecodeReadsKeysInPlaceWithTheFloat32PathsBits) {
   attention_internal::use_avx512_bf16 = true;
 }
 
+// A random bf16 call for the prefill paths' tests (trial: which layout, group, head dim and
+// encoding): items of at least a vector of rows, head dims around the pairs and the 16-row blocks
+// (odd ones: the last pair's zero half; 1 and 127 included), GQA groups 1-8, causal / window /
+// kv_lengths / no mask, query offsets, packed varlen (THD), padded strides, ALiBi, and every
+// sixth trial fused RoPE or an absolute table (which keep the float32 form).
+// Sets attention_internal::use_amx_bf16 for a scope (the vdpbf16ps tests below turn AMX off to
+// reach their path on a CPU with AMX), and turns it back on.
+struct AmxSwitch {
+  explicit AmxSwitch(bool on) { attention_internal::use_amx_bf16 = on; }
+  ~AmxSwitch() { attention_internal::use_amx_bf16 = true; }
+  AmxSwitch(const AmxSwitch&) = delete;
+  AmxSwitch& operator=(const AmxSwitch&) = delete;
+};
+
+Case random_bf16_prefill_case(Rng& rng, int trial) {
+  const std::array<int64_t, 12> dims{1, 2, 7, 31, 32, 33, 64, 72, 100, 127, 128, 47};
+  Case c;
+  c.dtype = DType::BF16;
+  c.layout = std::array<Layout, 4>{Layout::BSHD, Layout::BHSD, Layout::SBHD, Layout::THD}[static_cast<size_t>(trial % 4)];
+  const bool thd = c.layout == Layout::THD;
+  c.group = std::array<int64_t, 5>{1, 2, 3, 4, 8}[static_cast<size_t>(trial % 5)];
+  c.kv_heads = rng.uniform(1, 2);
+  c.qk_dim = dims[static_cast<size_t>(trial % 12)];
+  c.v_dim = rng.percent(25) ? rng.uniform(1, 80) : c.qk_dim;
+  if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
+  if (rng.percent(30)) c.options.scale = 0.05 + 0.3 * static_cast<double>(rng.uniform(0, 100)) / 100.0;
+  c.options.mask = rng.percent(75) ? Mask::Causal : Mask::None;
+  if (rng.percent(30)) c.options.window = rng.uniform(1, 100);
+  if (thd) {
+    const int64_t sequences = rng.uniform(1, 3);
+    c.q_seq = rng.uniform(40, 150);
+    c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(40, 200);
+    c.cu_q = random_cu(rng, sequences, c.q_seq);
+    c.cu_k = c.k_seq == c.q_seq && rng.percent(50) ? c.cu_q : random_cu(rng, sequences, c.k_seq);
+  } else {
+    c.batch = rng.uniform(1, 2);
+    c.q_seq = rng.uniform(16, 150);  // rows = group x queries >= 16: the transposed form
+    c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(1, 260);
+    if (rng.percent(30)) {
+      for (int64_t b = 0; b < c.batch; ++b) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
+    }
+  }
+  const int64_t sequences = thd ? static_cast<int64_t>(c.cu_q.size()) - 1 : c.batch;
+  if (rng.percent(30)) {
+    for (int64_t s = 0; s < sequences; ++s) c.query_offsets.push_back(rng.uniform(0, 100));
+  } else if (rng.percent(40)) {
+    c.options.query_offset = rng.uniform(0, 100);
+  }
+  // ALiBi's bias goes on the finished scores; fused RoPE and an absolute table must keep the
+  // float32 form.
+  c.alibi = trial % 6 == 1 || trial % 6 == 4;
+  c.absolute = trial % 6 == 3;
+  if (trial % 6 == 5 && c.qk_dim >= 2) {
+    c.rope = true;
+    c.style = trial % 12 == 5 ? Style::NeoX : Style::GPTJ;
+    c.rotary_dim = c.qk_dim / 2 * 2;
+  }
+  return c;
+}
+
 // The bf16 prefill's scores through vdpbf16ps (bf16_dot.hpp scores_bf16_dot_transposed: q in bf16
 // pairs x 16 rows, K pairs broadcast) where the CPU has AVX512_BF16, and the float32 transposed
 // form always: both against the float64 reference on items of at least a vector of rows, head
@@ -1100,52 +1161,13 @@ TEST(AttentionCpu, SixteenBitDecodeReadsKeysInPlaceWithTheFloat32PathsBits) {
 // all be short enough for the decode form), and never with the switch off, with fused RoPE or
 // with an absolute table (those change q and k away from the stored values).
 TEST(AttentionCpu, Bf16DotPrefillScoresMatchReferenceAndTheFallback) {
+  const AmxSwitch amx(false);
   Rng rng(41);
   const bool has = attention_internal::cpu_has_avx512_bf16();
   int64_t prefill_items = 0;
-  const std::array<int64_t, 12> dims{1, 2, 7, 31, 32, 33, 64, 72, 100, 127, 128, 47};
   for (int trial = 0; trial < 36; ++trial) {
-    Case c;
-    c.dtype = DType::BF16;
-    c.layout = std::array<Layout, 4>{Layout::BSHD, Layout::BHSD, Layout::SBHD, Layout::THD}[static_cast<size_t>(trial % 4)];
+    const Case c = random_bf16_prefill_case(rng, trial);
     const bool thd = c.layout == Layout::THD;
-    c.group = std::array<int64_t, 5>{1, 2, 3, 4, 8}[static_cast<size_t>(trial % 5)];
-    c.kv_heads = rng.uniform(1, 2);
-    c.qk_dim = dims[static_cast<size_t>(trial % 12)];
-    c.v_dim = rng.percent(25) ? rng.uniform(1, 80) : c.qk_dim;
-    if (rng.percent(40)) c.pad = {rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 3)};
-    if (rng.percent(30)) c.options.scale = 0.05 + 0.3 * static_cast<double>(rng.uniform(0, 100)) / 100.0;
-    c.options.mask = rng.percent(75) ? Mask::Causal : Mask::None;
-    if (rng.percent(30)) c.options.window = rng.uniform(1, 100);
-    if (thd) {
-      const int64_t sequences = rng.uniform(1, 3);
-      c.q_seq = rng.uniform(40, 150);
-      c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(40, 200);
-      c.cu_q = random_cu(rng, sequences, c.q_seq);
-      c.cu_k = c.k_seq == c.q_seq && rng.percent(50) ? c.cu_q : random_cu(rng, sequences, c.k_seq);
-    } else {
-      c.batch = rng.uniform(1, 2);
-      c.q_seq = rng.uniform(16, 150);  // rows = group x queries >= 16: the transposed form
-      c.k_seq = rng.percent(50) ? c.q_seq : rng.uniform(1, 260);
-      if (rng.percent(30)) {
-        for (int64_t b = 0; b < c.batch; ++b) c.kv_lengths.push_back(rng.uniform(0, c.k_seq));
-      }
-    }
-    const int64_t sequences = thd ? static_cast<int64_t>(c.cu_q.size()) - 1 : c.batch;
-    if (rng.percent(30)) {
-      for (int64_t s = 0; s < sequences; ++s) c.query_offsets.push_back(rng.uniform(0, 100));
-    } else if (rng.percent(40)) {
-      c.options.query_offset = rng.uniform(0, 100);
-    }
-    // ALiBi's bias goes on the finished scores; fused RoPE and an absolute table must keep the
-    // float32 form.
-    c.alibi = trial % 6 == 1 || trial % 6 == 4;
-    c.absolute = trial % 6 == 3;
-    if (trial % 6 == 5 && c.qk_dim >= 2) {
-      c.rope = true;
-      c.style = trial % 12 == 5 ? Style::NeoX : Style::GPTJ;
-      c.rotary_dim = c.qk_dim / 2 * 2;
-    }
     const bool eligible = !c.absolute && !c.rope;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(c));
     for (const bool dot : {true, false}) {
@@ -1178,6 +1200,7 @@ TEST(AttentionCpu, Bf16DotPrefillScoresMatchReferenceAndTheFallback) {
 // were equal everywhere the new path would not be running). Bitwise 1 vs 2 threads with it on;
 // and on targets below AVX-512 the path never runs.
 TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
+  const AmxSwitch amx(false);
   SavedThreadCount saved;
   set_num_threads(2);
   Case c;
@@ -1233,8 +1256,10 @@ TEST(AttentionCpu, Bf16DotPrefillOnLlamaShapesAndThreadCounts) {
 // builds flag a read past it; in every build the result must equal, bitwise, the same call on the
 // slack-backed copies.
 TEST(AttentionCpu, Bf16DotPrefillReadsNoElementPastTheTensors) {
-  for (const int64_t dim : {1, 33, 127}) {
-    SCOPED_TRACE("head dim " + std::to_string(dim));
+  for (const bool amx_on : {false, true})
+  for (const int64_t dim : {1, 33, 127, 64, 128}) {
+    const AmxSwitch amx(amx_on);
+    SCOPED_TRACE("head dim " + std::to_string(dim) + (amx_on ? ", AMX" : ", vdpbf16ps"));
     const int64_t seq = 40, kv_heads = 1, group = 4;
     Rng rng(static_cast<uint64_t>(50 + dim));
     Tensor q = make(DType::BF16, Layout::BSHD, 1, seq, kv_heads * group, dim);
@@ -1253,13 +1278,96 @@ TEST(AttentionCpu, Bf16DotPrefillReadsNoElementPastTheTensors) {
     const TensorView v_view = contiguous_view(v_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads, dim});
     const TensorView out_view = contiguous_view(out_bits.data(), DType::BF16, Layout::BSHD, {1, seq, kv_heads * group, dim});
     const int64_t before = attention_internal::bf16_dot_prefill_items.load();
+    const int64_t before_amx = attention_internal::amx_prefill_items.load();
     attention(q_view, k_view, v_view, out_view, {.mask = Mask::Causal});
     attention(q.view, k.view, v.view, out.view, {.mask = Mask::Causal});
-    if (attention_internal::cpu_has_avx512_bf16()) {
+    if (amx_on && attention_internal::cpu_has_amx_bf16()) {
+      EXPECT_GT(attention_internal::amx_prefill_items.load(), before_amx);
+    } else if (attention_internal::cpu_has_avx512_bf16()) {
       EXPECT_GT(attention_internal::bf16_dot_prefill_items.load(), before);
     }
     EXPECT_EQ(std::memcmp(out_bits.data(), out.view.data, out_bits.size() * sizeof(uint16_t)), 0);
   }
+}
+
+// The bf16 prefill on AMX tiles (amx_bf16.hpp: scores from q and K as stored, p.v from V^T as
+// stored with each weight split into bf16 hi + lo) against the float64 reference, on the random
+// calls of the vdpbf16ps test above (head dims that are not whole tiles, v dims that are not whole
+// vectors, partial key tiles, windows whose tiles do not start at a multiple of 64 and so bypass
+// the per-thread V^T cache, two sequences and two kv heads sharing one thread's cache, THD, ALiBi).
+// Where the CPU and the OS allow AMX the path must have run in every eligible non-THD trial
+// (attention_internal::amx_prefill_items), never with fused RoPE or an absolute table, and never
+// with its switch off; the bound is docs/attention.md's with the AMX terms
+// (tests/support/attention_bound.hpp).
+TEST(AttentionCpu, AmxPrefillMatchesReference) {
+  const bool has = attention_internal::cpu_has_amx_bf16();
+  Rng rng(43);
+  int64_t amx_items = 0;
+  for (int trial = 0; trial < 48; ++trial) {
+    const Case c = random_bf16_prefill_case(rng, trial);
+    const bool thd = c.layout == Layout::THD;
+    const bool eligible = !c.absolute && !c.rope;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + describe(c));
+    for (const bool on : {true, false}) {
+      const AmxSwitch amx(on);
+      const int64_t before = attention_internal::amx_prefill_items.load();
+      const Outcome outcome = run_case(c, 900 + static_cast<uint64_t>(trial));
+      EXPECT_EQ(outcome.failures, 0) << (on ? "AMX: " : "without AMX: ") << outcome.first_failure;
+      const int64_t used = attention_internal::amx_prefill_items.load() - before;
+      if (on) amx_items += used;
+      if (!on || !eligible || !has) {
+        EXPECT_EQ(used, 0);
+      } else if (!thd) {
+        EXPECT_GT(used, 0) << "the AMX prefill path did not run";
+      }
+    }
+  }
+  if (has) {
+    EXPECT_GT(amx_items, 0) << "the AMX prefill path never ran";
+  } else {
+    std::printf("[ note ] this CPU (or OS) has no AMX-BF16: the other paths alone ran\n");
+  }
+}
+
+// Llama-3-8B's shape (head_dim 128, GQA 4) over 600 keys (ten tiles, the last partial), on AMX
+// and without: both within the bound, and their outputs not bitwise equal everywhere (else the
+// AMX path would not be running); bitwise equal for 1 and 2 threads with AMX on (the V^T cache
+// is per thread, and what it holds does not depend on which thread packed it).
+TEST(AttentionCpu, AmxPrefillOnLlamaShapesAndThreadCounts) {
+  SavedThreadCount saved;
+  set_num_threads(2);
+  Case c;
+  c.dtype = DType::BF16;
+  c.q_seq = c.k_seq = 600;
+  c.kv_heads = 2;
+  c.group = 4;
+  c.qk_dim = c.v_dim = 128;
+  c.options.mask = Mask::Causal;
+  for (const bool on : {true, false}) {
+    const AmxSwitch amx(on);
+    const Outcome outcome = run_case(c, 47);
+    EXPECT_EQ(outcome.failures, 0) << (on ? "AMX: " : "without AMX: ") << outcome.first_failure;
+  }
+  if (!attention_internal::cpu_has_amx_bf16()) GTEST_SKIP() << "no AMX-BF16 here: the other paths alone ran";
+  Rng rng(53);
+  Tensor q = make(DType::BF16, Layout::BSHD, 1, 600, 8, 128);
+  Tensor k = make(DType::BF16, Layout::BSHD, 1, 600, 2, 128);
+  Tensor v = make(DType::BF16, Layout::BSHD, 1, 600, 2, 128);
+  q.fill(rng), k.fill(rng), v.fill(rng);
+  Tensor on = make(DType::BF16, Layout::BSHD, 1, 600, 8, 128);
+  Tensor off = make(DType::BF16, Layout::BSHD, 1, 600, 8, 128);
+  const int64_t before = attention_internal::amx_prefill_items.load();
+  attention(q.view, k.view, v.view, on.view, {.mask = Mask::Causal});
+  EXPECT_GT(attention_internal::amx_prefill_items.load(), before);
+  {
+    const AmxSwitch amx(false);
+    attention(q.view, k.view, v.view, off.view, {.mask = Mask::Causal});
+  }
+  EXPECT_NE(std::memcmp(on.storage.data(), off.storage.data(), on.storage.size() * sizeof(double)), 0);
+  const int64_t before_bits = attention_internal::amx_prefill_items.load();
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(300, 300, 2, 4, 128, {.mask = Mask::Causal}, 59));
+  EXPECT_TRUE(same_bits_for_one_and_two_threads(130, 170, 2, 3, 33, {.mask = Mask::Causal, .window = 40}, 61));
+  EXPECT_GT(attention_internal::amx_prefill_items.load(), before_bits);
 }
 
 // Fused RoPE equals rotary::apply (fast) on q and k followed by attention, within the bound above

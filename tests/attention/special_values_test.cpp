@@ -19,6 +19,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
 #include "rotary/tensor.hpp"
+#include "attention/amx_bf16.hpp"
 #include "attention/plan.hpp"
 #include "tests/attention/attention_tensors.hpp"
 #include "tests/support/attention_bound.hpp"
@@ -221,6 +222,31 @@ TEST(AttentionSpecialValues, RandomNonFiniteInputsMatchTheReferencePattern) {
     }
     EXPECT_GT(nan_rows_seen, 5) << target;  // the trials exercise NaN outputs
     EXPECT_GT(inf_elements_seen, 0) << target;  // and infinite ones (inf in v)
+  }
+}
+
+// The bf16 prefill on AMX tiles multiplies every key of a V tile by every row's weight, so a
+// NaN or an infinity in V would reach rows that cannot see its key (0 * inf = NaN). Such a tile
+// is refused and takes the float32 p.v over each row's visible keys: here inf at key 120 and NaN
+// at key 130 of a causal 64 x 150 call (queries see keys up to 86 + i), so rows before them stay
+// finite and the rest follow the reference; the fallback must have run where the CPU has AMX.
+TEST(AttentionSpecialValues, AmxPrefillKeepsNonFiniteValuesToTheRowsThatSeeThem) {
+  Call c(DType::BF16, 64, 150, 4, 1, 64, 64, 77);
+  c.v.set(0, 120, 0, 5, kInf);
+  c.v.set(0, 130, 0, 9, kNaN);
+  const int64_t before = attention_internal::amx_value_fallbacks.load();
+  const int64_t items_before = attention_internal::amx_prefill_items.load();
+  auto [fast, ref] = c.run();
+  std::string first;
+  EXPECT_EQ(compare(fast, ref, c, first), 0) << first;
+  int64_t finite_rows = 0;
+  for (int64_t s = 0; s < 34; ++s) finite_rows += std::isfinite(fast.at(0, s, 0, 5)) && std::isfinite(fast.at(0, s, 0, 9)) ? 1 : 0;
+  EXPECT_EQ(finite_rows, 34);  // queries 0..33 see neither key
+  EXPECT_TRUE(std::isinf(fast.at(0, 40, 0, 5)));
+  EXPECT_TRUE(std::isnan(fast.at(0, 50, 0, 9)));
+  if (attention_internal::cpu_has_amx_bf16()) {
+    EXPECT_GT(attention_internal::amx_prefill_items.load(), items_before);
+    EXPECT_GT(attention_internal::amx_value_fallbacks.load(), before);
   }
 }
 

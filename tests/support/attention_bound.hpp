@@ -8,7 +8,11 @@
 //         flushes subnormal products, bf16_dot.hpp)
 //   eta = E + (110 + 106) u      per-weight error, the split over keys' merge counted always
 //   acc = (n + 4 tiles + 4) u,   tiles = n / 64 + 2
-//   |fast - ref64| <= Vbar (2 eta (1 + 2 eta) + 2 acc) + storage
+//   |fast - ref64| <= Vbar (2 eta (1 + 2 eta) + 2 acc) + amx + storage
+//   amx = (257 + n) u Vbar + n (2 Vbar + 3) 2^-126   bfloat16 only: the prefill's p.v on AMX
+//         tiles (amx_bf16.hpp) carries each weight as bf16 hi + lo (257u relative), adds two
+//         products per key (n u more in o's sum) and flushes subnormal weights, values and
+//         products (2^-126 each); counted for every bf16 call
 // where Vbar = max over the visible keys of |v_je| and storage is the output's rounding
 // (storage_ulp below for bfloat16 / float16, u |ref| for float32). Every term grows with A,
 // |b|, n and Vbar, so call-wide maxima in their place give a looser bound that still holds.
@@ -46,7 +50,10 @@ inline double attention_arithmetic_bound(DType dtype, int64_t qk_dim, bool alibi
   const double eta = E + (110 + 106) * u;
   const int64_t tiles = n / 64 + 2;
   const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * u;
-  return vbar * (2 * eta * (1 + 2 * eta) + 2 * acc);
+  const double amx = dtype == DType::BF16 ? static_cast<double>(257 + n) * u * vbar +
+                                                static_cast<double>(n) * (2 * vbar + 3) * 0x1p-126
+                                          : 0.0;
+  return vbar * (2 * eta * (1 + 2 * eta) + 2 * acc) + amx;
 }
 
 }  // namespace rotary::test
