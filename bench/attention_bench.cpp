@@ -17,6 +17,8 @@
 //   BM_PrefillAmxAB  the same prefill with its scores and p.v on AMX tiles (amx_bf16.hpp) against
 //                    the vdpbf16ps scores and float32 p.v, likewise; on a CPU without AMX both
 //                    sides time the vdpbf16ps (or float32) path
+//   BM_PrefillFusedAmxAB the same with RoPE fused (AMX takes q' and k' as bf16 hi + lo) against
+//                    the float32 form
 //   BM_CopyKv        the copy stream (src/cpu/bandwidth) over the decode's K + V bytes: the
 //                    bandwidth floor the decode is compared with
 // Arguments: dtype (0 float32, 1 bfloat16, 2 float16), threads (set_num_threads / stream threads).
@@ -133,18 +135,26 @@ void BM_PrefillFused(benchmark::State& state) { run(state, state.range(2), true)
 //   BM_DecodeBf16DotAB  the bf16 scores through vdpbf16ps (src/attention/bf16_dot.hpp; off: the
 //                       float32 path; the same on a CPU without AVX512_BF16)
 //   BM_PrefillBf16DotAB the same switch on the prefill (the transposed form's scores)
-void switch_ab(benchmark::State& state, std::atomic<bool>& knob, bool prefill) {
+void switch_ab(benchmark::State& state, std::atomic<bool>& knob, bool prefill, bool fused = false) {
   const DType dtype = dtype_arg(state);
   rotary::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t kv_tokens = state.range(2), q_tokens = prefill ? kv_tokens : 1;
   Buffers b(dtype, q_tokens, kv_tokens);
   const rotary::AttentionOptions options{.mask = rotary::Mask::Causal, .query_offset = kv_tokens - q_tokens};
+  std::vector<int64_t> q_positions(static_cast<size_t>(q_tokens)), k_positions(static_cast<size_t>(kv_tokens));
+  for (int64_t i = 0; i < q_tokens; ++i) q_positions[static_cast<size_t>(i)] = kv_tokens - q_tokens + i;
+  for (int64_t j = 0; j < kv_tokens; ++j) k_positions[static_cast<size_t>(j)] = j;
+  const rotary::AttentionRope rope{.table = &llama_table(), .q_positions = q_positions, .k_positions = k_positions};
   using Clock = std::chrono::steady_clock;
   double on_s = 0, off_s = 0;
   const auto timed = [&](bool on) {
     knob = on;
     const auto start = Clock::now();
-    rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, options);
+    if (fused) {
+      rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, rope, options);
+    } else {
+      rotary::attention(b.q_view, b.k_view, b.v_view, b.out_view, options);
+    }
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
   timed(true), timed(false);  // warm-up
@@ -171,6 +181,9 @@ void BM_DecodeSplitAB(benchmark::State& state) { switch_ab(state, rotary::attent
 void BM_DecodeBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, false); }
 void BM_PrefillBf16DotAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_avx512_bf16, true); }
 void BM_PrefillAmxAB(benchmark::State& state) { switch_ab(state, rotary::attention_internal::use_amx_bf16, true); }
+void BM_PrefillFusedAmxAB(benchmark::State& state) {
+  switch_ab(state, rotary::attention_internal::use_amx_bf16, true, true);
+}
 void BM_Decode16BitKInPlaceAB(benchmark::State& state) {
   rotary::attention_internal::use_avx512_bf16 = false;  // the bf16 scores then widen K, as f16's do
   switch_ab(state, rotary::attention_internal::k_in_place_16bit, false);
@@ -212,6 +225,7 @@ BENCHMARK(BM_DecodeBf16DotAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProd
 BENCHMARK(BM_Decode16BitKInPlaceAB)->ArgNames({"dtype", "threads", "cache"})->ArgsProduct({{1, 2}, {1, 2}, {4096, 32768}})->UseRealTime();
 BENCHMARK(BM_PrefillBf16DotAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillAmxAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillFusedAmxAB)->ArgNames({"dtype", "threads", "tokens"})->ArgsProduct({{1}, {1, 2}, {1024, 4096}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Prefill)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillFused)->Apply(PrefillArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 

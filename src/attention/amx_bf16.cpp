@@ -188,6 +188,114 @@ __attribute__((target("avx512f"))) void scores_amx_transposed(const uint32_t* qt
   }
 }
 
+namespace {
+
+// 16 float32 values of a row from x (the first `count`, zeros past them), as bf16 hi and lo
+// (hi = bf16(x), lo = bf16(x - hi); x - hi is exact), each 16 values in a 256-bit vector. The
+// lanes holding NaN or an infinity are returned as a mask (their split means nothing: inf - inf).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __mmask16 split16(const float* x, int64_t count,
+                                                                                       __m256i* hi, __m256i* lo) {
+  __m512 v = _mm512_setzero_ps();
+  if (count >= 16) {
+    v = _mm512_loadu_ps(x);
+  } else if (count > 0) {
+    v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), x);
+  }
+  __m512 hf;
+  const __m512i h = to_bf16_lanes(v, &hf);
+  *hi = _mm512_cvtepi32_epi16(h);
+  *lo = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), exponent), exponent);
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) bool split_rows_amx(const float* x, int64_t rows,
+                                                                                  int64_t stride, int64_t dim,
+                                                                                  uint16_t* hi, uint16_t* lo) {
+  const int64_t width = amx_pair_rows(dim) * 2;
+  const int64_t padded = (rows + 15) / 16 * 16;
+  __mmask16 non_finite = 0;
+  for (int64_t j = 0; j < padded; ++j) {
+    for (int64_t e = 0; e < width; e += 16) {
+      __m256i h = _mm256_setzero_si256(), l = h;
+      if (j < rows) non_finite |= split16(x + j * stride + e, dim - e, &h, &l);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + j * width + e), h);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + j * width + e), l);
+    }
+  }
+  return non_finite == 0;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) bool split_pairs_amx(const float* x, int64_t rows,
+                                                                                   int64_t stride, int64_t dim,
+                                                                                   uint32_t* hi_pairs,
+                                                                                   uint32_t* lo_pairs, int64_t rows_pad) {
+  const int64_t pair_rows = amx_pair_rows(dim);
+  __mmask16 non_finite = 0;
+  for (int64_t rb = 0; rb < rows_pad; rb += 16) {
+    for (int64_t pb = 0; pb < pair_rows; pb += 16) {
+      __m512i h[16], l[16];
+      for (int64_t i = 0; i < 16; ++i) {  // row rb + i, values 2 pb .. 2 pb + 31: 16 pairs
+        __m256i h0 = _mm256_setzero_si256(), l0 = h0, h1 = h0, l1 = h0;
+        if (rb + i < rows) {
+          const float* row = x + (rb + i) * stride + 2 * pb;
+          non_finite |= split16(row, dim - 2 * pb, &h0, &l0);
+          non_finite |= split16(row + 16, dim - 2 * pb - 16, &h1, &l1);
+        }
+        h[i] = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
+        l[i] = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
+      }
+      transpose16(h);  // now h[i] = pair pb + i of the 16 rows
+      transpose16(l);
+      for (int64_t i = 0; i < 16; ++i) {
+        _mm512_storeu_si512(hi_pairs + (pb + i) * rows_pad + rb, h[i]);
+        _mm512_storeu_si512(lo_pairs + (pb + i) * rows_pad + rb, l[i]);
+      }
+    }
+  }
+  return non_finite == 0;
+}
+
+void scores_amx_split(const uint32_t* q_hi, const uint32_t* q_lo, int64_t rows_pad, const uint16_t* k_hi,
+                      const uint16_t* k_lo, int64_t keys, int64_t dim, float* st) {
+  const int64_t steps = amx_pair_rows(dim) / 16;
+  const int64_t width = steps * 32;
+  const int64_t q_stride_bytes = rows_pad * 4, k_stride_bytes = width * 2;
+  // Per 16 keys and 32 rows, two C tiles; per step the K tiles hi and lo, and q's hi then lo
+  // tiles for the two row blocks: k_hi q_hi + k_lo q_hi + k_hi q_lo (k_lo q_lo, under 2^-16 of
+  // the product, is left out: docs/attention.md, "Error analysis").
+  for (int64_t kb = 0; kb < keys; kb += 16) {
+    for (int64_t rb = 0; rb < rows_pad; rb += 32) {
+      const bool r2 = rb + 16 < rows_pad;
+      ROTARY_TILE_ZERO(0);
+      ROTARY_TILE_ZERO(1);
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t k_at = kb * width + s * 32, q_at = s * 16 * rows_pad + rb;
+        ROTARY_TILE_LOAD(4, k_hi + k_at, k_stride_bytes);
+        ROTARY_TILE_LOAD(5, k_lo + k_at, k_stride_bytes);
+        ROTARY_TILE_LOAD(6, q_hi + q_at, q_stride_bytes);
+        ROTARY_TILE_DP(0, 4, 6);
+        ROTARY_TILE_DP(0, 5, 6);
+        if (r2) {
+          ROTARY_TILE_LOAD(7, q_hi + q_at + 16, q_stride_bytes);
+          ROTARY_TILE_DP(1, 4, 7);
+          ROTARY_TILE_DP(1, 5, 7);
+        }
+        ROTARY_TILE_LOAD(6, q_lo + q_at, q_stride_bytes);
+        ROTARY_TILE_DP(0, 4, 6);
+        if (r2) {
+          ROTARY_TILE_LOAD(7, q_lo + q_at + 16, q_stride_bytes);
+          ROTARY_TILE_DP(1, 4, 7);
+        }
+      }
+      ROTARY_TILE_STORE(0, st + kb * rows_pad + rb, q_stride_bytes);
+      if (r2) ROTARY_TILE_STORE(1, st + kb * rows_pad + rb + 16, q_stride_bytes);
+    }
+  }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl"))) bool pack_values_amx(const uint16_t* v, int64_t v_stride,
                                                                           int64_t keys, int64_t dv, int64_t o_stride,
                                                                           uint32_t* vt_pairs) {
@@ -332,6 +440,10 @@ void scores_amx_transposed(const uint32_t*, int64_t, const uint16_t*, int64_t, i
 bool pack_values_amx(const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
 void values_amx(const float*, int64_t, int64_t, int64_t, const uint32_t*, const float*, float*, int64_t, uint32_t*) {}
 void untranspose_amx(const float*, int64_t, int64_t, int64_t, float*) {}
+bool split_rows_amx(const float*, int64_t, int64_t, int64_t, uint16_t*, uint16_t*) { return false; }
+bool split_pairs_amx(const float*, int64_t, int64_t, int64_t, uint32_t*, uint32_t*, int64_t) { return false; }
+void scores_amx_split(const uint32_t*, const uint32_t*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t,
+                      float*) {}
 void transpose_rows_amx(const float*, int64_t, int64_t, int64_t, float*) {}
 
 #endif

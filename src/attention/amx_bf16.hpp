@@ -57,6 +57,27 @@ inline int64_t amx_pair_rows(int64_t dim) { return (dim + 31) / 32 * 16; }
 void scores_amx_transposed(const uint32_t* qt_pairs, int64_t rows_pad, const uint16_t* k, int64_t k_stride, int64_t keys,
                            int64_t dim, float scale, float* st, uint16_t* k_pad);
 
+// With fused RoPE or an absolute table, q' (rotated, scaled) and k' (rotated) are float32 values
+// that bf16 cannot hold: each is split into bf16 hi = bf16(x) and lo = bf16(x - hi), and the
+// scores take three tile products, k_hi q_hi + k_lo q_hi + k_hi q_lo (docs/attention.md, "Error
+// analysis", step 7). An infinite value cannot be split (inf - inf is NaN) and its products with
+// the other factor's lo half would give NaN where the float32 form gives +-inf (an -inf score is
+// weight 0 there, not a NaN row): both functions say whether every value was finite, and the
+// kernels take the float32 scores for an item whose q' is not, or a tile whose k' is not.
+//
+// K rows x + j * stride (float32, dim values; rows < `rows`) as bf16 hi and lo rows of
+// amx_pair_rows(dim) * 2 values (zero past the dim), up to the next multiple of 16 rows (zero
+// rows past `rows`): hi and lo hold 64 such rows.
+bool split_rows_amx(const float* x, int64_t rows, int64_t stride, int64_t dim, uint16_t* hi, uint16_t* lo);
+// q rows x + r * stride (float32, dim values; rows < `rows`, zero rows up to rows_pad) as bf16
+// pairs [pair][row]: hi_pairs and lo_pairs, amx_pair_rows(dim) * rows_pad lanes each.
+bool split_pairs_amx(const float* x, int64_t rows, int64_t stride, int64_t dim, uint32_t* hi_pairs, uint32_t* lo_pairs,
+                     int64_t rows_pad);
+// st[j * rows_pad + r] = <k'_j, q'_r> from the split values, for j < keys (at most 64; rows of st
+// up to the next multiple of 16 are written) and r < rows_pad. No scale: q' carries it.
+void scores_amx_split(const uint32_t* q_hi, const uint32_t* q_lo, int64_t rows_pad, const uint16_t* k_hi,
+                      const uint16_t* k_lo, int64_t keys, int64_t dim, float* st);
+
 // p.v runs transposed, o^T = V^T p^T, so that the weights enter as they lie after the softmax
 // ([key][row], no transpose per tile) and V^T, packed once per tile of keys, can be kept and
 // reused by every block of queries that reads the tile (the kernels cache it per thread).

@@ -14,7 +14,8 @@
 //   s_rj = <q'_r, k_j> (- slope_r |p_r - j| with ALiBi)   with q' = scale * q (rotated, or with
 //   its absolute row added), over the row's visible keys only (bf16 storage with neither, on a
 //   CPU with AVX512_BF16: s_rj = scale * <q_r, k_j> from q and K as stored, vdpbf16ps, both
-//   forms: bf16_dot.hpp);
+//   forms: bf16_dot.hpp; bf16 prefill on a CPU with AMX: the scores and p.v on tiles, with
+//   fused RoPE or an absolute table too, amx_bf16.hpp);
 //   m' = max(m_r, max_j s_rj);  alpha = exp(m_r - m');  p_j = exp(s_rj - m')
 //   l_r = alpha * l_r + sum_j p_j;  o_r = alpha * o_r + sum_j p_j v_j;  m_r = m'
 // and at the end out_r = o_r / l_r, rounded once to the storage type (zeros when the row has no
@@ -65,7 +66,8 @@ struct CallForm {
   int64_t dq = 0, dv = 0, dq_pad = 0, dv_pad = 0;
   int64_t s_stride = 0;  // decode form: a row of scores and a vector of slack
   bool bf16_dot = false;        // bf16 scores from q and K as stored, vdpbf16ps (bf16_dot.hpp)
-  bool amx = false;             // bf16_dot's transposed form on AMX tiles, p.v too (amx_bf16.hpp)
+  bool amx = false;             // bf16's transposed form on AMX tiles, scores and p.v (amx_bf16.hpp)
+  bool amx_split = false;       // amx, with q' and k' float32 (fused RoPE or an absolute table)
   bool k_in_place_ok = false;   // decode-form scores may read K rows in place (widened as loaded)
   bool v_in_place_ok = false;   // decode-form p.v may read V rows in place
 };
@@ -130,19 +132,25 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
     // Not with fused RoPE or an absolute table: q and k are then no longer the stored bf16 values,
     // and rounding them to bf16 again would add an error the float32 path does not have. The
     // transposed form's rows are padded to 16 (scores_bf16_dot_transposed): N is 16 on AVX-512.
-    c.bf16_dot = call.q_rope == nullptr && call.k_rope == nullptr && call.q_add == nullptr && call.k_add == nullptr &&
-                 N == 16 && dq > 0 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
+    const bool stored_values = call.q_rope == nullptr && call.k_rope == nullptr && call.q_add == nullptr &&
+                               call.k_add == nullptr;
+    const bool bf16_ok = N == 16 && dq > 0 && use_avx512_bf16.load(std::memory_order_relaxed) && cpu_has_avx512_bf16();
+    c.bf16_dot = stored_values && bf16_ok;
+    // Where the CPU and the OS allow AMX, the transposed form runs its scores and p.v on tiles
+    // (amx_bf16.hpp): V as stored, each weight carried as two bf16 values; q and K as stored, or
+    // with fused RoPE or an absolute table their float32 values split into bf16 hi + lo.
+    c.amx = bf16_ok && use_amx_bf16.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
+    c.amx_split = c.amx && !stored_values;
   }
 #endif
-  // Where the CPU and the OS allow AMX, the transposed form of such calls runs its scores and
-  // p.v on tiles (amx_bf16.hpp): K and V as stored, each weight carried as two bf16 values.
-  c.amx = c.bf16_dot && use_amx_bf16.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
-  if (c.bf16_dot) {
+  if (c.bf16_dot || c.amx) {
     const int64_t pair_rows = c.amx ? amx_pair_rows(dq) : (dq + 1) / 2;  // AMX: whole tiles, zero past the dim
     t.qt_pairs.assign(static_cast<size_t>(pair_rows * max_rows_pad), 0u);
+    if (c.amx_split) t.qt_lo.assign(static_cast<size_t>(pair_rows * max_rows_pad), 0u);
   }
   if (c.amx) {
-    t.amx_k.assign(static_cast<size_t>(kKeyBlock * amx_pair_rows(dq) * 2), 0);
+    // K rows padded to whole tiles; split values: hi rows, then lo rows a tile's worth on (AmxKeys)
+    t.amx_k.assign(static_cast<size_t>((c.amx_split ? 2 : 1) * kKeyBlock * amx_pair_rows(dq) * 2), 0);
     t.amx_v.assign(static_cast<size_t>(32 * dv_pad), 0u);
     t.amx_p.assign(static_cast<size_t>(64 * max_rows_pad), 0u);
     t.amx_ot.assign(static_cast<size_t>(dv_pad * max_rows_pad), 0.0f);
@@ -151,6 +159,10 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
     const int64_t slots = std::min(kAmxValueSlots, (max_keys + kKeyBlock - 1) / kKeyBlock);
     t.amx_v_cache = std::make_unique<uint32_t[]>(static_cast<size_t>(slots * 32 * dv_pad));
     t.amx_v_tags.assign(static_cast<size_t>(slots), Scratch::AmxValuesTag{});
+    if (c.amx_split) {
+      t.amx_k_cache = std::make_unique<uint16_t[]>(static_cast<size_t>(slots * 2 * kKeyBlock * amx_pair_rows(dq) * 2));
+      t.amx_k_tags.assign(static_cast<size_t>(slots), Scratch::AmxValuesTag{});
+    }
   }
 
   // In the decode form the scores read K rows where they are (no copy into the tile first) unless
@@ -163,6 +175,16 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
                     (kType == DType::F32 || k_in_place_16bit.load(std::memory_order_relaxed));
   c.v_in_place_ok = dv == dv_pad && dv > 0;
   return c;
+}
+
+// The float32 q tile transposed into Qt ([dim][rows_pad], zero pad rows) for the transposed
+// form's float32 scores (ScoresTransposed).
+HWY_INLINE void TransposeQ(Scratch& t, int64_t rows, int64_t rows_pad, int64_t dq, int64_t dq_pad) {
+  for (int64_t e = 0; e < dq; ++e) {
+    float* column = t.qt.data() + e * rows_pad;
+    for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
+    for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
+  }
 }
 
 // Starts an item: its form; per row its visible keys (t.ranges), m = -inf, l = 0, o = 0, and
@@ -190,11 +212,11 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
   f.dot_scores = c.bf16_dot && !f.transposed && !c.k_in_place_ok;
   f.amx = c.amx && f.transposed;
   f.dot_transposed = c.bf16_dot && f.transposed && !f.amx;
+  const bool stored_pairs = f.dot_transposed || (f.amx && !c.amx_split);  // q packed as stored
   f.k_in_place = c.k_in_place_ok && !f.transposed && !f.dot_scores;
   f.v_in_place = c.v_in_place_ok && !f.transposed;
   if (f.dot_scores) bf16_dot_items.fetch_add(1, std::memory_order_relaxed);
   if (f.dot_transposed) bf16_dot_prefill_items.fetch_add(1, std::memory_order_relaxed);
-  if (f.amx) amx_prefill_items.fetch_add(1, std::memory_order_relaxed);
   if (kType != DType::F32 && f.k_in_place) k_in_place_16bit_items.fetch_add(1, std::memory_order_relaxed);
   int64_t first_key = seq.num_keys, last_key = 0;
   std::fill_n(t.bad.begin(), rows_pad, 0.0f);
@@ -223,7 +245,7 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     t.l[static_cast<size_t>(r)] = 0.0f;
     std::fill_n(t.o.begin() + r * dv_pad, dv_pad, 0.0f);
     const int64_t q_index = seq.q_base + query * plan.q.stride_seq + head * plan.q.stride_heads;
-    if (f.dot_transposed || f.amx) {  // q as stored, in bf16 pairs; zeros for a row without keys
+    if (stored_pairs) {  // q as stored, in bf16 pairs; zeros for a row without keys
       const auto* q_bits = static_cast<const uint16_t*>(call.q) + q_index;
       pack_bf16_pairs(range.first < range.last ? q_bits : nullptr, dq, t.qt_pairs.data(), rows_pad, r);
     }
@@ -233,7 +255,7 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     }
     first_key = std::min(first_key, range.first);
     last_key = std::max(last_key, range.last);
-    if (f.dot_transposed || f.amx) continue;
+    if (stored_pairs) continue;
     float* q_row = t.q.data() + r * dq_pad;
     LoadRow<kType>(call.q, q_index, dq, q_row);
     if (call.q_rope != nullptr) {
@@ -244,15 +266,21 @@ HWY_INLINE ItemForm StartItem(const Call& call, const CallForm& c, const Item& i
     for (int64_t e = 0; e < dq_pad; e += N) hn::StoreU(hn::Mul(hn::LoadU(df, q_row + e), scale), df, q_row + e);
   }
 
-  if (f.amx) std::fill_n(t.amx_ot.begin(), dv_pad * rows_pad, 0.0f);  // o^T (amx_bf16.hpp)
-  if (f.dot_transposed || f.amx) {
+  if (stored_pairs) {
     for (int64_t r = rows; r < rows_pad; ++r) pack_bf16_pairs(nullptr, dq, t.qt_pairs.data(), rows_pad, r);
-  } else if (f.transposed) {
-    for (int64_t e = 0; e < dq; ++e) {
-      float* column = t.qt.data() + e * rows_pad;
-      for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
-      for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
+  } else if (f.amx) {
+    // q' in float32, split into bf16 hi and lo pairs; a NaN or infinite q' element sends the
+    // item to the float32 form (amx_bf16.hpp: such a value cannot be split).
+    if (!split_pairs_amx(t.q.data(), rows, dq_pad, dq, t.qt_pairs.data(), t.qt_lo.data(), rows_pad)) {
+      f.amx = false;
+      TransposeQ(t, rows, rows_pad, dq, dq_pad);
     }
+  } else if (f.transposed) {
+    TransposeQ(t, rows, rows_pad, dq, dq_pad);
+  }
+  if (f.amx) {
+    amx_prefill_items.fetch_add(1, std::memory_order_relaxed);
+    std::fill_n(t.amx_ot.begin(), dv_pad * rows_pad, 0.0f);  // o^T (amx_bf16.hpp)
   }
   f.first_key = first_key;
   f.last_key = last_key;
@@ -301,7 +329,7 @@ HWY_INLINE void LoadTile(const Call& call, const CallForm& c, const Item& item, 
   const int64_t dq = c.dq, dv = c.dv;
   for (int64_t j = 0; j < tile_keys; ++j) {
     const int64_t key = tile + j;
-    if (!f.dot_scores && !f.dot_transposed && !f.amx && !f.k_in_place) {
+    if (!f.dot_scores && !f.dot_transposed && !f.amx && !f.k_in_place) {  // AMX: AmxKeys
       float* k_row = t.k.data() + j * c.dq_pad;
       LoadRow<kType>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, dq, k_row);
       if (call.k_rope != nullptr) {
@@ -339,6 +367,41 @@ HWY_INLINE const uint32_t* AmxValues(const Call& call, const CallForm& c, const 
   return finite ? vt : nullptr;
 }
 
+// k' of an AMX tile with fused RoPE or an absolute table: the K rows widened, rotated (or with
+// their absolute rows added) and split into bf16 hi and lo rows (split_rows_amx), hi then lo, a
+// tile's worth apart; from this thread's cache when the items of the same sequence and kv head
+// made them already (the AmxValues cache's rules). Null when a k' value of the tile is NaN or
+// infinite: the float32 rows are then in t.k for the float32 scores.
+HWY_INLINE const uint16_t* AmxKeys(const Call& call, const CallForm& c, const Item& item, int64_t tile,
+                                   int64_t tile_keys, Scratch& t) {
+  const Plan& plan = *call.plan;
+  const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
+  const int64_t tile_values = kKeyBlock * amx_pair_rows(c.dq) * 2;
+  const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
+  const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_k_tags.size());
+  uint16_t* k_hi = cached ? t.amx_k_cache.get() + slot * 2 * tile_values : t.amx_k.data();
+  uint16_t* k_lo = k_hi + tile_values;
+  bool known = false;
+  if (cached) {
+    const Scratch::AmxValuesTag& tag = t.amx_k_tags[static_cast<size_t>(slot)];
+    known = tag.sequence == item.sequence && tag.kv_head == item.kv_head && tag.keys == tile_keys;
+    if (known && tag.finite) return k_hi;
+  }
+  for (int64_t j = 0; j < tile_keys; ++j) {
+    const int64_t key = tile + j;
+    float* k_row = t.k.data() + j * c.dq_pad;
+    LoadRow<DType::BF16>(call.k, seq.k_base + key * plan.k.stride_seq + item.kv_head * plan.k.stride_heads, c.dq, k_row);
+    if (call.k_rope != nullptr) {
+      RotateRow(k_row, call.k_rope[seq.k_token0 + key], call.num_pairs, call.rotary_offset, call.style);
+    }
+    if (call.k_add != nullptr) AddRow(k_row, call.k_add[seq.k_token0 + key], c.dq);
+  }
+  if (known) return nullptr;  // a tile known to hold a non-finite k': its rows are in t.k again
+  const bool finite = split_rows_amx(t.k.data(), tile_keys, c.dq_pad, c.dq, k_hi, k_lo);
+  if (cached) t.amx_k_tags[static_cast<size_t>(slot)] = {item.sequence, item.kv_head, tile_keys, finite};
+  return finite ? k_hi : nullptr;
+}
+
 // A tile of the transposed form: the rows' visible keys, the scores St (float32 tiles, or bf16
 // as stored through vdpbf16ps), then ALiBi, the online softmax and p.v (TransposedUpdate). On AMX
 // (f.amx) the scores and p.v run on tiles from K and V as stored; a V tile holding NaN or an
@@ -348,11 +411,23 @@ HWY_INLINE void TransposedTile(const Call& call, const CallForm& c, const Item& 
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
   if (!TransposedRanges(t, t.ranges.data(), f.rows, f.rows_pad, tile, tile_keys)) return;
-  if (f.amx) {
+  if (f.amx && c.amx_split) {  // k' split into bf16 hi and lo (AmxKeys)
+    const uint16_t* k_hi = AmxKeys(call, c, item, tile, tile_keys, t);
+    const int64_t tile_values = kKeyBlock * amx_pair_rows(c.dq) * 2;
+    if (k_hi != nullptr) {
+      scores_amx_split(t.qt_pairs.data(), t.qt_lo.data(), f.rows_pad, k_hi, k_hi + tile_values, tile_keys, c.dq,
+                       t.st.data());
+    } else {  // a non-finite k': the float32 scores, as the float32 form computes them
+      TransposeQ(t, f.rows, f.rows_pad, c.dq, c.dq_pad);
+      ScoresTransposed(t, f.rows_pad, tile_keys, c.dq, c.dq_pad);
+    }
+  } else if (f.amx) {
     const auto* k_bits = static_cast<const uint16_t*>(call.k) + seq.k_base + tile * plan.k.stride_seq +
                          item.kv_head * plan.k.stride_heads;
     scores_amx_transposed(t.qt_pairs.data(), f.rows_pad, k_bits, plan.k.stride_seq, tile_keys, c.dq, call.scale,
                           t.st.data(), t.amx_k.data());
+  }
+  if (f.amx) {
     TransposedSoftmax(t, f.rows_pad, tile, tile_keys);
     const uint32_t* vt = AmxValues(call, c, item, tile, tile_keys, t);
     if (vt != nullptr) {

@@ -246,6 +246,7 @@ struct Scratch {
   // The AMX form (amx_bf16.hpp): zero-padded copies of K rows, V^T of a tile in pairs of keys,
   // the weights as bf16 pairs, and the item's o transposed ([value][row]).
   std::vector<uint16_t> amx_k;
+  std::vector<uint32_t> qt_lo;  // q's lo pairs where q' is split into bf16 hi + lo
   std::vector<uint32_t> amx_v, amx_p;
   std::vector<float> amx_ot;
   // V^T of the tiles that start at a multiple of kKeyBlock, kept while the items of one
@@ -258,6 +259,10 @@ struct Scratch {
   };
   std::unique_ptr<uint32_t[]> amx_v_cache;
   std::vector<AmxValuesTag> amx_v_tags;
+  // The same for k' split into bf16 hi and lo rows (fused RoPE or an absolute table: each K row is
+  // rotated, or has its row added, and split once per tile instead of once per query block).
+  std::unique_ptr<uint16_t[]> amx_k_cache;
+  std::vector<AmxValuesTag> amx_k_tags;
   // ALiBi (alibi true): per row its -slope and its query position; per tile the position minus
   // the tile's first key (float32, exact below 2^24). Pad rows have slope 0.
   bool alibi = false;
@@ -449,6 +454,36 @@ HWY_INLINE void ScoresTransposed(Scratch& t, int64_t rows_pad, int64_t tile_keys
   }
 }
 
+// TransposedSoftmax's update for the vector of rows at rb when each of them sees every key of the
+// tile: the masked loops' results, bit for bit, with the masks all true.
+HWY_INLINE void TransposedSoftmaxWhole(Scratch& t, int64_t rows_pad, int64_t rb, int64_t tile_keys) {
+  const DF df;
+  float* st = t.st.data();
+  const VF neg_inf = hn::Set(df, -INFINITY), pos_inf = hn::Set(df, INFINITY), one = hn::Set(df, 1.0f);
+  VF tile_max = neg_inf;
+  auto finite = hn::Lt(neg_inf, pos_inf);  // all true; false once a lane's score is NaN or +inf
+  for (int64_t j = 0; j < tile_keys; ++j) {
+    const VF score = hn::LoadU(df, st + j * rows_pad + rb);
+    tile_max = hn::Max(tile_max, score);
+    finite = hn::And(finite, hn::Lt(score, pos_inf));
+  }
+  hn::StoreU(hn::IfThenElse(finite, hn::LoadU(df, t.bad.data() + rb), one), df, t.bad.data() + rb);
+  const VF m_old = hn::LoadU(df, t.m.data() + rb);
+  const VF m_new = hn::Max(m_old, tile_max);
+  const auto seen = hn::Gt(m_new, neg_inf);
+  const VF alpha = hn::Exp(df, hn::IfThenElseZero(seen, ExpArgument(hn::Sub(m_old, m_new))));
+  VF sum = hn::Zero(df);
+  for (int64_t j = 0; j < tile_keys; ++j) {
+    float* at = st + j * rows_pad + rb;
+    const VF p = hn::Exp(df, ExpArgument(hn::Sub(hn::LoadU(df, at), m_new)));
+    hn::StoreU(p, df, at);
+    sum = hn::Add(sum, p);
+  }
+  hn::StoreU(m_new, df, t.m.data() + rb);
+  hn::StoreU(hn::MulAdd(alpha, hn::LoadU(df, t.l.data() + rb), sum), df, t.l.data() + rb);
+  hn::StoreU(alpha, df, t.alpha.data() + rb);
+}
+
 // ALiBi and the online softmax update of a tile whose scores are in t.st: the weights p in their
 // place (zero for keys a row does not see), and per row m, l and alpha.
 HWY_INLINE void TransposedSoftmax(Scratch& t, int64_t rows_pad, int64_t tile, int64_t tile_keys) {
@@ -462,8 +497,15 @@ HWY_INLINE void TransposedSoftmax(Scratch& t, int64_t rows_pad, int64_t tile, in
   // Visible NaN / +inf scores flag their row (Scratch::bad).
   const VF neg_inf = hn::Set(df, -INFINITY), zero = hn::Zero(df);
   const VF pos_inf = hn::Set(df, INFINITY), one = hn::Set(df, 1.0f);
+  const VF all_keys = hn::Set(df, static_cast<float>(tile_keys));
   for (int64_t rb = 0; rb < rows_pad; rb += N) {
     const VF j0 = hn::LoadU(df, t.j0.data() + rb), j1 = hn::LoadU(df, t.j1.data() + rb);
+    // Every row of the vector sees the whole tile (a causal prefill's tiles before the diagonal):
+    // the same arithmetic without the per-key visibility masks.
+    if (hn::AllTrue(df, hn::And(hn::Eq(j0, zero), hn::Eq(j1, all_keys)))) {
+      TransposedSoftmaxWhole(t, rows_pad, rb, tile_keys);
+      continue;
+    }
     VF tile_max = neg_inf, bad = hn::LoadU(df, t.bad.data() + rb);
     for (int64_t j = 0; j < tile_keys; ++j) {
       const VF jf = hn::Set(df, static_cast<float>(j));

@@ -18,6 +18,8 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/attention.hpp"
+#include "rotary/table.hpp"
+#include "rotary/spec.hpp"
 #include "rotary/tensor.hpp"
 #include "attention/amx_bf16.hpp"
 #include "attention/plan.hpp"
@@ -247,6 +249,57 @@ TEST(AttentionSpecialValues, AmxPrefillKeepsNonFiniteValuesToTheRowsThatSeeThem)
   if (attention_internal::cpu_has_amx_bf16()) {
     EXPECT_GT(attention_internal::amx_prefill_items.load(), items_before);
     EXPECT_GT(attention_internal::amx_value_fallbacks.load(), before);
+  }
+}
+
+// The bf16 prefill with fused RoPE on AMX splits q' and k' into bf16 hi + lo, which an infinity
+// cannot be (inf - inf is NaN): a product of an infinite hi with the other factor's zero lo half
+// would turn an -inf score (weight 0) into NaN. Such tiles and items take the float32 scores.
+// Head dim 32, the first 16 columns rotated (NeoX): -inf in an unrotated k column at key 1
+// against q's positive column there (an -inf score for every query: rows stay finite); NaN in a
+// rotated k column at key 40 (rows that see key 40 are NaN); then an infinite q element (its
+// item goes to the float32 form: its rows NaN or finite exactly as the reference's).
+TEST(AttentionSpecialValues, AmxSplitScoresKeepInfinitiesWhereTheReferenceHasThem) {
+  RopeSpec spec;
+  spec.head_dim = 32;
+  spec.rotary_dim = 16;
+  const CosSinTable table(spec);
+  std::vector<int64_t> positions(64);
+  for (int64_t i = 0; i < 64; ++i) positions[static_cast<size_t>(i)] = i;
+  const AttentionRope rope{.table = &table, .q_positions = positions, .k_positions = positions};
+  for (const bool infinite_q : {false, true}) {
+    SCOPED_TRACE(infinite_q ? "an infinite q element too" : "infinite and NaN k elements");
+    Call c(DType::BF16, 64, 64, 4, 1, 32, 32, 93);
+    for (int64_t s = 0; s < 64; ++s)
+      for (int64_t h = 0; h < 4; ++h) c.q.set(0, s, h, 20, 0.5);
+    c.k.set(0, 1, 0, 20, -kInf);
+    c.k.set(0, 40, 0, 3, kNaN);
+    if (infinite_q) c.q.set(0, 10, 2, 25, kInf);
+    const int64_t before = attention_internal::amx_prefill_items.load();
+    Tensor fast = make(DType::BF16, Layout::BSHD, 1, 64, 4, 32);
+    attention(c.q.view, c.k.view, c.v.view, fast.view, rope, c.options);
+    const Tensor q64 = c.q.widened(), k64 = c.k.widened(), v64 = c.v.widened();
+    Tensor ref = make(DType::F64, Layout::BSHD, 1, 64, 4, 32);
+    reference::attention(q64.view, k64.view, v64.view, ref.view, rope, c.options);
+    int64_t nan_rows = 0, finite_rows = 0;
+    for (int64_t s = 0; s < 64; ++s)
+      for (int64_t h = 0; h < 4; ++h) {
+        const bool ref_nan = std::isnan(ref.at(0, s, h, 0));
+        nan_rows += ref_nan ? 1 : 0;
+        finite_rows += ref_nan ? 0 : 1;
+        for (int64_t e = 0; e < 32; ++e) {
+          const double f = fast.at(0, s, h, e), r = ref.at(0, s, h, e);
+          ASSERT_EQ(std::isnan(f), std::isnan(r)) << "query " << s << " head " << h << " element " << e;
+          if (std::isfinite(r)) {  // the bound with |q'|, |k'| <= sqrt(2) (rotated |q|, |k| <= 1): A <= 2 scale d
+            const double bound = test::attention_arithmetic_bound(DType::BF16, 32, false, 2 * 32 / std::sqrt(32.0), 0.0, 64, 1.0) +
+                                 test::storage_ulp(DType::BF16, std::max(std::abs(f), std::abs(r)));
+            ASSERT_LE(std::abs(f - r), bound) << "query " << s << " head " << h << " element " << e;
+          }
+        }
+      }
+    EXPECT_GT(nan_rows, 0);
+    EXPECT_GT(finite_rows, 100);  // queries before key 40 (and, with the infinite q, its other rows)
+    if (attention_internal::cpu_has_amx_bf16()) EXPECT_GT(attention_internal::amx_prefill_items.load(), before);
   }
 }
 

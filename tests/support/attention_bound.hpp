@@ -4,8 +4,10 @@
 //
 // For one output element of a query with n visible keys, u = 2^-24:
 //   E   = (d + 6 [+1 with ALiBi]) u max_j A_j + 3u max_j |b_j|   score error (A_j = scale
-//         sum_e |q~_e||k~_je|, b_j the ALiBi bias; + (2d + 1) 2^-126 for bfloat16: vdpbf16ps
-//         flushes subnormal products, bf16_dot.hpp)
+//         sum_e |q~_e||k~_je|, b_j the ALiBi bias; for bfloat16 + (8d + 1) 2^-126: vdpbf16ps and
+//         AMX flush subnormal inputs and products, bf16_dot.hpp, amx_bf16.hpp, for |q'|, |k'|
+//         up to 2; and + (2d + 774) u max_j A_j: AMX's scores of split values, three products
+//         per element with each factor carried to 257u, docs/attention.md "Error analysis" 7)
 //   eta = E + (110 + 106) u      per-weight error, the split over keys' merge counted always
 //   acc = (n + 4 tiles + 4) u,   tiles = n / 64 + 2
 //   |fast - ref64| <= Vbar (2 eta (1 + 2 eta) + 2 acc) + amx + storage
@@ -46,7 +48,9 @@ inline double attention_arithmetic_bound(DType dtype, int64_t qk_dim, bool alibi
                                          int64_t n, double vbar) {
   constexpr double u = kUnitRoundoff32;
   const double E = static_cast<double>(qk_dim + 6 + (alibi ? 1 : 0)) * u * max_a + 3 * u * max_bias +
-                   (dtype == DType::BF16 ? static_cast<double>(2 * qk_dim + 1) * 0x1p-126 : 0.0);
+                   (dtype == DType::BF16 ? static_cast<double>(8 * qk_dim + 1) * 0x1p-126 +
+                                               static_cast<double>(2 * qk_dim + 774) * u * max_a
+                                         : 0.0);
   const double eta = E + (110 + 106) * u;
   const int64_t tiles = n / 64 + 2;
   const double acc = static_cast<double>(n + 2 * tiles + 2 * tiles + 4) * u;
