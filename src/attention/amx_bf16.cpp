@@ -5,6 +5,7 @@
 #include "attention/amx_bf16.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
@@ -48,6 +49,12 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 bool detect_amx_bf16() {
+  // ROTARY_NO_AMX=1 (any value but "0"): never ask for the tile state. The request enlarges every
+  // signal frame of the process (Linux's xstate.rst), which a program with small alternate signal
+  // stacks may not want; the other paths give the same results within the same bound.
+  if (const char* env = std::getenv("ROTARY_NO_AMX"); env != nullptr && *env != '\0' && std::strcmp(env, "0") != 0) {
+    return false;
+  }
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & (1u << 27)) == 0) return false;  // OSXSAVE
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;

@@ -28,7 +28,9 @@ namespace rotary::attention_internal {
 
 // Whether this CPU has AMX-TILE, AMX-BF16 and AVX512_BF16 (with AVX-512 F / BW / VL), the OS
 // saves the tile state (XCR0 bits 17 and 18) and, on Linux, grants this process the tile data
-// (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 and later require the request). Checked once.
+// (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 and later require the request). Checked once, at
+// the first bf16 attention call on an AVX-512 target; ROTARY_NO_AMX=1 in the environment makes
+// it false without asking.
 bool cpu_has_amx_bf16();
 
 // On unless a test or benchmark turns it off to run the vdpbf16ps / float32 path on the same CPU.
