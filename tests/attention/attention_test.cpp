@@ -1075,7 +1075,9 @@ TEST(AttentionCpu, SixteenBitDecodeReadsKeysInPlaceWithTheFloat32PathsBits) {
         const int64_t before = attention_internal::k_in_place_16bit_items.load();
         attention(q.view, k.view, v.view, out.view, options);
         const int64_t used = attention_internal::k_in_place_16bit_items.load() - before;
-        if (dim % 2 == 1) EXPECT_EQ(used, 0);
+        if (dim % 2 == 1) {
+          EXPECT_EQ(used, 0);
+        }
         in_place += used;
         attention(q32.view, k32.view, v32.view, out32.view, options);
         Tensor rounded(dtype, Layout::BSHD, 1, 1, kv_heads * group, dim);
@@ -1085,7 +1087,9 @@ TEST(AttentionCpu, SixteenBitDecodeReadsKeysInPlaceWithTheFloat32PathsBits) {
             ASSERT_EQ(out.at(0, 0, h, e), rounded.at(0, 0, h, e)) << "head " << h << ", element " << e;
           }
       }
-      if (target != "SCALAR") EXPECT_GT(in_place, 0) << target << " " << to_string(dtype) << ": K was never read in place";
+      if (target != "SCALAR") {
+        EXPECT_GT(in_place, 0) << target << " " << to_string(dtype) << ": K was never read in place";
+      }
     }
   }
   attention_internal::use_avx512_bf16 = true;

@@ -299,7 +299,9 @@ TEST(AttentionSpecialValues, AmxSplitScoresKeepInfinitiesWhereTheReferenceHasThe
       }
     EXPECT_GT(nan_rows, 0);
     EXPECT_GT(finite_rows, 100);  // queries before key 40 (and, with the infinite q, its other rows)
-    if (attention_internal::cpu_has_amx_bf16()) EXPECT_GT(attention_internal::amx_prefill_items.load(), before);
+    if (attention_internal::cpu_has_amx_bf16()) {
+      EXPECT_GT(attention_internal::amx_prefill_items.load(), before);
+    }
   }
 }
 
