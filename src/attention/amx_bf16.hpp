@@ -8,15 +8,15 @@
 // attributes, and runs only where cpu_has_amx_bf16() says the CPU and the OS allow it.
 //
 // Used by the transposed (prefill) form of the kernels (attention_kernels-inl.h) for bf16
-// storage without fused RoPE or an absolute table, where the vdpbf16ps scores (bf16_dot.hpp)
-// would otherwise run:
-//   scores: q and K as stored, exactly as vdpbf16ps takes them (same error terms);
+// storage, where the vdpbf16ps scores (bf16_dot.hpp) or the float32 form would otherwise run:
+//   scores: q and K as stored, exactly as vdpbf16ps takes them (same error terms); with fused
+//           RoPE or an absolute table, q' and k' split into bf16 hi + lo (below);
 //   p.v:    each float32 weight p is split into two bf16 values, hi = bf16(p) and
 //           lo = bf16(p - hi) (p - hi is exact in float32), so p is carried to 2^-16 relative
 //           (|p - hi - lo| <= 2^-8 |p - hi| <= 2^-16 (1 + 2^-8) |p|), and V is taken as stored;
 //           hi.v and lo.v are added in float32 by the tile unit. docs/attention.md ("AMX") has
 //           the error terms this adds; a weight is never rounded to bf16 alone.
-// A V tile that holds NaN or an infinity is refused (values_amx returns false) and the caller
+// A V tile that holds NaN or an infinity is refused (pack_values_amx returns false) and the caller
 // takes the float32 p.v, which multiplies each row's visible keys only: the tile unit would
 // multiply every key of the tile, and 0 * inf is NaN in rows that cannot see that key.
 #pragma once

@@ -156,13 +156,8 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
     t.amx_ot.assign(static_cast<size_t>(dv_pad * max_rows_pad), 0.0f);
     int64_t max_keys = 0;
     for (const Sequence& seq : plan.sequences) max_keys = std::max(max_keys, seq.num_keys);
-    const int64_t slots = std::min(kAmxValueSlots, (max_keys + kKeyBlock - 1) / kKeyBlock);
-    t.amx_v_cache = std::make_unique<uint32_t[]>(static_cast<size_t>(slots * 32 * dv_pad));
-    t.amx_v_tags.assign(static_cast<size_t>(slots), Scratch::AmxValuesTag{});
-    if (c.amx_split) {
-      t.amx_k_cache = std::make_unique<uint16_t[]>(static_cast<size_t>(slots * 2 * kKeyBlock * amx_pair_rows(dq) * 2));
-      t.amx_k_tags.assign(static_cast<size_t>(slots), Scratch::AmxValuesTag{});
-    }
+    // The caches are allocated at the first AMX tile (AmxCaches): a decode call never uses them.
+    t.amx_slots = std::min(kAmxValueSlots, (max_keys + kKeyBlock - 1) / kKeyBlock);
   }
 
   // In the decode form the scores read K rows where they are (no copy into the tile first) unless
@@ -344,12 +339,27 @@ HWY_INLINE void LoadTile(const Call& call, const CallForm& c, const Item& item, 
   }
 }
 
+// The per-thread V^T (and split K) caches, allocated uninitialised at the call's first AMX tile
+// (their tags say which slots hold a tile), for t.amx_slots tiles.
+HWY_INLINE void AmxCaches(const CallForm& c, Scratch& t) {
+  if (!t.amx_v_tags.empty() || t.amx_slots == 0) return;
+  const auto slots = static_cast<size_t>(t.amx_slots);
+  t.amx_v_cache = std::make_unique_for_overwrite<uint32_t[]>(slots * 32 * static_cast<size_t>(c.dv_pad));
+  t.amx_v_tags.assign(slots, Scratch::AmxValuesTag{});
+  if (c.amx_split) {
+    t.amx_k_cache = std::make_unique_for_overwrite<uint16_t[]>(
+        slots * 2 * static_cast<size_t>(kKeyBlock * amx_pair_rows(c.dq) * 2));
+    t.amx_k_tags.assign(slots, Scratch::AmxValuesTag{});
+  }
+}
+
 // V^T of an AMX tile (pack_values_amx), from this thread's cache when the items of the same
 // sequence and kv head packed it already; null when the tile holds NaN or an infinity.
 HWY_INLINE const uint32_t* AmxValues(const Call& call, const CallForm& c, const Item& item, int64_t tile,
                                      int64_t tile_keys, Scratch& t) {
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
+  AmxCaches(c, t);
   const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
   const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_v_tags.size());
   uint32_t* vt = cached ? t.amx_v_cache.get() + slot * 32 * c.dv_pad : t.amx_v.data();
@@ -377,6 +387,7 @@ HWY_INLINE const uint16_t* AmxKeys(const Call& call, const CallForm& c, const It
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
   const int64_t tile_values = kKeyBlock * amx_pair_rows(c.dq) * 2;
+  AmxCaches(c, t);
   const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
   const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_k_tags.size());
   uint16_t* k_hi = cached ? t.amx_k_cache.get() + slot * 2 * tile_values : t.amx_k.data();

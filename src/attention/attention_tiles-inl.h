@@ -257,6 +257,7 @@ struct Scratch {
     int64_t sequence = -1, kv_head = -1, keys = -1;
     bool finite = false;
   };
+  int64_t amx_slots = 0;  // tiles the caches hold (PrepareScratch; allocated by AmxCaches)
   std::unique_ptr<uint32_t[]> amx_v_cache;
   std::vector<AmxValuesTag> amx_v_tags;
   // The same for k' split into bf16 hi and lo rows (fused RoPE or an absolute table: each K row is
