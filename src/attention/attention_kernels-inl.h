@@ -172,16 +172,6 @@ HWY_INLINE CallForm PrepareScratch(const Call& call, Scratch& t) {
   return c;
 }
 
-// The float32 q tile transposed into Qt ([dim][rows_pad], zero pad rows) for the transposed
-// form's float32 scores (ScoresTransposed).
-HWY_INLINE void TransposeQ(Scratch& t, int64_t rows, int64_t rows_pad, int64_t dq, int64_t dq_pad) {
-  for (int64_t e = 0; e < dq; ++e) {
-    float* column = t.qt.data() + e * rows_pad;
-    for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
-    for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
-  }
-}
-
 // Starts an item: its form; per row its visible keys (t.ranges), m = -inf, l = 0, o = 0, and
 // q' = scale * q (rotated, or with its absolute row added) in the float32 q tile, transposed into
 // Qt for the transposed form, or q as stored in bf16 pairs for the transposed vdpbf16ps scores.
@@ -339,27 +329,13 @@ HWY_INLINE void LoadTile(const Call& call, const CallForm& c, const Item& item, 
   }
 }
 
-// The per-thread V^T (and split K) caches, allocated uninitialised at the call's first AMX tile
-// (their tags say which slots hold a tile), for t.amx_slots tiles.
-HWY_INLINE void AmxCaches(const CallForm& c, Scratch& t) {
-  if (!t.amx_v_tags.empty() || t.amx_slots == 0) return;
-  const auto slots = static_cast<size_t>(t.amx_slots);
-  t.amx_v_cache = std::make_unique_for_overwrite<uint32_t[]>(slots * 32 * static_cast<size_t>(c.dv_pad));
-  t.amx_v_tags.assign(slots, Scratch::AmxValuesTag{});
-  if (c.amx_split) {
-    t.amx_k_cache = std::make_unique_for_overwrite<uint16_t[]>(
-        slots * 2 * static_cast<size_t>(kKeyBlock * amx_pair_rows(c.dq) * 2));
-    t.amx_k_tags.assign(slots, Scratch::AmxValuesTag{});
-  }
-}
-
 // V^T of an AMX tile (pack_values_amx), from this thread's cache when the items of the same
 // sequence and kv head packed it already; null when the tile holds NaN or an infinity.
 HWY_INLINE const uint32_t* AmxValues(const Call& call, const CallForm& c, const Item& item, int64_t tile,
                                      int64_t tile_keys, Scratch& t) {
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
-  AmxCaches(c, t);
+  AmxCaches(t, c.dq, c.dv_pad, c.amx_split);
   const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
   const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_v_tags.size());
   uint32_t* vt = cached ? t.amx_v_cache.get() + slot * 32 * c.dv_pad : t.amx_v.data();
@@ -387,7 +363,7 @@ HWY_INLINE const uint16_t* AmxKeys(const Call& call, const CallForm& c, const It
   const Plan& plan = *call.plan;
   const Sequence& seq = plan.sequences[static_cast<size_t>(item.sequence)];
   const int64_t tile_values = kKeyBlock * amx_pair_rows(c.dq) * 2;
-  AmxCaches(c, t);
+  AmxCaches(t, c.dq, c.dv_pad, c.amx_split);
   const int64_t slot = tile % kKeyBlock == 0 ? tile / kKeyBlock : -1;
   const bool cached = slot >= 0 && slot < static_cast<int64_t>(t.amx_k_tags.size());
   uint16_t* k_hi = cached ? t.amx_k_cache.get() + slot * 2 * tile_values : t.amx_k.data();

@@ -19,6 +19,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "attention/amx_bf16.hpp"
 #include "attention/kernels.hpp"
 #include "attention/prefetch.hpp"
 // The storage loads and stores (widening; round-to-nearest-even narrowing) of apply()'s kernels.
@@ -272,6 +273,30 @@ struct Scratch {
   // Per row of the item its visible keys (StartItem: the split chunk's share of them).
   std::vector<KeyRange> ranges;
 };
+
+// The float32 q tile transposed into Qt ([dim][rows_pad], zero pad rows) for the transposed
+// form's float32 scores (ScoresTransposed).
+HWY_INLINE void TransposeQ(Scratch& t, int64_t rows, int64_t rows_pad, int64_t dq, int64_t dq_pad) {
+  for (int64_t e = 0; e < dq; ++e) {
+    float* column = t.qt.data() + e * rows_pad;
+    for (int64_t r = 0; r < rows; ++r) column[r] = t.q[static_cast<size_t>(r * dq_pad + e)];
+    for (int64_t r = rows; r < rows_pad; ++r) column[r] = 0.0f;
+  }
+}
+
+// The per-thread V^T (and split K) caches, allocated uninitialised at the call's first AMX tile
+// (their tags say which slots hold a tile), for t.amx_slots tiles; split: K's too.
+HWY_INLINE void AmxCaches(Scratch& t, int64_t dq, int64_t dv_pad, bool split) {
+  if (!t.amx_v_tags.empty() || t.amx_slots == 0) return;
+  const auto slots = static_cast<size_t>(t.amx_slots);
+  t.amx_v_cache = std::make_unique_for_overwrite<uint32_t[]>(slots * 32 * static_cast<size_t>(dv_pad));
+  t.amx_v_tags.assign(slots, Scratch::AmxValuesTag{});
+  if (split) {
+    t.amx_k_cache = std::make_unique_for_overwrite<uint16_t[]>(
+        slots * 2 * static_cast<size_t>(kKeyBlock * amx_pair_rows(dq) * 2));
+    t.amx_k_tags.assign(slots, Scratch::AmxValuesTag{});
+  }
+}
 
 // ALiBi on a transposed tile of scores St[j][r]: St[j][r] += neg_slope_r * |position_r - tile - j|
 // (AddAlibiRow's arithmetic, SIMD over rows).
